@@ -1,0 +1,217 @@
+package mlx5
+
+import (
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"reflect"
+	"strconv"
+	"strings"
+	"testing"
+	"unsafe"
+)
+
+// requireGCC returns the gcc path, skipping on a laptop without gcc or the
+// UAPI header but failing under CI=true, where both are part of the image.
+func requireGCC(t *testing.T, header string) string {
+	t.Helper()
+	gcc, err := exec.LookPath("gcc")
+	if err == nil {
+		_, err = os.Stat(header)
+	}
+	if err != nil {
+		msg := fmt.Sprintf("gcc and %s are needed to check mlx5 ABI layouts (apt-get install gcc linux-libc-dev): %v", header, err)
+		if os.Getenv("CI") == "true" {
+			t.Fatal(msg)
+		}
+		t.Skip("SKIP (not CI): " + msg)
+	}
+	return gcc
+}
+
+// layoutCase pairs a Go ABI struct with its C struct name.
+type layoutCase struct {
+	c  string
+	gt reflect.Type
+	sz uintptr
+}
+
+func abiCases() []layoutCase {
+	return []layoutCase{
+		{"mlx5_ib_alloc_ucontext_req_v2", reflect.TypeFor[AllocUcontextReqV2](), unsafe.Sizeof(AllocUcontextReqV2{})},
+		{"mlx5_ib_alloc_ucontext_resp", reflect.TypeFor[AllocUcontextResp](), unsafe.Sizeof(AllocUcontextResp{})},
+		{"mlx5_ib_alloc_pd_resp", reflect.TypeFor[AllocPDResp](), unsafe.Sizeof(AllocPDResp{})},
+		{"mlx5_ib_create_cq", reflect.TypeFor[CreateCQ](), unsafe.Sizeof(CreateCQ{})},
+		{"mlx5_ib_create_cq_resp", reflect.TypeFor[CreateCQResp](), unsafe.Sizeof(CreateCQResp{})},
+		{"mlx5_ib_create_qp", reflect.TypeFor[CreateQP](), unsafe.Sizeof(CreateQP{})},
+		{"mlx5_ib_create_qp_resp", reflect.TypeFor[CreateQPResp](), unsafe.Sizeof(CreateQPResp{})},
+	}
+}
+
+// TestLayoutAgainstHeader compiles a C program against
+// /usr/include/rdma/mlx5-abi.h that prints sizeof and offsetof/sizeof of
+// every member named by a `c` tag, and compares with unsafe.Sizeof and
+// reflect's field offsets (= unsafe.Offsetof) of the Go structs.
+func TestLayoutAgainstHeader(t *testing.T) {
+	gcc := requireGCC(t, "/usr/include/rdma/mlx5-abi.h")
+	var src strings.Builder
+	src.WriteString("#include <stdio.h>\n#include <stddef.h>\n#include <rdma/mlx5-abi.h>\n#include <rdma/mlx5_user_ioctl_cmds.h>\n#include <rdma/mlx5_user_ioctl_verbs.h>\nint main(void){\n")
+	type want struct {
+		key      string
+		off, len uintptr
+	}
+	var wants []want
+	for _, c := range abiCases() {
+		fmt.Fprintf(&src, "printf(\"%s sizeof %%zu\\n\", sizeof(struct %s));\n", c.c, c.c)
+		wants = append(wants, want{c.c + " sizeof", c.sz, 0})
+		for i := 0; i < c.gt.NumField(); i++ {
+			f := c.gt.Field(i)
+			tag := f.Tag.Get("c")
+			if tag == "" {
+				if f.Name != "_" {
+					t.Errorf("%s.%s has no c tag", c.gt.Name(), f.Name)
+				}
+				continue
+			}
+			fmt.Fprintf(&src, "printf(\"%s.%s %%zu %%zu\\n\", offsetof(struct %s, %s), sizeof(((struct %s*)0)->%s));\n",
+				c.c, tag, c.c, tag, c.c, tag)
+			wants = append(wants, want{c.c + "." + tag, f.Offset, f.Type.Size()})
+		}
+	}
+	// Constants mirrored from the headers.
+	consts := map[string]uint64{
+		"MLX5_IB_UVERBS_ABI_VERSION":             ABIVersion,
+		"MLX5_LIB_CAP_4K_UAR":                    LibCap4KUAR,
+		"MLX5_LIB_CAP_DYN_UAR":                   LibCapDynUAR,
+		"MLX5_QP_FLAG_SCATTER_CQE":               QPFlagScatterCQE,
+		"MLX5_QP_FLAG_BFREG_INDEX":               QPFlagBFRegIndex,
+		"MLX5_QP_FLAG_UAR_PAGE_INDEX":            QPFlagUARPageIndex,
+		"MLX5_IB_CREATE_CQ_FLAGS_CQE_128B_PAD":   CQFlagCQE128BPad,
+		"MLX5_IB_CREATE_CQ_FLAGS_UAR_PAGE_INDEX": CQFlagUARPageIndex,
+		"MLX5_IB_MMAP_REGULAR_PAGE":              MmapRegularPage,
+		"MLX5_IB_MMAP_WC_PAGE":                   MmapWCPage,
+		"MLX5_IB_MMAP_NC_PAGE":                   MmapNCPage,
+		"MLX5_IB_OBJECT_UAR":                     ObjectUAR,
+		"MLX5_IB_METHOD_UAR_OBJ_ALLOC":           MethodUARObjAlloc,
+		"MLX5_IB_METHOD_UAR_OBJ_DESTROY":         MethodUARObjDestroy,
+		"MLX5_IB_ATTR_UAR_OBJ_ALLOC_HANDLE":      AttrUARAllocHandle,
+		"MLX5_IB_ATTR_UAR_OBJ_ALLOC_TYPE":        AttrUARAllocType,
+		"MLX5_IB_ATTR_UAR_OBJ_ALLOC_MMAP_OFFSET": AttrUARAllocMmapOff,
+		"MLX5_IB_ATTR_UAR_OBJ_ALLOC_MMAP_LENGTH": AttrUARAllocMmapLen,
+		"MLX5_IB_ATTR_UAR_OBJ_ALLOC_PAGE_ID":     AttrUARAllocPageID,
+		"MLX5_IB_ATTR_UAR_OBJ_DESTROY_HANDLE":    AttrUARDestroyHandle,
+		"MLX5_IB_UAPI_UAR_ALLOC_TYPE_BF":         UARAllocTypeBF,
+		"MLX5_IB_UAPI_UAR_ALLOC_TYPE_NC":         UARAllocTypeNC,
+	}
+	for name, v := range consts {
+		fmt.Fprintf(&src, "printf(\"const %s %%llu\\n\", (unsigned long long)(%s));\n", name, name)
+		wants = append(wants, want{"const " + name, uintptr(v), 0})
+	}
+	fmt.Fprintf(&src, "printf(\"const offsetof_ece %%zu\\n\", offsetof(struct mlx5_ib_create_qp, ece_options));\n")
+	wants = append(wants, want{"const offsetof_ece", CreateQPMinLen, 0})
+	src.WriteString("return 0;}\n")
+
+	got := runC(t, gcc, src.String())
+	for _, w := range wants {
+		fields, ok := got[w.key]
+		if !ok {
+			t.Errorf("%s: not printed by the C program", w.key)
+			continue
+		}
+		if fields[0] != uint64(w.off) {
+			t.Errorf("%s: Go offset/value %d, C %d", w.key, w.off, fields[0])
+		}
+		if len(fields) > 1 && fields[1] != uint64(w.len) {
+			t.Errorf("%s: Go size %d, C %d", w.key, w.len, fields[1])
+		}
+	}
+}
+
+// runC compiles and runs src, returning its output lines keyed by the first
+// word(s) before the numbers.
+func runC(t *testing.T, gcc, src string) map[string][]uint64 {
+	t.Helper()
+	dir := t.TempDir()
+	cfile := filepath.Join(dir, "layout.c")
+	bin := filepath.Join(dir, "layout")
+	if err := os.WriteFile(cfile, []byte(src), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if out, err := exec.Command(gcc, "-O0", "-Wall", "-Werror", "-o", bin, cfile).CombinedOutput(); err != nil {
+		t.Fatalf("gcc: %v\n%s", err, out)
+	}
+	out, err := exec.Command(bin).Output()
+	if err != nil {
+		t.Fatalf("run C layout program: %v", err)
+	}
+	res := map[string][]uint64{}
+	for _, line := range strings.Split(strings.TrimSpace(string(out)), "\n") {
+		f := strings.Fields(line)
+		var key []string
+		var nums []uint64
+		for _, s := range f {
+			if n, err := strconv.ParseUint(s, 10, 64); err == nil && len(key) > 0 {
+				nums = append(nums, n)
+			} else {
+				key = append(key, s)
+			}
+		}
+		res[strings.Join(key, " ")] = nums
+	}
+	return res
+}
+
+func TestBytesAliasesStruct(t *testing.T) {
+	var r CreateQPResp
+	b := Bytes(&r)
+	if len(b) != SizeCreateQPResp {
+		t.Fatalf("len %d", len(b))
+	}
+	b[0] = 7 // the kernel writes responses through this view
+	b[24] = 0x11
+	if r.BFRegIndex != 7 || r.SQN != 0x11 {
+		t.Fatalf("Bytes does not alias the struct: %+v", r)
+	}
+}
+
+func TestUAROffset(t *testing.T) {
+	for _, c := range []struct {
+		cmd, idx int
+		want     int64
+	}{
+		{MmapRegularPage, 0, 0},
+		{MmapRegularPage, 3, 3 * 4096},
+		{MmapNCPage, 0, 0x300 * 4096},
+		{MmapNCPage, 5, 0x305 * 4096},
+		{MmapWCPage, 0x102, (0x10000 | 0x200 | 0x02) * 4096},
+	} {
+		if got := UAROffset(c.cmd, c.idx, 4096); got != c.want {
+			t.Errorf("UAROffset(%d,%d) = %#x, want %#x", c.cmd, c.idx, got, c.want)
+		}
+	}
+}
+
+func TestMapAnon(t *testing.T) {
+	b, err := MapAnon(100)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(b) != PageSize {
+		t.Errorf("len %d, want one page", len(b))
+	}
+	for i, v := range b {
+		if v != 0 {
+			t.Fatalf("byte %d = %d, want zeroed", i, v)
+		}
+	}
+	if err := Unmap(b); err != nil {
+		t.Fatal(err)
+	}
+	if err := Unmap(nil); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := MapAnon(0); err == nil {
+		t.Fatal("MapAnon(0) succeeded")
+	}
+}
