@@ -1,0 +1,56 @@
+package dma
+
+// This file isolates the unsafe operations on mapped memory: turning an
+// offset into a typed pointer, taking a slice's address for the kernel, and
+// atomic access to ring indices. Every function bounds- and alignment-checks
+// its offset against the slice, so no pointer escapes the mapping.
+
+import (
+	"fmt"
+	"sync/atomic"
+	"unsafe"
+)
+
+// View returns a *T aliasing b[off:off+sizeof(T)]. It panics if the range is
+// out of bounds or misaligned for T. b must be memory that does not move
+// (a Region or a test buffer kept alive by the caller): the pointer is as
+// valid as b.
+func View[T any](b []byte, off int) *T {
+	var zero T
+	size := int(unsafe.Sizeof(zero))
+	if off < 0 || off+size > len(b) {
+		panic(fmt.Sprintf("dma.View: [%d:%d] out of range of %d bytes", off, off+size, len(b)))
+	}
+	p := unsafe.Pointer(unsafe.SliceData(b))
+	p = unsafe.Add(p, off)
+	if uintptr(p)%unsafe.Alignof(zero) != 0 {
+		panic(fmt.Sprintf("dma.View: offset %d misaligned for %T", off, zero))
+	}
+	// Safe: p lies inside b (checked above) and is aligned for T.
+	return (*T)(p)
+}
+
+// Addr returns the address of b[0] as the kernel sees it. b must not be Go
+// heap memory that may move or be freed while the kernel uses the address.
+func Addr(b []byte) uint64 {
+	if len(b) == 0 {
+		return 0
+	}
+	return uint64(uintptr(unsafe.Pointer(unsafe.SliceData(b))))
+}
+
+func word(b []byte, off int) *uint32 {
+	if off < 0 || off+4 > len(b) || off%4 != 0 {
+		panic(fmt.Sprintf("dma: u32 at offset %d out of range/misaligned (len %d)", off, len(b)))
+	}
+	// Safe: in bounds and 4-byte aligned relative to a page-aligned mapping.
+	return (*uint32)(unsafe.Add(unsafe.Pointer(unsafe.SliceData(b)), off))
+}
+
+// LoadAcquire32 loads the u32 at b[off] with (at least) acquire ordering:
+// later reads of the ring cannot be satisfied before it.
+func LoadAcquire32(b []byte, off int) uint32 { return atomic.LoadUint32(word(b, off)) }
+
+// StoreRelease32 stores v at b[off] with (at least) release ordering: all
+// earlier writes (the WQE body, or our reads of a CQE) are ordered before it.
+func StoreRelease32(b []byte, off int, v uint32) { atomic.StoreUint32(word(b, off), v) }

@@ -1,0 +1,44 @@
+package uverbs
+
+import (
+	"errors"
+	"os"
+)
+
+// Sentinel errors. Kernel failures are wrapped with the operation and the
+// errno, so errors.Is works both with these and with syscall.Errno values.
+var (
+	// ErrClosed is returned by methods of a closed object.
+	ErrClosed = os.ErrClosed
+	// ErrNotSupported means the device, driver or kernel lacks a feature.
+	ErrNotSupported = errors.New("uverbs: not supported")
+	// ErrNoDevice means no RDMA device of that name (or none at all) exists.
+	ErrNoDevice = errors.New("uverbs: no such RDMA device")
+	// ErrNoProvider means no registered provider handles the device's driver.
+	ErrNoProvider = errors.New("uverbs: no provider for driver")
+	// ErrNoGID means no GID of the wanted address and type exists on the port.
+	ErrNoGID = errors.New("uverbs: no matching GID")
+	// ErrBusy means an object still has live children (e.g. a PD with MRs).
+	ErrBusy = errors.New("uverbs: object still in use")
+	// ErrLeak is returned by Context.Close when children were still open;
+	// they have been destroyed, and the error lists them.
+	ErrLeak = errors.New("uverbs: objects left open")
+
+	// Data-path errors: pre-allocated, returned unwrapped so that the data
+	// path never allocates.
+
+	// ErrQPState means the QP is not in a state that allows the operation
+	// (sends need RTS, SQD or ERR; receives need any state but RESET).
+	ErrQPState = errors.New("uverbs: QP state does not allow posting")
+	// ErrQueueFull means the send or receive queue has no free slot.
+	ErrQueueFull = errors.New("uverbs: work queue full")
+	// ErrTooManySGE means a work request has more SGEs than the QP allows.
+	ErrTooManySGE = errors.New("uverbs: too many scatter/gather entries")
+	// ErrInlineTooLarge means inline data exceeds the QP's max inline size.
+	ErrInlineTooLarge = errors.New("uverbs: inline data too large")
+	// ErrInvalidWR means a work request is malformed (unknown opcode,
+	// misaligned or short atomic, ...).
+	ErrInvalidWR = errors.New("uverbs: invalid work request")
+	// ErrConcurrent means two goroutines used a single-owner queue at once.
+	ErrConcurrent = errors.New("uverbs: concurrent use of a single-owner queue")
+)

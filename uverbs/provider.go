@@ -1,0 +1,155 @@
+package uverbs
+
+import (
+	"fmt"
+	"sync"
+
+	"github.com/rdmago/te/internal/ucmd"
+)
+
+// A Provider is the driver-specific half of the verbs stack (rxe, mlx5). The
+// core (this package) runs every kernel command; a provider supplies the
+// driver data (UHW) those commands carry and owns the data path on the memory
+// it maps or allocates: posting WQEs, ringing doorbells, polling CQEs and
+// arming CQs.
+//
+// Creation of a CQ or QP is two-phase: the core asks the provider for a
+// DriverCQ/DriverQP, takes its Request (driver input bytes and the size of the
+// driver output), runs the kernel command, then hands the kernel's answer to
+// Created. Destroyed is called after the kernel object is gone (or the create
+// failed) to release mappings and buffers.
+//
+// Providers are passed explicitly (Options.Providers) or registered with
+// Register by the program; there is no self-registration.
+type Provider interface {
+	// Name is a short lower-case name ("rxe", "mlx5").
+	Name() string
+	// DriverID is the kernel driver this provider drives; ioctl headers carry it.
+	DriverID() DriverID
+	// ContextRequest returns the driver input of GET_CONTEXT and the size of
+	// its driver output.
+	ContextRequest() (in []byte, outLen int)
+	// NewContext is called after GET_CONTEXT succeeded with its driver output.
+	// k stays valid until DriverContext.Close returns.
+	NewContext(k Kernel, out []byte) (DriverContext, error)
+}
+
+// Kernel is a context's uverbs command file as a provider sees it. Providers
+// mmap queues and UARs on FD and may issue driver-specific commands; the core
+// keeps the file open until every object is destroyed and the provider
+// context is closed.
+type Kernel interface {
+	// FD is the uverbs command fd (for mmap).
+	FD() int
+	// Write runs a legacy write() command (see ucmd.File.Write).
+	Write(cmd uint32, req, drvIn, resp, drvOut []byte) error
+	// Ioctl runs one RDMA_VERBS_IOCTL (driver objects such as mlx5 UARs).
+	Ioctl(object, method uint16, build func(*ucmd.Builder), read func(*ucmd.Builder)) error
+}
+
+// DriverContext is a provider's per-context state.
+type DriverContext interface {
+	// NewCQ prepares a CQ of at least cfg.Entries entries.
+	NewCQ(cfg DriverCQConfig) (DriverCQ, error)
+	// NewQP prepares a QP. cfg.SendCQ and cfg.RecvCQ are DriverCQs this
+	// DriverContext created (providers may type-assert them).
+	NewQP(cfg DriverQPConfig) (DriverQP, error)
+	// Close releases context-wide resources (UARs, ...). Called once, after
+	// all CQs and QPs were destroyed, before the command fd is closed.
+	Close() error
+}
+
+// DriverCQConfig describes a CQ to create.
+type DriverCQConfig struct {
+	Entries int // minimum number of CQEs
+}
+
+// DriverCQ is a provider's completion queue.
+//
+// Poll and Arm are called by one goroutine at a time (the CQ's owner).
+type DriverCQ interface {
+	// Request returns the cqe value for the core command, the driver input
+	// and the driver output size.
+	Request() (cqe uint32, in []byte, outLen int)
+	// Created receives the kernel handle, the cqe value the kernel reports
+	// and the driver output.
+	Created(h Handle, cqe uint32, out []byte) error
+	// Poll fills wc with up to len(wc) completions and returns how many.
+	// It must not allocate.
+	Poll(wc []WC) int
+	// Arm requests a completion event for the next (solicited-only: next
+	// solicited) completion.
+	Arm(solicitedOnly bool) error
+	// EventConsumed is called once per completion event read for this CQ
+	// (mlx5 advances its arm sequence number).
+	EventConsumed()
+	// Destroyed releases the provider's resources. h is 0 when creation failed.
+	Destroyed() error
+}
+
+// DriverQPConfig describes a QP to create.
+type DriverQPConfig struct {
+	Type           QPType
+	Caps           QPCaps
+	SendCQ, RecvCQ DriverCQ
+	SignalAll      bool
+}
+
+// QPCreated is the kernel's answer to CREATE_QP.
+type QPCreated struct {
+	Handle Handle
+	QPN    QPN
+	Caps   QPCaps // as granted by the kernel
+}
+
+// DriverQP is a provider's queue pair. PostSend and PostRecv are each called by
+// one goroutine at a time and must not allocate. The core checks the QP state
+// before calling them.
+type DriverQP interface {
+	// Request returns the core caps to ask the kernel for (a provider may
+	// round them), the driver input and the driver output size.
+	Request() (caps QPCaps, in []byte, outLen int)
+	// Created receives the kernel's answer and the driver output.
+	Created(c QPCreated, out []byte) error
+	// PostSend posts wrs in order and returns how many were posted; on
+	// error, wrs[n] is the first one not posted.
+	PostSend(wrs []SendWR) (n int, err error)
+	// PostRecv posts receive requests, same contract as PostSend.
+	PostRecv(wrs []RecvWR) (n int, err error)
+	// StateChanged is called after a successful modify to state s.
+	StateChanged(s QPState)
+	// Destroyed releases the provider's resources. Called after the kernel
+	// destroyed the QP, or after a failed create.
+	Destroyed() error
+}
+
+var (
+	registryMu sync.Mutex
+	registry   = map[DriverID]Provider{}
+)
+
+// Register makes p the default provider for its driver id, used by Open
+// when Options.Providers is empty. Programs call it explicitly, e.g.
+// uverbs.Register(rxe.Provider()).
+func Register(p Provider) {
+	registryMu.Lock()
+	defer registryMu.Unlock()
+	registry[p.DriverID()] = p
+}
+
+func findProvider(list []Provider, id DriverID) (Provider, error) {
+	for _, p := range list {
+		if p.DriverID() == id {
+			return p, nil
+		}
+	}
+	if len(list) == 0 {
+		registryMu.Lock()
+		p := registry[id]
+		registryMu.Unlock()
+		if p != nil {
+			return p, nil
+		}
+	}
+	return nil, fmt.Errorf("%w %s", ErrNoProvider, id)
+}

@@ -1,0 +1,334 @@
+package uverbs
+
+import (
+	"fmt"
+	"net/netip"
+)
+
+// Typed identifiers. Swapping an LKey for an RKey does not compile.
+type (
+	// QPN is a 24-bit queue pair number.
+	QPN uint32
+	// PSN is a 24-bit packet sequence number.
+	PSN uint32
+	// LKey is the local key of a memory region (used in SGEs).
+	LKey uint32
+	// RKey is the remote key of a memory region (used by the peer).
+	RKey uint32
+	// DriverID identifies the kernel driver behind a device (enum rdma_driver_id).
+	DriverID uint32
+	// Handle is a kernel object handle, scoped to one Context.
+	Handle uint32
+)
+
+// Driver IDs of the providers this module knows.
+const (
+	DriverUnknown DriverID = 0
+	DriverMLX5    DriverID = 1
+	DriverRXE     DriverID = 14
+)
+
+func (d DriverID) String() string {
+	switch d {
+	case DriverMLX5:
+		return "mlx5"
+	case DriverRXE:
+		return "rxe"
+	}
+	return fmt.Sprintf("driver(%d)", uint32(d))
+}
+
+// GID is a 16-byte global identifier (an IPv6 address; RoCE v2 uses the
+// IPv4-mapped form ::ffff:a.b.c.d for IPv4).
+type GID [16]byte
+
+// Addr returns the GID as an IP address (IPv4-mapped addresses unmapped).
+func (g GID) Addr() netip.Addr { return netip.AddrFrom16(g).Unmap() }
+
+func (g GID) String() string { return netip.AddrFrom16(g).String() }
+
+// GIDFromAddr returns the GID of an IP address (IPv4 becomes ::ffff:a.b.c.d).
+func GIDFromAddr(a netip.Addr) GID { return GID(a.As16()) }
+
+// MTU is an IB path MTU enum value (1 = 256 ... 5 = 4096).
+type MTU uint8
+
+// Path MTUs.
+const (
+	MTU256  MTU = 1
+	MTU512  MTU = 2
+	MTU1024 MTU = 3
+	MTU2048 MTU = 4
+	MTU4096 MTU = 5
+)
+
+// Bytes returns the MTU in bytes (0 if invalid).
+func (m MTU) Bytes() int {
+	if m < MTU256 || m > MTU4096 {
+		return 0
+	}
+	return 128 << m
+}
+
+func (m MTU) String() string { return fmt.Sprintf("%d", m.Bytes()) }
+
+// Access flags of memory regions and QPs (IB_ACCESS_*).
+type Access uint32
+
+// Access flags.
+const (
+	AccessLocalWrite   Access = 1
+	AccessRemoteWrite  Access = 2
+	AccessRemoteRead   Access = 4
+	AccessRemoteAtomic Access = 8
+	AccessRelaxedOrder Access = 1 << 20
+)
+
+// QPType is the transport type of a queue pair.
+type QPType uint8
+
+// QP types.
+const (
+	QPTypeRC QPType = 2
+	QPTypeUC QPType = 3
+	QPTypeUD QPType = 4
+)
+
+// QPState is a queue pair state.
+type QPState uint8
+
+// QP states.
+const (
+	QPStateReset QPState = 0
+	QPStateInit  QPState = 1
+	QPStateRTR   QPState = 2
+	QPStateRTS   QPState = 3
+	QPStateSQD   QPState = 4
+	QPStateSQE   QPState = 5
+	QPStateErr   QPState = 6
+)
+
+var qpStateNames = [...]string{"RESET", "INIT", "RTR", "RTS", "SQD", "SQE", "ERR"}
+
+func (s QPState) String() string {
+	if int(s) < len(qpStateNames) {
+		return qpStateNames[s]
+	}
+	return fmt.Sprintf("QPState(%d)", uint8(s))
+}
+
+// QPCaps are the queue sizes of a QP.
+type QPCaps struct {
+	MaxSendWR     uint32
+	MaxRecvWR     uint32
+	MaxSendSGE    uint32
+	MaxRecvSGE    uint32
+	MaxInlineData uint32
+}
+
+// SGE is a scatter/gather element: a range of a registered memory region.
+type SGE struct {
+	Addr   uint64
+	Length uint32
+	LKey   LKey
+}
+
+// WROpcode is a send work request opcode (values of IB_UVERBS_WR_*).
+type WROpcode uint8
+
+// Send opcodes.
+const (
+	WRRDMAWrite         WROpcode = 0
+	WRRDMAWriteWithImm  WROpcode = 1
+	WRSend              WROpcode = 2
+	WRSendWithImm       WROpcode = 3
+	WRRDMARead          WROpcode = 4
+	WRAtomicCmpAndSwp   WROpcode = 5
+	WRAtomicFetchAndAdd WROpcode = 6
+)
+
+var wrOpNames = [...]string{"RDMA_WRITE", "RDMA_WRITE_WITH_IMM", "SEND", "SEND_WITH_IMM", "RDMA_READ", "ATOMIC_CMP_AND_SWP", "ATOMIC_FETCH_AND_ADD"}
+
+func (o WROpcode) String() string {
+	if int(o) < len(wrOpNames) {
+		return wrOpNames[o]
+	}
+	return fmt.Sprintf("WROpcode(%d)", uint8(o))
+}
+
+// SendFlags modify a send work request (values of IB_UVERBS_SEND_*).
+type SendFlags uint8
+
+// Send flags.
+const (
+	SendFence     SendFlags = 1
+	SendSignaled  SendFlags = 2
+	SendSolicited SendFlags = 4
+	SendInline    SendFlags = 8
+)
+
+// SendWR is a send work request. It is plain data; posting copies it into the
+// send queue, so the caller may reuse it (and its SGL) right after PostSend.
+type SendWR struct {
+	ID     uint64
+	Opcode WROpcode
+	Flags  SendFlags
+	// SGL lists the local buffers. With SendInline their bytes are copied
+	// into the WQE at post time and the LKeys are not used.
+	SGL []SGE
+	// Imm is the immediate value of *_WITH_IMM opcodes, in host order; the
+	// receiver's WC.Imm has the same value.
+	Imm uint32
+	// RemoteAddr and RKey address the peer's memory for RDMA and atomics.
+	RemoteAddr uint64
+	RKey       RKey
+	// CompareAdd is the compare value of CMP_AND_SWP or the addend of FETCH_AND_ADD.
+	CompareAdd uint64
+	// Swap is the swap value of CMP_AND_SWP.
+	Swap uint64
+}
+
+// RecvWR is a receive work request.
+type RecvWR struct {
+	ID  uint64
+	SGL []SGE
+}
+
+// WCStatus is a work completion status (IB_WC_*).
+type WCStatus uint8
+
+// Completion statuses.
+const (
+	WCSuccess        WCStatus = 0
+	WCLocLenErr      WCStatus = 1
+	WCLocQPOpErr     WCStatus = 2
+	WCLocEECOpErr    WCStatus = 3
+	WCLocProtErr     WCStatus = 4
+	WCWRFlushErr     WCStatus = 5
+	WCMWBindErr      WCStatus = 6
+	WCBadRespErr     WCStatus = 7
+	WCLocAccessErr   WCStatus = 8
+	WCRemInvReqErr   WCStatus = 9
+	WCRemAccessErr   WCStatus = 10
+	WCRemOpErr       WCStatus = 11
+	WCRetryExcErr    WCStatus = 12
+	WCRNRRetryExcErr WCStatus = 13
+	WCLocRDDViolErr  WCStatus = 14
+	WCRemInvRDReqErr WCStatus = 15
+	WCRemAbortErr    WCStatus = 16
+	WCInvEECNErr     WCStatus = 17
+	WCInvEECStateErr WCStatus = 18
+	WCFatalErr       WCStatus = 19
+	WCRespTimeoutErr WCStatus = 20
+	WCGeneralErr     WCStatus = 21
+	numWCStatus               = 22
+)
+
+var wcStatusNames = [numWCStatus]string{
+	"success", "local length error", "local QP operation error", "local EE context operation error",
+	"local protection error", "WR flushed", "memory window bind error", "bad response error",
+	"local access error", "remote invalid request error", "remote access error", "remote operation error",
+	"transport retry counter exceeded", "RNR retry counter exceeded", "local RDD violation error",
+	"remote invalid RD request", "remote aborted error", "invalid EE context number",
+	"invalid EE context state", "fatal error", "response timeout error", "general error",
+}
+
+func (s WCStatus) String() string {
+	if s < numWCStatus {
+		return wcStatusNames[s]
+	}
+	return fmt.Sprintf("WCStatus(%d)", uint8(s))
+}
+
+// WCOpcode says what completed (IB_WC_* opcodes).
+type WCOpcode uint8
+
+// Completion opcodes.
+const (
+	WCSend            WCOpcode = 0
+	WCRDMAWrite       WCOpcode = 1
+	WCRDMARead        WCOpcode = 2
+	WCCompSwap        WCOpcode = 3
+	WCFetchAdd        WCOpcode = 4
+	WCBindMW          WCOpcode = 5
+	WCLocalInv        WCOpcode = 6
+	WCRecv            WCOpcode = 128
+	WCRecvRDMAWithImm WCOpcode = 129
+)
+
+func (o WCOpcode) String() string {
+	switch o {
+	case WCSend:
+		return "SEND"
+	case WCRDMAWrite:
+		return "RDMA_WRITE"
+	case WCRDMARead:
+		return "RDMA_READ"
+	case WCCompSwap:
+		return "COMP_SWAP"
+	case WCFetchAdd:
+		return "FETCH_ADD"
+	case WCBindMW:
+		return "BIND_MW"
+	case WCLocalInv:
+		return "LOCAL_INV"
+	case WCRecv:
+		return "RECV"
+	case WCRecvRDMAWithImm:
+		return "RECV_RDMA_WITH_IMM"
+	}
+	return fmt.Sprintf("WCOpcode(%d)", uint8(o))
+}
+
+// WCFlags qualify a completion. The values are the kernel's (ib_wc_flags).
+type WCFlags uint8
+
+// Completion flags.
+const (
+	WCFlagGRH            WCFlags = 1
+	WCFlagWithImm        WCFlags = 2
+	WCFlagWithInvalidate WCFlags = 4
+	WCFlagIPCSumOK       WCFlags = 8
+)
+
+// WC is a work completion. For error statuses only ID, Status, QPN and
+// VendorErr are meaningful (rxe leaves Opcode 0 on errors).
+type WC struct {
+	ID      uint64
+	Status  WCStatus
+	Opcode  WCOpcode
+	Flags   WCFlags
+	ByteLen uint32
+	// Imm is the immediate value (host order) when Flags has WCFlagWithImm,
+	// or the invalidated rkey when Flags has WCFlagWithInvalidate.
+	Imm          uint32
+	QPN          QPN
+	SrcQP        QPN
+	VendorErr    uint32
+	PKeyIndex    uint16
+	SLID         uint16
+	SL           uint8
+	DLIDPathBits uint8
+	PortNum      uint8
+}
+
+// Err returns nil for a successful completion, or a *WCError.
+// It allocates only for failed completions.
+func (wc *WC) Err() error {
+	if wc.Status == WCSuccess {
+		return nil
+	}
+	return &WCError{Status: wc.Status, VendorErr: wc.VendorErr, QPN: wc.QPN, ID: wc.ID}
+}
+
+// WCError is a failed work completion as an error.
+type WCError struct {
+	Status    WCStatus
+	VendorErr uint32
+	QPN       QPN
+	ID        uint64
+}
+
+func (e *WCError) Error() string {
+	return fmt.Sprintf("uverbs: work request %d on QP %#x completed with %s (vendor error %#x)", e.ID, uint32(e.QPN), e.Status, e.VendorErr)
+}
