@@ -1,0 +1,57 @@
+# te — build, run, test, bench. See README.md.
+GO      ?= go
+BIN     := bin/te
+PKGS    := ./...
+# Packages whose tests need an RDMA device; test/softroce runs them inside
+# a qemu guest with rdma_rxe.
+RDMA_PKGS ?= ./uverbs ./rxe ./test/softroce/interop
+
+export CGO_ENABLED ?= 0
+
+.PHONY: all build run test lint test-unit test-race test-softroce bench bench-smoke deps clean
+
+all: build
+
+## build: static, cgo-free bin/te
+build:
+	CGO_ENABLED=0 $(GO) build -trimpath -ldflags='-s -w' -o $(BIN) ./cmd/te
+
+## run: the main job — te bench on loopback TCP with an in-process target
+run: build
+	./$(BIN) bench
+
+## test: every tier (lint, unit+race, benchmarks once, softroce in qemu)
+test: lint test-race bench-smoke test-softroce
+
+lint:
+	@out=$$(gofmt -l $$(git ls-files '*.go')); if [ -n "$$out" ]; then echo "gofmt needed:"; echo "$$out"; exit 1; fi
+	CGO_ENABLED=0 $(GO) vet $(PKGS)
+	CGO_ENABLED=0 $(GO) build $(PKGS)
+	$(GO) tool staticcheck $(PKGS)
+	@bash .ci/check-imports
+
+# -race needs cgo in the test binaries only; the product stays cgo-free.
+test-race:
+	CGO_ENABLED=1 $(GO) test -race -count=1 -timeout 20m $(PKGS)
+
+test-unit:
+	$(GO) test -count=1 $(PKGS)
+
+## bench-smoke: every benchmark once, so none can rot
+bench-smoke:
+	$(GO) test -run '^$$' -bench . -benchtime 1x -timeout 15m $(PKGS)
+
+test-softroce:
+	bash test/softroce/run.sh $(RDMA_PKGS)
+
+## bench: the measured tables (README)
+bench: build
+	$(GO) test -run '^$$' -bench . -benchmem ./engine ./tcp ./mlx5
+	./$(BIN) bench --sweep --baseline
+
+## deps: everything the test tiers need on a fresh Debian 12 machine (as root)
+deps:
+	bash .ci/deps
+
+clean:
+	rm -rf bin
