@@ -1,0 +1,768 @@
+// Package p2p is the embedded segment store: it needs no server. Every
+// process listens on a small handshake socket and serves the descriptors it
+// publishes; a segment's name is that socket's address, host:port, so an
+// initiator that knows the name can fetch the descriptor straight from the
+// owner (Mooncake calls this P2PHANDSHAKE).
+//
+// Open it through segment.Open with a URI such as
+//
+//	p2p://                                  listen on 127.0.0.1, any free port
+//	p2p://127.0.0.1:15001                   a fixed port
+//	p2p://0.0.0.0?ports=15000-17000         a free port drawn from a range
+//	p2p://0.0.0.0:0?advertise=10.0.0.5      the host put in the segment name
+//
+// or directly with New. Further query parameters: poll, grace, ttl and
+// timeout (Go durations) set Options.PollInterval, Grace, CacheTTL and
+// Timeout.
+//
+// A process may publish its address as a segment name, or names of the form
+// address/suffix when it exposes several segments; a name that does not start
+// with the store's own address could never be fetched by a peer and is
+// refused. A Store must be closed; Close stops the listener, drops every
+// connection and joins every goroutine the store started.
+package p2p
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"math/rand/v2"
+	"net"
+	"net/url"
+	"slices"
+	"strconv"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/rdmago/te/segment"
+)
+
+// Options configure a Store. The zero value is usable.
+type Options struct {
+	// Listen is the handshake listener's address, host:port. Port 0 picks
+	// a free port (or one from PortMin..PortMax). Default 127.0.0.1:0.
+	Listen string
+	// PortMin and PortMax, when both set and Listen's port is 0, bound the
+	// port: a free one is drawn at random from [PortMin, PortMax], as
+	// Mooncake draws from 15000–17000.
+	PortMin, PortMax int
+	// Advertise is the host written into the local segment name when
+	// Listen's host is unspecified (0.0.0.0 or ::). Default: the first
+	// non-loopback address of an interface that is up.
+	Advertise string
+	// PollInterval is how often Watch asks a peer for its descriptor.
+	// Default 1 s.
+	PollInterval time.Duration
+	// Grace is how long a peer may stay unreachable before Watch reports
+	// it gone (nil). Default 3 × PollInterval.
+	Grace time.Duration
+	// CacheTTL is how long a fetched descriptor stays in List. Default 1 min.
+	CacheTTL time.Duration
+	// Timeout bounds one exchange with a peer when ctx has no earlier
+	// deadline, and each write of a response. Default 3 s.
+	Timeout time.Duration
+	// IdleTimeout closes server-side connections that send nothing for this
+	// long. Default 2 min.
+	IdleTimeout time.Duration
+	// MaxConns bounds the server-side connections open at once; further
+	// ones are closed on accept. Default 1024.
+	MaxConns int
+}
+
+func (o *Options) setDefaults() {
+	if o.Listen == "" {
+		o.Listen = "127.0.0.1:0"
+	}
+	if o.PollInterval <= 0 {
+		o.PollInterval = time.Second
+	}
+	if o.Grace <= 0 {
+		o.Grace = 3 * o.PollInterval
+	}
+	if o.CacheTTL <= 0 {
+		o.CacheTTL = time.Minute
+	}
+	if o.Timeout <= 0 {
+		o.Timeout = 3 * time.Second
+	}
+	if o.IdleTimeout <= 0 {
+		o.IdleTimeout = 2 * time.Minute
+	}
+	if o.MaxConns <= 0 {
+		o.MaxConns = 1024
+	}
+}
+
+// Store is the embedded peer-to-peer segment store. It is safe for
+// concurrent use.
+type Store struct {
+	opts    Options
+	ln      net.Listener
+	addr    string // advertised host:port: the local segment's name
+	closing chan struct{}
+	life    context.Context // cancelled by Close
+	kill    context.CancelFunc
+	once    sync.Once
+	wg      sync.WaitGroup // accept loop, connection handlers, watchers
+
+	mu      sync.Mutex // guards the fields below
+	closed  bool
+	local   map[string]*localSeg
+	cache   map[string]cached
+	conns   map[net.Conn]struct{} // every open connection, both directions
+	peers   map[string]*peer      // client connections by dial address
+	changed chan struct{}         // closed and replaced on every local change
+}
+
+// localSeg is a published descriptor and its ready-made response frame.
+type localSeg struct {
+	d     *segment.Descriptor
+	frame []byte
+}
+
+type cached struct {
+	d  *segment.Descriptor
+	at time.Time
+}
+
+// peer is one reusable client connection; sem serialises exchanges on it.
+type peer struct {
+	sem  chan struct{}
+	conn net.Conn // owned by whoever holds sem
+}
+
+var _ segment.Store = (*Store)(nil)
+
+func init() {
+	segment.RegisterScheme("p2p", openURI)
+}
+
+// openURI is the segment.Opener for p2p:// URIs.
+func openURI(ctx context.Context, u *url.URL) (segment.Store, error) {
+	opts, err := ParseURI(u)
+	if err != nil {
+		return nil, err
+	}
+	return New(ctx, opts)
+}
+
+// ParseURI turns a p2p:// metadata URI into Options.
+func ParseURI(u *url.URL) (Options, error) {
+	var o Options
+	if u.Scheme != "p2p" {
+		return o, fmt.Errorf("p2p: metadata %q: scheme is not p2p", u.String())
+	}
+	if u.Path != "" && u.Path != "/" {
+		return o, fmt.Errorf("p2p: metadata %q: unexpected path %q", u.String(), u.Path)
+	}
+	if u.Host != "" {
+		o.Listen = u.Host
+		if u.Port() == "" {
+			o.Listen = net.JoinHostPort(u.Hostname(), "0")
+		}
+	}
+	dur := func(key, v string) (time.Duration, error) {
+		d, err := time.ParseDuration(v)
+		if err != nil || d <= 0 {
+			return 0, fmt.Errorf("p2p: metadata %q: %s=%q is not a positive duration", u.String(), key, v)
+		}
+		return d, nil
+	}
+	for key, vals := range u.Query() {
+		v := vals[len(vals)-1]
+		var err error
+		switch key {
+		case "ports":
+			lo, hi, ok := strings.Cut(v, "-")
+			a, err1 := strconv.Atoi(lo)
+			b, err2 := strconv.Atoi(hi)
+			if !ok || err1 != nil || err2 != nil || a < 1 || b > 65535 || a > b {
+				return o, fmt.Errorf("p2p: metadata %q: ports=%q is not a range lo-hi within 1-65535", u.String(), v)
+			}
+			o.PortMin, o.PortMax = a, b
+		case "advertise":
+			o.Advertise = v
+		case "poll":
+			o.PollInterval, err = dur(key, v)
+		case "grace":
+			o.Grace, err = dur(key, v)
+		case "ttl":
+			o.CacheTTL, err = dur(key, v)
+		case "timeout":
+			o.Timeout, err = dur(key, v)
+		default:
+			return o, fmt.Errorf("p2p: metadata %q: unknown parameter %q (known: ports, advertise, poll, grace, ttl, timeout)", u.String(), key)
+		}
+		if err != nil {
+			return o, err
+		}
+	}
+	return o, nil
+}
+
+// New starts a store listening on opts.Listen.
+func New(ctx context.Context, opts Options) (*Store, error) {
+	opts.setDefaults()
+	ln, err := listen(ctx, &opts)
+	if err != nil {
+		return nil, err
+	}
+	addr, err := advertised(ln.Addr().(*net.TCPAddr), opts.Advertise)
+	if err != nil {
+		ln.Close()
+		return nil, err
+	}
+	s := &Store{
+		opts:    opts,
+		ln:      ln,
+		addr:    addr,
+		closing: make(chan struct{}),
+		local:   map[string]*localSeg{},
+		cache:   map[string]cached{},
+		conns:   map[net.Conn]struct{}{},
+		peers:   map[string]*peer{},
+		changed: make(chan struct{}),
+	}
+	s.life, s.kill = context.WithCancel(context.Background())
+	s.wg.Add(1)
+	go s.acceptLoop()
+	return s, nil
+}
+
+func listen(ctx context.Context, o *Options) (net.Listener, error) {
+	host, port, err := net.SplitHostPort(o.Listen)
+	if err != nil {
+		return nil, fmt.Errorf("p2p: listen address %q: %w", o.Listen, err)
+	}
+	var lc net.ListenConfig
+	if port != "0" || o.PortMin == 0 || o.PortMax == 0 {
+		ln, err := lc.Listen(ctx, "tcp", o.Listen)
+		if err != nil {
+			return nil, fmt.Errorf("p2p: listen: %w", err)
+		}
+		return ln, nil
+	}
+	if o.PortMin < 1 || o.PortMax > 65535 || o.PortMin > o.PortMax {
+		return nil, fmt.Errorf("p2p: port range %d-%d is not within 1-65535", o.PortMin, o.PortMax)
+	}
+	// Start at a random port and walk the whole range once, so concurrent
+	// processes rarely collide and a nearly full range still succeeds.
+	n := o.PortMax - o.PortMin + 1
+	start := rand.IntN(n)
+	var last error
+	for i := range n {
+		p := o.PortMin + (start+i)%n
+		ln, err := lc.Listen(ctx, "tcp", net.JoinHostPort(host, strconv.Itoa(p)))
+		if err == nil {
+			return ln, nil
+		}
+		last = err
+		if ctx.Err() != nil {
+			break
+		}
+	}
+	return nil, fmt.Errorf("p2p: no free port in %d-%d on %q: %w", o.PortMin, o.PortMax, host, last)
+}
+
+// advertised returns the host:port peers should dial.
+func advertised(a *net.TCPAddr, host string) (string, error) {
+	port := strconv.Itoa(a.Port)
+	if host != "" {
+		return net.JoinHostPort(host, port), nil
+	}
+	if !a.IP.IsUnspecified() {
+		return net.JoinHostPort(a.IP.String(), port), nil
+	}
+	ifs, err := net.Interfaces()
+	if err != nil {
+		return "", fmt.Errorf("p2p: choose an address to advertise: %w", err)
+	}
+	for _, ifc := range ifs {
+		if ifc.Flags&net.FlagUp == 0 || ifc.Flags&net.FlagLoopback != 0 {
+			continue
+		}
+		addrs, err := ifc.Addrs()
+		if err != nil {
+			continue
+		}
+		for _, ad := range addrs {
+			if ipn, ok := ad.(*net.IPNet); ok && ipn.IP.To4() != nil && ipn.IP.IsGlobalUnicast() {
+				return net.JoinHostPort(ipn.IP.String(), port), nil
+			}
+		}
+	}
+	return net.JoinHostPort("127.0.0.1", port), nil
+}
+
+// Name returns the name of this process's segment: the advertised address
+// of the handshake listener, host:port.
+func (s *Store) Name() string { return s.addr }
+
+// ListenAddr returns the listener's actual address.
+func (s *Store) ListenAddr() net.Addr { return s.ln.Addr() }
+
+// dialAddr returns the address a segment name is served on: the part
+// before the first '/', which must be host:port with a numeric port.
+func dialAddr(name string) (string, error) {
+	if name == "" || len(name) > maxNameLen {
+		return "", fmt.Errorf("%w: p2p: segment name of %d bytes", segment.ErrNotFound, len(name))
+	}
+	addr, _, _ := strings.Cut(name, "/")
+	host, port, err := net.SplitHostPort(addr)
+	if err != nil || host == "" {
+		return "", fmt.Errorf("%w: p2p: segment name %q is not host:port[/suffix]", segment.ErrNotFound, name)
+	}
+	if p, err := strconv.Atoi(port); err != nil || p < 1 || p > 65535 {
+		return "", fmt.Errorf("%w: p2p: segment name %q has no valid port", segment.ErrNotFound, name)
+	}
+	return addr, nil
+}
+
+// Publish makes d the descriptor served under d.Name. The name must be the
+// store's Name, or Name()+"/"+suffix.
+func (s *Store) Publish(ctx context.Context, d *segment.Descriptor) error {
+	if err := ctx.Err(); err != nil {
+		return err
+	}
+	b, err := segment.Marshal(d)
+	if err != nil {
+		return fmt.Errorf("p2p: publish: %w", err)
+	}
+	if d.Name != s.addr && !strings.HasPrefix(d.Name, s.addr+"/") {
+		return fmt.Errorf("%w: p2p: publish %q: name must be this store's address %s (or %s/<suffix>)", segment.ErrInvalid, d.Name, s.addr, s.addr)
+	}
+	if len(d.Name) > maxNameLen {
+		return fmt.Errorf("%w: p2p: publish: name longer than %d bytes", segment.ErrInvalid, maxNameLen)
+	}
+	e := &localSeg{d: d.Clone(), frame: appendFrame(make([]byte, 0, headerLen+len(b)), frameDescriptor, b)}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.closed {
+		return segment.ErrClosed
+	}
+	s.local[d.Name] = e
+	s.notifyLocked()
+	return nil
+}
+
+// Unpublish stops serving a descriptor this store published; peers then get
+// ErrNotFound.
+func (s *Store) Unpublish(ctx context.Context, name string) error {
+	if err := ctx.Err(); err != nil {
+		return err
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.closed {
+		return segment.ErrClosed
+	}
+	if _, ok := s.local[name]; !ok {
+		return fmt.Errorf("%w: p2p: unpublish %q: not published here", segment.ErrNotFound, name)
+	}
+	delete(s.local, name)
+	s.notifyLocked()
+	return nil
+}
+
+func (s *Store) notifyLocked() {
+	close(s.changed)
+	s.changed = make(chan struct{})
+}
+
+// Get returns the current descriptor of a segment. Local segments are
+// answered from memory; others are fetched from the owner named by the
+// segment's address. ErrNotFound: the owner answered that it has no such
+// segment (or the name cannot be a p2p name); ErrUnavailable: the owner could
+// not be reached or did not speak the protocol.
+func (s *Store) Get(ctx context.Context, name string) (*segment.Descriptor, error) {
+	s.mu.Lock()
+	if s.closed {
+		s.mu.Unlock()
+		return nil, segment.ErrClosed
+	}
+	if e, ok := s.local[name]; ok {
+		s.mu.Unlock()
+		return e.d.Clone(), nil
+	}
+	s.mu.Unlock()
+	addr, err := dialAddr(name)
+	if err != nil {
+		return nil, err
+	}
+	t, payload, err := s.exchange(ctx, addr, name)
+	if err != nil {
+		return nil, err
+	}
+	switch t {
+	case frameDescriptor:
+		d, err := segment.Unmarshal(payload)
+		if err != nil {
+			return nil, fmt.Errorf("p2p: get %s: %w", name, err)
+		}
+		if d.Name != name {
+			return nil, fmt.Errorf("%w: p2p: get %s: peer answered with segment %q", segment.ErrInvalid, name, d.Name)
+		}
+		s.mu.Lock()
+		s.cache[name] = cached{d: d.Clone(), at: time.Now()}
+		s.mu.Unlock()
+		return d, nil
+	case frameNotFound:
+		s.mu.Lock()
+		delete(s.cache, name)
+		s.mu.Unlock()
+		return nil, fmt.Errorf("%w: p2p: get %s: peer %s has no such segment", segment.ErrNotFound, name, addr)
+	case frameError:
+		return nil, fmt.Errorf("%w: p2p: get %s: peer %s refused: %s", segment.ErrUnavailable, name, addr, sanitize(payload))
+	}
+	return nil, fmt.Errorf("%w: p2p: get %s: peer %s answered with a %v frame", segment.ErrUnavailable, name, addr, t)
+}
+
+// sanitize makes a peer's message safe to print.
+func sanitize(b []byte) string {
+	return strings.Map(func(r rune) rune {
+		if r < 0x20 || r == 0x7f || r == 0xfffd {
+			return '?'
+		}
+		return r
+	}, string(b))
+}
+
+// exchange sends one request to addr and reads the response, reusing the
+// peer's connection. A reused connection that fails (the peer restarted or
+// closed it while idle) is replaced once by a fresh one.
+func (s *Store) exchange(ctx context.Context, addr, name string) (frameType, []byte, error) {
+	p := s.peer(addr)
+	select {
+	case p.sem <- struct{}{}:
+	case <-ctx.Done():
+		return 0, nil, fmt.Errorf("%w: p2p: get %s: %w", segment.ErrUnavailable, name, ctx.Err())
+	case <-s.closing:
+		return 0, nil, segment.ErrClosed
+	}
+	defer func() { <-p.sem }()
+
+	deadline := time.Now().Add(s.opts.Timeout)
+	if d, ok := ctx.Deadline(); ok && d.Before(deadline) {
+		deadline = d
+	}
+	req := appendFrame(make([]byte, 0, headerLen+len(name)), frameGet, []byte(name))
+	for {
+		fresh := false
+		if p.conn == nil {
+			dctx, cancel := context.WithDeadline(ctx, deadline)
+			var d net.Dialer
+			c, err := d.DialContext(dctx, "tcp", addr)
+			cancel()
+			if err != nil {
+				return 0, nil, fmt.Errorf("%w: p2p: get %s: %w", segment.ErrUnavailable, name, err)
+			}
+			if !s.track(c) {
+				c.Close()
+				return 0, nil, segment.ErrClosed
+			}
+			p.conn, fresh = c, true
+		}
+		t, payload, err := roundTrip(ctx, p.conn, deadline, req)
+		if err == nil {
+			return t, payload, nil
+		}
+		s.untrack(p.conn)
+		p.conn = nil
+		if s.isClosing() {
+			return 0, nil, segment.ErrClosed
+		}
+		if fresh || ctx.Err() != nil || time.Now().After(deadline) {
+			if ctx.Err() != nil {
+				err = fmt.Errorf("%w (%w)", ctx.Err(), err)
+			}
+			return 0, nil, fmt.Errorf("%w: p2p: get %s from %s: %w", segment.ErrUnavailable, name, addr, err)
+		}
+	}
+}
+
+// roundTrip writes req and reads one response frame, within deadline and
+// until ctx ends.
+func roundTrip(ctx context.Context, c net.Conn, deadline time.Time, req []byte) (frameType, []byte, error) {
+	if err := c.SetDeadline(deadline); err != nil {
+		return 0, nil, err
+	}
+	// Cancelling ctx pulls the deadline into the past, which unblocks I/O.
+	stop := context.AfterFunc(ctx, func() { c.SetDeadline(time.Unix(1, 0)) })
+	defer stop()
+	if _, err := c.Write(req); err != nil {
+		return 0, nil, err
+	}
+	var hdr [headerLen]byte
+	return readFrame(c, hdr[:], segment.MaxEncodedSize)
+}
+
+func (s *Store) peer(addr string) *peer {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	p, ok := s.peers[addr]
+	if !ok {
+		p = &peer{sem: make(chan struct{}, 1)}
+		s.peers[addr] = p
+	}
+	return p
+}
+
+func (s *Store) isClosing() bool {
+	select {
+	case <-s.closing:
+		return true
+	default:
+		return false
+	}
+}
+
+// track records an open connection so Close can drop it; false once closed.
+func (s *Store) track(c net.Conn) bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.closed {
+		return false
+	}
+	s.conns[c] = struct{}{}
+	return true
+}
+
+func (s *Store) untrack(c net.Conn) {
+	s.mu.Lock()
+	delete(s.conns, c)
+	s.mu.Unlock()
+	c.Close()
+}
+
+// List returns this store's descriptors and those fetched within CacheTTL,
+// sorted by name.
+func (s *Store) List(ctx context.Context) ([]*segment.Descriptor, error) {
+	if err := ctx.Err(); err != nil {
+		return nil, err
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.closed {
+		return nil, segment.ErrClosed
+	}
+	out := make([]*segment.Descriptor, 0, len(s.local)+len(s.cache))
+	for _, e := range s.local {
+		out = append(out, e.d.Clone())
+	}
+	now := time.Now()
+	for name, c := range s.cache {
+		if now.Sub(c.at) > s.opts.CacheTTL {
+			delete(s.cache, name)
+			continue
+		}
+		if _, ok := s.local[name]; !ok {
+			out = append(out, c.d.Clone())
+		}
+	}
+	slices.SortFunc(out, func(a, b *segment.Descriptor) int { return strings.Compare(a.Name, b.Name) })
+	return out, nil
+}
+
+// Watch polls a segment every PollInterval (local segments are also seen at
+// once when published) and reports the descriptor whenever its Epoch or
+// Version differs from the last one reported, or nil once it is gone: at
+// once when its owner answers that it has no such segment, and after Grace
+// when the owner cannot be reached. The first report is the segment's state
+// when Watch starts. The channel is closed when ctx ends or the store is
+// closed.
+func (s *Store) Watch(ctx context.Context, name string) (<-chan *segment.Descriptor, error) {
+	if err := ctx.Err(); err != nil {
+		return nil, err
+	}
+	if _, err := dialAddr(name); err != nil {
+		return nil, err
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.closed {
+		return nil, segment.ErrClosed
+	}
+	ch := make(chan *segment.Descriptor, 1)
+	s.wg.Add(1)
+	go s.watch(ctx, name, ch)
+	return ch, nil
+}
+
+func (s *Store) watch(ctx context.Context, name string, ch chan<- *segment.Descriptor) {
+	defer s.wg.Done()
+	defer close(ch)
+	// Close ends in-flight polls promptly through the store's context.
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	stop := context.AfterFunc(s.life, cancel)
+	defer stop()
+
+	var (
+		last      *segment.Descriptor
+		reported  bool
+		downSince time.Time
+	)
+	send := func(d *segment.Descriptor) bool {
+		select {
+		case ch <- d:
+			last, reported = d, true
+			return true
+		case <-ctx.Done():
+			return false
+		}
+	}
+	ticker := time.NewTicker(s.opts.PollInterval)
+	defer ticker.Stop()
+	for {
+		s.mu.Lock()
+		changed := s.changed
+		s.mu.Unlock()
+
+		pctx, pcancel := context.WithTimeout(ctx, s.opts.Timeout)
+		d, err := s.Get(pctx, name)
+		pcancel()
+		switch {
+		case ctx.Err() != nil || errors.Is(err, segment.ErrClosed):
+			return
+		case err == nil:
+			downSince = time.Time{}
+			if !reported || last == nil || d.Epoch != last.Epoch || d.Version != last.Version {
+				if !send(d) {
+					return
+				}
+			}
+		case errors.Is(err, segment.ErrNotFound):
+			downSince = time.Time{}
+			if !reported || last != nil {
+				if !send(nil) {
+					return
+				}
+			}
+		default: // unreachable or answering nonsense
+			now := time.Now()
+			if downSince.IsZero() {
+				downSince = now
+			}
+			if now.Sub(downSince) >= s.opts.Grace && (!reported || last != nil) {
+				if !send(nil) {
+					return
+				}
+			}
+		}
+		select {
+		case <-ctx.Done():
+			return
+		case <-ticker.C:
+		case <-changed:
+		}
+	}
+}
+
+// Close stops the listener, drops every connection, ends every Watch and
+// forgets the published descriptors. It is idempotent.
+func (s *Store) Close() error {
+	var err error
+	s.once.Do(func() {
+		close(s.closing)
+		s.kill()
+		err = s.ln.Close()
+		s.mu.Lock()
+		s.closed = true
+		for c := range s.conns {
+			c.Close()
+		}
+		clear(s.conns)
+		clear(s.local)
+		clear(s.cache)
+		s.mu.Unlock()
+	})
+	s.wg.Wait()
+	if err != nil {
+		return fmt.Errorf("p2p: close: %w", err)
+	}
+	return nil
+}
+
+// acceptLoop serves the handshake listener until Close.
+func (s *Store) acceptLoop() {
+	defer s.wg.Done()
+	for {
+		c, err := s.ln.Accept()
+		if err != nil {
+			if s.isClosing() {
+				return
+			}
+			// Out of descriptors or similar: back off instead of spinning.
+			select {
+			case <-s.closing:
+				return
+			case <-time.After(20 * time.Millisecond):
+			}
+			continue
+		}
+		s.mu.Lock()
+		ok := !s.closed && len(s.conns) < s.opts.MaxConns
+		if ok {
+			s.conns[c] = struct{}{}
+			s.wg.Add(1)
+		}
+		s.mu.Unlock()
+		if !ok {
+			c.Close()
+			continue
+		}
+		go s.serveConn(c)
+	}
+}
+
+// serveConn answers requests on one connection until the peer closes it,
+// idles past IdleTimeout, sends a malformed frame, or the store closes.
+func (s *Store) serveConn(c net.Conn) {
+	defer s.wg.Done()
+	defer s.untrack(c)
+	var hdr [headerLen]byte
+	for {
+		c.SetDeadline(time.Now().Add(s.opts.IdleTimeout))
+		// Requests never carry descriptors: a descriptor frame is refused
+		// before its payload is read.
+		t, payload, err := readFrame(c, hdr[:], 0)
+		if err != nil {
+			if errors.Is(err, errFrame) {
+				s.reply(c, appendFrame(nil, frameError, truncate([]byte(err.Error()), maxErrorLen)))
+			}
+			return
+		}
+		if t != frameGet {
+			s.reply(c, appendFrame(nil, frameError, []byte(fmt.Sprintf("p2p: unexpected %v frame from a client", t))))
+			return
+		}
+		if !s.reply(c, s.answer(payload)) {
+			return
+		}
+	}
+}
+
+// answer returns the response frame for a request for name.
+func (s *Store) answer(name []byte) []byte {
+	s.mu.Lock()
+	e, ok := s.local[string(name)]
+	s.mu.Unlock()
+	if ok {
+		return e.frame // immutable once published
+	}
+	return appendFrame(make([]byte, 0, headerLen+len(name)), frameNotFound, name)
+}
+
+func (s *Store) reply(c net.Conn, frame []byte) bool {
+	c.SetWriteDeadline(time.Now().Add(s.opts.Timeout))
+	_, err := c.Write(frame)
+	return err == nil
+}
+
+func truncate(b []byte, n int) []byte {
+	if len(b) > n {
+		return b[:n]
+	}
+	return b
+}
