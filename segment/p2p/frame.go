@@ -25,10 +25,8 @@ const (
 	wireVersion = 1
 	headerLen   = 12
 
-	// maxNameLen bounds a segment name in a request.
+	// maxNameLen bounds a segment name, the only payload of a request.
 	maxNameLen = 1024
-	// maxRequestLen bounds what the server reads from a client.
-	maxRequestLen = maxNameLen
 	// maxErrorLen bounds a peer's error message.
 	maxErrorLen = 4096
 )
