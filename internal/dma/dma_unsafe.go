@@ -54,3 +54,17 @@ func LoadAcquire32(b []byte, off int) uint32 { return atomic.LoadUint32(word(b, 
 // StoreRelease32 stores v at b[off] with (at least) release ordering: all
 // earlier writes (the WQE body, or our reads of a CQE) are ordered before it.
 func StoreRelease32(b []byte, off int, v uint32) { atomic.StoreUint32(word(b, off), v) }
+
+// At returns the n bytes at address addr. It is how a provider reads inline
+// send payloads that SGEs reference by address. Precondition (the caller's
+// contract, as for an HCA): addr..addr+n lies in memory this process mapped
+// outside the Go heap and keeps mapped, i.e. a registered buffer. The
+// address is reinterpreted through memory rather than converted from a
+// uintptr expression because it never was a Go pointer.
+func At(addr uint64, n int) []byte {
+	if n == 0 {
+		return nil
+	}
+	p := *(*unsafe.Pointer)(unsafe.Pointer(&addr))
+	return unsafe.Slice((*byte)(p), n)
+}

@@ -1,0 +1,341 @@
+package uverbs
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"runtime"
+	"sync"
+	"sync/atomic"
+	"syscall"
+	"time"
+
+	"github.com/rdmago/te/internal/uapi"
+	"github.com/rdmago/te/internal/ucmd"
+)
+
+// CompChannel delivers completion events of the CQs attached to it. Its fd
+// is non-blocking and waited on through the Go netpoller, so a waiting
+// goroutine does not hold an OS thread. Safe for concurrent use; one waiter
+// at a time is the intended pattern.
+type CompChannel struct {
+	ctx *Context
+	f   *ucmd.EventFile
+
+	mu     sync.Mutex
+	closed bool
+	ncqs   int
+}
+
+// CreateCompChannel creates a completion channel.
+func (c *Context) CreateCompChannel() (*CompChannel, error) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if err := c.checkOpen(); err != nil {
+		return nil, err
+	}
+	req := uapi.CreateCompChannel{}
+	var r uapi.CreateCompChannelResp
+	if err := c.file.Write(uapi.CmdCreateCompChannel, ucmd.Bytes(&req), nil, ucmd.Bytes(&r), nil); err != nil {
+		return nil, opErr("create_comp_channel", c.dev.Name, err)
+	}
+	f, err := ucmd.NewEventFile(int(r.FD), c.dev.Name+"-comp")
+	if err != nil {
+		return nil, err
+	}
+	ch := &CompChannel{ctx: c, f: f}
+	c.channels[ch] = struct{}{}
+	track(ch, "CompChannel on "+c.dev.Name)
+	return ch, nil
+}
+
+// Wait blocks until a completion event arrives or ctx is done, and returns
+// the CQ it is for. The event is acknowledged (the CQ must be re-armed with
+// ReqNotify to get another one).
+func (ch *CompChannel) Wait(ctx context.Context) (*CQ, error) {
+	var buf [8]byte
+	for {
+		n, err := ch.f.Read(ctx, buf[:])
+		if err != nil {
+			if errors.Is(err, ErrClosed) {
+				return nil, ErrClosed
+			}
+			if ctx.Err() != nil {
+				return nil, ctx.Err()
+			}
+			return nil, fmt.Errorf("uverbs: read completion event: %w", err)
+		}
+		if n < 8 {
+			continue
+		}
+		uh := le.Uint64(buf[:])
+		ch.ctx.mu.Lock()
+		cq := ch.ctx.cqs[uh]
+		ch.ctx.mu.Unlock()
+		if cq == nil {
+			continue // its CQ was destroyed meanwhile
+		}
+		cq.drv.EventConsumed()
+		cq.compEvents.Add(1)
+		return cq, nil
+	}
+}
+
+// Close closes the channel. It fails with ErrBusy while CQs use it. Idempotent.
+func (ch *CompChannel) Close() error {
+	if ch == nil {
+		return nil
+	}
+	ch.mu.Lock()
+	defer ch.mu.Unlock()
+	if ch.closed {
+		return nil
+	}
+	if ch.ncqs > 0 {
+		return fmt.Errorf("uverbs: close completion channel: %d CQs attached: %w", ch.ncqs, ErrBusy)
+	}
+	ch.closed = true
+	err := ch.f.Close()
+	ch.ctx.mu.Lock()
+	delete(ch.ctx.channels, ch)
+	ch.ctx.mu.Unlock()
+	untrack(ch)
+	return err
+}
+
+// CQConfig describes a completion queue.
+type CQConfig struct {
+	Entries    int          // minimum capacity (required)
+	Channel    *CompChannel // optional: completion events go here
+	CompVector int          // < Context.NumCompVectors()
+}
+
+// CQ is a completion queue. Poll, ReqNotify and Wait belong to one owner
+// goroutine (concurrent use returns ErrConcurrent); Close may be called from
+// anywhere.
+type CQ struct {
+	ctx     *Context
+	drv     DriverCQ
+	handle  Handle
+	uh      uint64
+	entries int
+	ch      *CompChannel
+
+	busy       atomic.Bool // single-owner guard of the data path
+	dead       atomic.Bool
+	compEvents atomic.Uint64
+
+	mu     sync.Mutex
+	closed bool
+	nqps   int
+}
+
+// CreateCQ creates a completion queue (ioctl CQ_CREATE, falling back to the
+// write command on kernels without it).
+func (c *Context) CreateCQ(cfg CQConfig) (_ *CQ, err error) {
+	if cfg.Entries <= 0 {
+		return nil, fmt.Errorf("uverbs: create_cq: %d entries: %w", cfg.Entries, syscall.EINVAL)
+	}
+	if cfg.Channel != nil {
+		cfg.Channel.mu.Lock()
+		defer cfg.Channel.mu.Unlock()
+		if cfg.Channel.closed {
+			return nil, fmt.Errorf("uverbs: create_cq: channel: %w", ErrClosed)
+		}
+	}
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if err := c.checkOpen(); err != nil {
+		return nil, err
+	}
+	drv, err := c.drv.NewCQ(DriverCQConfig{Entries: cfg.Entries})
+	if err != nil {
+		return nil, fmt.Errorf("uverbs: create_cq on %s: %w", c.dev.Name, err)
+	}
+	defer func() {
+		if err != nil {
+			drv.Destroyed()
+		}
+	}()
+	cqe, in, outLen := drv.Request()
+	uh := c.userHandle()
+	chfd := int32(-1)
+	if cfg.Channel != nil {
+		chfd = int32(cfg.Channel.f.Fd())
+	}
+	var handle, gotCQE uint32
+	var iHandle, iCQE, iOut int
+	out := make([]byte, outLen)
+	err = c.file.Ioctl(uapi.ObjectCQ, uapi.MethodCQCreate, func(b *ucmd.Builder) {
+		iHandle = b.NewIDR(uapi.AttrCreateCQHandle, uapi.AttrFMandatory)
+		b.InU32(uapi.AttrCreateCQCQE, cqe, uapi.AttrFMandatory)
+		b.InU64(uapi.AttrCreateCQUserHandle, uh, uapi.AttrFMandatory)
+		if chfd >= 0 {
+			b.FD(uapi.AttrCreateCQCompChannel, chfd, uapi.AttrFMandatory)
+		}
+		b.InU32(uapi.AttrCreateCQCompVector, uint32(cfg.CompVector), uapi.AttrFMandatory)
+		iCQE = b.Out(uapi.AttrCreateCQRespCQE, 4, uapi.AttrFMandatory)
+		b.UHWIn(in)
+		iOut = b.UHWOut(outLen)
+	}, func(b *ucmd.Builder) {
+		handle = uint32(b.Data(iHandle))
+		gotCQE = le.Uint32(b.Output(iCQE))
+		copy(out, b.Output(iOut))
+	})
+	if errors.Is(err, syscall.ENOTTY) || errors.Is(err, syscall.EPROTONOSUPPORT) {
+		req := uapi.CreateCQ{UserHandle: uh, CQE: cqe, CompVector: uint32(cfg.CompVector), CompChannel: chfd}
+		var r uapi.CreateCQResp
+		err = c.file.Write(uapi.CmdCreateCQ, ucmd.Bytes(&req), in, ucmd.Bytes(&r), out)
+		handle, gotCQE = r.CQHandle, r.CQE
+	}
+	if err != nil {
+		return nil, opErr(fmt.Sprintf("create_cq(%d entries)", cfg.Entries), c.dev.Name, err)
+	}
+	cq := &CQ{ctx: c, drv: drv, handle: Handle(handle), uh: uh, entries: int(gotCQE), ch: cfg.Channel}
+	if err = drv.Created(cq.handle, gotCQE, out); err != nil {
+		c.destroyCQ(cq.handle)
+		return nil, fmt.Errorf("uverbs: create_cq on %s: %w", c.dev.Name, err)
+	}
+	if cfg.Channel != nil {
+		cfg.Channel.ncqs++
+	}
+	c.cqs[uh] = cq
+	track(cq, describe("CQ", c.dev.Name, cq.handle))
+	return cq, nil
+}
+
+func (c *Context) destroyCQ(h Handle) error {
+	err := c.file.Ioctl(uapi.ObjectCQ, uapi.MethodCQDestroy, func(b *ucmd.Builder) {
+		b.IDR(uapi.AttrDestroyCQHandle, uint32(h), uapi.AttrFMandatory)
+		b.Out(uapi.AttrDestroyCQResp, 8, uapi.AttrFMandatory)
+	}, nil)
+	if errors.Is(err, syscall.ENOTTY) || errors.Is(err, syscall.EPROTONOSUPPORT) {
+		req := uapi.DestroyCQ{CQHandle: uint32(h)}
+		var r uapi.DestroyCQResp
+		err = c.file.Write(uapi.CmdDestroyCQ, ucmd.Bytes(&req), nil, ucmd.Bytes(&r), nil)
+	}
+	return err
+}
+
+// Handle returns the kernel handle.
+func (cq *CQ) Handle() Handle { return cq.handle }
+
+// Entries is the capacity granted by the kernel.
+func (cq *CQ) Entries() int { return cq.entries }
+
+// Channel returns the completion channel the CQ reports to (nil if none).
+func (cq *CQ) Channel() *CompChannel { return cq.ch }
+
+// CompEvents counts completion events consumed for this CQ.
+func (cq *CQ) CompEvents() uint64 { return cq.compEvents.Load() }
+
+func (cq *CQ) acquire() error {
+	if cq.busy.CompareAndSwap(false, true) {
+		if cq.dead.Load() {
+			cq.busy.Store(false)
+			return ErrClosed
+		}
+		return nil
+	}
+	if cq.dead.Load() {
+		return ErrClosed
+	}
+	return ErrConcurrent
+}
+
+// Poll fills wc with up to len(wc) completions and returns their number. It
+// does not block and does not allocate.
+func (cq *CQ) Poll(wc []WC) (int, error) {
+	if err := cq.acquire(); err != nil {
+		return 0, err
+	}
+	n := cq.drv.Poll(wc)
+	cq.busy.Store(false)
+	return n, nil
+}
+
+// ReqNotify arms the CQ: the next completion (with solicitedOnly, the next
+// solicited one) raises one event on the CQ's channel. Poll after arming:
+// completions that arrived before the arm raise no event.
+func (cq *CQ) ReqNotify(solicitedOnly bool) error {
+	if err := cq.acquire(); err != nil {
+		return err
+	}
+	defer cq.busy.Store(false)
+	if err := cq.drv.Arm(solicitedOnly); err != nil {
+		return opErr("req_notify_cq", cq.ctx.dev.Name, err)
+	}
+	return nil
+}
+
+// Wait returns at least one completion, blocking until one arrives or ctx is
+// done: it polls, arms, polls again (closing the race with a completion that
+// landed before the arm), then sleeps on the channel. Without a channel it
+// polls with short sleeps. It assumes it is the only waiter on the channel.
+func (cq *CQ) Wait(ctx context.Context, wc []WC) (int, error) {
+	backoff := time.Microsecond
+	for {
+		n, err := cq.Poll(wc)
+		if n > 0 || err != nil {
+			return n, err
+		}
+		if err := ctx.Err(); err != nil {
+			return 0, err
+		}
+		if cq.ch == nil {
+			runtime.Gosched()
+			time.Sleep(backoff)
+			if backoff < time.Millisecond {
+				backoff *= 2
+			}
+			continue
+		}
+		if err := cq.ReqNotify(false); err != nil {
+			return 0, err
+		}
+		if n, err := cq.Poll(wc); n > 0 || err != nil {
+			return n, err
+		}
+		if _, err := cq.ch.Wait(ctx); err != nil {
+			return 0, err
+		}
+	}
+}
+
+// Close destroys the CQ. It fails with ErrBusy while QPs use it. Idempotent.
+func (cq *CQ) Close() error {
+	if cq == nil {
+		return nil
+	}
+	cq.mu.Lock()
+	defer cq.mu.Unlock()
+	if cq.closed {
+		return nil
+	}
+	if cq.nqps > 0 {
+		return fmt.Errorf("uverbs: destroy_cq %d: %d QPs attached: %w", cq.handle, cq.nqps, ErrBusy)
+	}
+	// Stop the data path: mark dead, then wait out a Poll in progress.
+	cq.dead.Store(true)
+	for !cq.busy.CompareAndSwap(false, true) {
+		runtime.Gosched()
+	}
+	err := cq.ctx.destroyCQ(cq.handle)
+	if err != nil && !errors.Is(err, ErrClosed) {
+		cq.dead.Store(false)
+		cq.busy.Store(false)
+		return opErr("destroy_cq", cq.ctx.dev.Name, err)
+	}
+	cq.closed = true
+	derr := cq.drv.Destroyed()
+	cq.ctx.mu.Lock()
+	delete(cq.ctx.cqs, cq.uh)
+	cq.ctx.mu.Unlock()
+	if cq.ch != nil {
+		cq.ch.mu.Lock()
+		cq.ch.ncqs--
+		cq.ch.mu.Unlock()
+	}
+	untrack(cq)
+	return derr
+}

@@ -1,0 +1,241 @@
+package uverbs
+
+import (
+	"errors"
+	"fmt"
+	"runtime"
+	"sync"
+	"sync/atomic"
+	"syscall"
+
+	"github.com/rdmago/te/internal/uapi"
+	"github.com/rdmago/te/internal/ucmd"
+)
+
+// QPConfig describes a queue pair.
+type QPConfig struct {
+	Type      QPType // default RC
+	SendCQ    *CQ    // required
+	RecvCQ    *CQ    // required (may equal SendCQ)
+	Caps      QPCaps // requested sizes; the kernel may grant more (see QP.Caps)
+	SignalAll bool   // every send completes with a CQE, regardless of SendSignaled
+}
+
+// QP is a queue pair. PostSend and PostRecv each belong to one owner
+// goroutine at a time (concurrent use returns ErrConcurrent); control
+// methods (Modify, Query, Close) are safe for concurrent use.
+type QP struct {
+	pd     *PD
+	drv    DriverQP
+	handle Handle
+	qpn    QPN
+	uh     uint64
+	typ    QPType
+	caps   QPCaps
+	sendCQ *CQ
+	recvCQ *CQ
+
+	state    atomic.Uint32 // QPState, as last set by Modify (or ERR after a fatal event)
+	sendBusy atomic.Bool
+	recvBusy atomic.Bool
+	dead     atomic.Bool
+
+	mu     sync.Mutex // serializes Modify and Close
+	closed bool
+}
+
+// CreateQP creates a queue pair in the RESET state.
+func (pd *PD) CreateQP(cfg QPConfig) (_ *QP, err error) {
+	if cfg.Type == 0 {
+		cfg.Type = QPTypeRC
+	}
+	if cfg.SendCQ == nil || cfg.RecvCQ == nil {
+		return nil, fmt.Errorf("uverbs: create_qp: send and receive CQs are required: %w", syscall.EINVAL)
+	}
+	pd.mu.Lock()
+	defer pd.mu.Unlock()
+	if pd.closed {
+		return nil, ErrClosed
+	}
+	c := pd.ctx
+	for _, cq := range []*CQ{cfg.SendCQ, cfg.RecvCQ} {
+		if cq.ctx != c {
+			return nil, fmt.Errorf("uverbs: create_qp: CQ of another context: %w", syscall.EINVAL)
+		}
+	}
+	cfg.SendCQ.mu.Lock()
+	scqClosed := cfg.SendCQ.closed
+	cfg.SendCQ.mu.Unlock()
+	cfg.RecvCQ.mu.Lock()
+	rcqClosed := cfg.RecvCQ.closed
+	cfg.RecvCQ.mu.Unlock()
+	if scqClosed || rcqClosed {
+		return nil, fmt.Errorf("uverbs: create_qp: CQ: %w", ErrClosed)
+	}
+	c.mu.Lock()
+	if err := c.checkOpen(); err != nil {
+		c.mu.Unlock()
+		return nil, err
+	}
+	uh := c.userHandle()
+	c.mu.Unlock()
+
+	drv, err := c.drv.NewQP(DriverQPConfig{Type: cfg.Type, Caps: cfg.Caps, SendCQ: cfg.SendCQ.drv, RecvCQ: cfg.RecvCQ.drv, SignalAll: cfg.SignalAll})
+	if err != nil {
+		return nil, fmt.Errorf("uverbs: create_qp on %s: %w", c.dev.Name, err)
+	}
+	defer func() {
+		if err != nil {
+			drv.Destroyed()
+		}
+	}()
+	caps, in, outLen := drv.Request()
+	req := uapi.CreateQP{
+		UserHandle: uh, PDHandle: uint32(pd.handle),
+		SendCQHandle: uint32(cfg.SendCQ.handle), RecvCQHandle: uint32(cfg.RecvCQ.handle),
+		MaxSendWR: caps.MaxSendWR, MaxRecvWR: caps.MaxRecvWR, MaxSendSGE: caps.MaxSendSGE,
+		MaxRecvSGE: caps.MaxRecvSGE, MaxInlineData: caps.MaxInlineData, QPType: uint8(cfg.Type),
+	}
+	if cfg.SignalAll {
+		req.SQSigAll = 1
+	}
+	var r uapi.CreateQPResp
+	out := make([]byte, outLen)
+	if err := c.file.Write(uapi.CmdCreateQP, ucmd.Bytes(&req), in, ucmd.Bytes(&r), out); err != nil {
+		return nil, opErr(fmt.Sprintf("create_qp(%+v)", caps), c.dev.Name, err)
+	}
+	qp := &QP{
+		pd: pd, drv: drv, handle: Handle(r.QPHandle), qpn: QPN(r.QPN), uh: uh, typ: cfg.Type,
+		caps: QPCaps{MaxSendWR: r.MaxSendWR, MaxRecvWR: r.MaxRecvWR, MaxSendSGE: r.MaxSendSGE,
+			MaxRecvSGE: r.MaxRecvSGE, MaxInlineData: r.MaxInlineData},
+		sendCQ: cfg.SendCQ, recvCQ: cfg.RecvCQ,
+	}
+	if err = drv.Created(QPCreated{Handle: qp.handle, QPN: qp.qpn, Caps: qp.caps}, out); err != nil {
+		c.destroyQP(qp.handle)
+		return nil, fmt.Errorf("uverbs: create_qp on %s: %w", c.dev.Name, err)
+	}
+	pd.nqps++
+	for _, cq := range []*CQ{cfg.SendCQ, cfg.RecvCQ} {
+		cq.mu.Lock()
+		cq.nqps++
+		cq.mu.Unlock()
+	}
+	c.mu.Lock()
+	c.qps[uh] = qp
+	c.mu.Unlock()
+	track(qp, fmt.Sprintf("QP %#x on %s", uint32(qp.qpn), c.dev.Name))
+	return qp, nil
+}
+
+func (c *Context) destroyQP(h Handle) error {
+	err := c.file.Ioctl(uapi.ObjectQP, uapi.MethodQPDestroy, func(b *ucmd.Builder) {
+		b.IDR(uapi.AttrDestroyQPHandle, uint32(h), uapi.AttrFMandatory)
+		b.Out(uapi.AttrDestroyQPResp, 4, uapi.AttrFMandatory)
+	}, nil)
+	if errors.Is(err, syscall.ENOTTY) || errors.Is(err, syscall.EPROTONOSUPPORT) {
+		req := uapi.DestroyQP{QPHandle: uint32(h)}
+		var r uapi.DestroyQPResp
+		err = c.file.Write(uapi.CmdDestroyQP, ucmd.Bytes(&req), nil, ucmd.Bytes(&r), nil)
+	}
+	return err
+}
+
+// QPN is the queue pair number.
+func (qp *QP) QPN() QPN { return qp.qpn }
+
+// Handle returns the kernel handle.
+func (qp *QP) Handle() Handle { return qp.handle }
+
+// Caps are the sizes granted by the kernel.
+func (qp *QP) Caps() QPCaps { return qp.caps }
+
+// State is the state last set through Modify (ERR after a fatal async event).
+// Query asks the kernel.
+func (qp *QP) State() QPState { return QPState(qp.state.Load()) }
+
+// PD returns the QP's protection domain.
+func (qp *QP) PD() *PD { return qp.pd }
+
+// Close destroys the QP. Work requests still queued produce no completions.
+// Idempotent.
+func (qp *QP) Close() error {
+	if qp == nil {
+		return nil
+	}
+	qp.mu.Lock()
+	defer qp.mu.Unlock()
+	if qp.closed {
+		return nil
+	}
+	qp.dead.Store(true)
+	for !qp.sendBusy.CompareAndSwap(false, true) {
+		runtime.Gosched()
+	}
+	for !qp.recvBusy.CompareAndSwap(false, true) {
+		runtime.Gosched()
+	}
+	c := qp.pd.ctx
+	if err := c.destroyQP(qp.handle); err != nil && !errors.Is(err, ErrClosed) {
+		qp.dead.Store(false)
+		qp.sendBusy.Store(false)
+		qp.recvBusy.Store(false)
+		return opErr("destroy_qp", c.dev.Name, err)
+	}
+	qp.closed = true
+	derr := qp.drv.Destroyed()
+	c.mu.Lock()
+	delete(c.qps, qp.uh)
+	c.mu.Unlock()
+	for _, cq := range []*CQ{qp.sendCQ, qp.recvCQ} {
+		cq.mu.Lock()
+		cq.nqps--
+		cq.mu.Unlock()
+	}
+	qp.pd.mu.Lock()
+	qp.pd.nqps--
+	qp.pd.mu.Unlock()
+	untrack(qp)
+	return derr
+}
+
+// PostSend posts send work requests in order. It returns how many were
+// posted; on error wrs[n] is the first one not posted. It fails with
+// ErrQPState unless the QP is in RTS (or SQD/SQE/ERR, where posted requests
+// complete with WCWRFlushErr). It does not allocate.
+func (qp *QP) PostSend(wrs []SendWR) (int, error) {
+	if !qp.sendBusy.CompareAndSwap(false, true) {
+		if qp.dead.Load() {
+			return 0, ErrClosed
+		}
+		return 0, ErrConcurrent
+	}
+	defer qp.sendBusy.Store(false)
+	if qp.dead.Load() {
+		return 0, ErrClosed
+	}
+	switch QPState(qp.state.Load()) {
+	case QPStateRTS, QPStateSQD, QPStateSQE, QPStateErr:
+	default:
+		return 0, ErrQPState
+	}
+	return qp.drv.PostSend(wrs)
+}
+
+// PostRecv posts receive work requests (any state but RESET). Same contract
+// as PostSend.
+func (qp *QP) PostRecv(wrs []RecvWR) (int, error) {
+	if !qp.recvBusy.CompareAndSwap(false, true) {
+		if qp.dead.Load() {
+			return 0, ErrClosed
+		}
+		return 0, ErrConcurrent
+	}
+	defer qp.recvBusy.Store(false)
+	if qp.dead.Load() {
+		return 0, ErrClosed
+	}
+	if QPState(qp.state.Load()) == QPStateReset {
+		return 0, ErrQPState
+	}
+	return qp.drv.PostRecv(wrs)
+}
