@@ -1,0 +1,34 @@
+package mlx5
+
+// mmioSupported reports whether this architecture has the MMIO primitives
+// the mlx5 data path needs.
+const mmioSupported = true
+
+// sfence orders all earlier stores (including write-combining ones) before
+// later ones: rdma-core's mmio_wc_start / mmio_flush_writes on x86-64.
+//
+//go:noescape
+func sfence()
+
+// lfence is rdma-core's udma_from_device_barrier on x86-64: after a CQE's
+// owner byte says it is valid, its other fields are read only after it.
+//
+//go:noescape
+func lfence()
+
+// ringDoorbell stores recVal to the doorbell record, SFENCE, one 64-bit
+// store of val to the register, SFENCE.
+//
+//go:noescape
+func ringDoorbell(rec *uint32, recVal uint32, reg *uint64, val uint64)
+
+// ringBlueFlame stores recVal to the doorbell record, SFENCE, copies na
+// words from a then nb words from b to reg with 64-bit stores, SFENCE.
+//
+//go:noescape
+func ringBlueFlame(rec *uint32, recVal uint32, reg *uint64, a *uint64, na uintptr, b *uint64, nb uintptr)
+
+// storeRecord is a plain 32-bit store that the compiler cannot move.
+//
+//go:noescape
+func storeRecord(rec *uint32, v uint32)
