@@ -203,7 +203,7 @@ func sqCases(t *testing.T) []sqCase {
 				CompareAdd: 1, Swap: 0xffff, SGL: []uverbs.SGE{sge(0x4008, 8, 0x99)}},
 		}},
 		{name: "sigall", cnt: 4, qpn: 0x10, sigAll: true, wrs: []uverbs.SendWR{
-			write(1, one, 0), write(2, one, uverbs.SendSignaled | uverbs.SendFence),
+			write(1, one, 0), write(2, one, uverbs.SendSignaled|uverbs.SendFence),
 		}},
 		{name: "inline-sizes", cnt: 64, qpn: 0x55, wrs: []uverbs.SendWR{
 			{ID: 1, Opcode: uverbs.WRSend, Flags: uverbs.SendInline, SGL: inl(0)},
