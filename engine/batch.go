@@ -1,0 +1,588 @@
+package engine
+
+import (
+	"context"
+	"fmt"
+	"sync"
+	"sync/atomic"
+
+	"github.com/rdmago/te/segment"
+)
+
+// BatchID names an allocated batch. IDs of freed batches are never
+// mistaken for live ones.
+type BatchID uint64
+
+// MaxBatchCapacity bounds AllocateBatch.
+const MaxBatchCapacity = 1 << 20
+
+// Request is one transfer: Length bytes between local memory and the target
+// segment.
+type Request struct {
+	Op Op
+	// Local is the local side, inside registered memory. When nil,
+	// LocalAddr (a raw virtual address inside registered memory) is used.
+	Local     []byte
+	LocalAddr uint64
+	// Length is the number of bytes; 0 means len(Local). It must not
+	// exceed len(Local) when Local is set.
+	Length uint64
+	// Target is the remote (or local) segment, TargetAddr the absolute
+	// address of the first byte in the target's address space (as in its
+	// descriptor's buffers).
+	Target     SegmentID
+	TargetAddr uint64
+	// Transport, when set, forces a transport for this request; the
+	// target must offer it.
+	Transport string
+}
+
+// State is a task's (or batch's) progress.
+type State uint32
+
+// States.
+const (
+	// StateInvalid: no such task.
+	StateInvalid State = iota
+	// StatePending: submitted, not finished.
+	StatePending
+	// StateCompleted: every slice succeeded.
+	StateCompleted
+	// StateFailed: finished with at least one slice failed.
+	StateFailed
+)
+
+func (s State) String() string {
+	switch s {
+	case StateInvalid:
+		return "INVALID"
+	case StatePending:
+		return "PENDING"
+	case StateCompleted:
+		return "COMPLETED"
+	case StateFailed:
+		return "FAILED"
+	}
+	return "State(?)"
+}
+
+// TaskStatus is a task's (or a batch's aggregated) state.
+type TaskStatus struct {
+	State State
+	// Transferred is the number of bytes moved by finished slices.
+	Transferred uint64
+	// Err is the first slice error of a failed task (nil otherwise).
+	Err error
+}
+
+// task is one request's completion state.
+type task struct {
+	b           *batch
+	state       atomic.Uint32
+	pending     atomic.Int64 // slices not yet done
+	transferred atomic.Uint64
+	failed      atomic.Bool
+	mu          sync.Mutex // guards err
+	err         error
+
+	// Resolution, written by Submit before the task is dispatched.
+	op       Op
+	local    []byte
+	laddr    uint64
+	region   *Region        // local side, pinned until finish
+	tregion  *Region        // target region when the target is local, pinned
+	tmem     []byte         // target bytes when the target is local
+	seg      *remoteSegment // nil for the local segment
+	st       *segState
+	slot     int
+	peer     Peer
+	rbuf     *segment.Buffer
+	raddr    uint64
+	tin      *atomic.Int64 // in-flight counter of the transport slot
+	nslices  int64
+	sliceMax uint64
+}
+
+func (t *task) setErr(err error) {
+	if t.failed.Swap(true) {
+		return
+	}
+	t.mu.Lock()
+	t.err = err
+	t.mu.Unlock()
+}
+
+// finish runs when the last slice is done: drop pins first (so a caller
+// who sees the final state can unregister at once), then publish the
+// state, then count the batch down.
+func (t *task) finish() {
+	st := StateCompleted
+	if t.failed.Load() {
+		st = StateFailed
+	}
+	t.region.users.Add(-1)
+	if t.tregion != nil {
+		t.tregion.users.Add(-1)
+	}
+	if t.seg != nil {
+		t.seg.inflight.Add(-1)
+	}
+	if t.tin != nil {
+		t.tin.Add(-1)
+	}
+	b := t.b
+	t.state.Store(uint32(st))
+	if b.pending.Add(-1) == 0 {
+		select {
+		case b.notify <- struct{}{}:
+		default:
+		}
+	}
+}
+
+// unpin undoes the pins of a validated task that is not dispatched.
+func (t *task) unpin() {
+	if t.region != nil {
+		t.region.users.Add(-1)
+	}
+	if t.tregion != nil {
+		t.tregion.users.Add(-1)
+	}
+	if t.seg != nil {
+		t.seg.inflight.Add(-1)
+	}
+	*t = task{b: t.b}
+}
+
+const sliceChunk = 256
+
+// batch holds preallocated task and slice state, reused across
+// FreeBatch/AllocateBatch.
+type batch struct {
+	id        BatchID
+	mu        sync.Mutex // serialises Submit and FreeBatch
+	tasks     []task
+	submitted atomic.Int64 // tasks submitted (a prefix of tasks)
+	pending   atomic.Int64 // submitted tasks not finished
+	notify    chan struct{}
+	chunks    [][]Slice // slice arena; never moves once allocated
+	nslices   int
+	scratch   []*Slice
+}
+
+func (b *batch) newSlice() *Slice {
+	c, i := b.nslices/sliceChunk, b.nslices%sliceChunk
+	if c == len(b.chunks) {
+		b.chunks = append(b.chunks, make([]Slice, sliceChunk))
+	}
+	b.nslices++
+	return &b.chunks[c][i]
+}
+
+type batchTable struct {
+	mu    sync.RWMutex
+	slots []*batch
+	free  []uint32
+	gen   uint32
+	pool  []*batch
+}
+
+func (bt *batchTable) get(id BatchID) *batch {
+	idx := int(uint32(id)) - 1
+	bt.mu.RLock()
+	var b *batch
+	if idx >= 0 && idx < len(bt.slots) {
+		b = bt.slots[idx]
+	}
+	bt.mu.RUnlock()
+	if b == nil || b.id != id {
+		return nil
+	}
+	return b
+}
+
+// AllocateBatch returns a batch that can hold capacity tasks over any
+// number of Submit calls. Freed batches are reused, so a steady
+// allocate-submit-wait-free loop does not allocate.
+func (e *Engine) AllocateBatch(capacity int) (BatchID, error) {
+	if e.closed.Load() {
+		return 0, ErrClosed
+	}
+	if capacity <= 0 || capacity > MaxBatchCapacity {
+		return 0, fmt.Errorf("%w: capacity %d not in [1, %d]", ErrInvalidRequest, capacity, MaxBatchCapacity)
+	}
+	bt := &e.batches
+	bt.mu.Lock()
+	defer bt.mu.Unlock()
+	var b *batch
+	for i, pb := range bt.pool {
+		if cap(pb.tasks) >= capacity {
+			b = pb
+			bt.pool[i] = bt.pool[len(bt.pool)-1]
+			bt.pool[len(bt.pool)-1] = nil
+			bt.pool = bt.pool[:len(bt.pool)-1]
+			break
+		}
+	}
+	if b == nil {
+		b = &batch{notify: make(chan struct{}, 1)}
+		b.tasks = make([]task, capacity)
+	}
+	b.tasks = b.tasks[:capacity]
+	for i := range b.tasks {
+		b.tasks[i].b = b
+	}
+	var idx uint32
+	if n := len(bt.free); n > 0 {
+		idx = bt.free[n-1]
+		bt.free = bt.free[:n-1]
+	} else {
+		bt.slots = append(bt.slots, nil)
+		idx = uint32(len(bt.slots) - 1)
+	}
+	bt.gen++
+	b.id = BatchID(uint64(bt.gen)<<32 | uint64(idx+1))
+	bt.slots[idx] = b
+	return b.id, nil
+}
+
+// FreeBatch releases a batch. It fails with ErrBatchBusy while any of its
+// tasks is in flight: completions still write its state.
+func (e *Engine) FreeBatch(id BatchID) error {
+	bt := &e.batches
+	b := bt.get(id)
+	if b == nil {
+		return fmt.Errorf("%w: %#x", ErrInvalidBatch, uint64(id))
+	}
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if n := b.pending.Load(); n > 0 {
+		return fmt.Errorf("%w: %d of %d tasks", ErrBatchBusy, n, b.submitted.Load())
+	}
+	bt.mu.Lock()
+	idx := uint32(id) - 1
+	if int(idx) >= len(bt.slots) || bt.slots[idx] != b || b.id != id {
+		bt.mu.Unlock()
+		return fmt.Errorf("%w: %#x", ErrInvalidBatch, uint64(id))
+	}
+	bt.slots[idx] = nil
+	bt.free = append(bt.free, idx)
+	b.id = 0
+	n := int(b.submitted.Load())
+	for i := range b.tasks[:n] {
+		b.tasks[i] = task{b: b}
+	}
+	for i := 0; i < b.nslices; i++ {
+		b.chunks[i/sliceChunk][i%sliceChunk] = Slice{}
+	}
+	b.nslices = 0
+	b.submitted.Store(0)
+	select {
+	case <-b.notify:
+	default:
+	}
+	if len(bt.pool) < 64 {
+		bt.pool = append(bt.pool, b)
+	}
+	bt.mu.Unlock()
+	return nil
+}
+
+// Submit validates every request, then starts them all as tasks of the
+// batch, numbered after the tasks already submitted to it. If any request
+// is invalid nothing is started and the error names the request: local
+// range not registered (ErrNotRegistered), target range outside the
+// target's buffers (ErrOutOfRange), unknown or gone segment
+// (ErrSegmentNotFound), no usable transport (ErrNoTransport), batch
+// capacity exceeded (ErrBatchFull), malformed request (ErrInvalidRequest).
+// Submit does not wait for the transfers; on the steady-state path it does
+// not allocate.
+func (e *Engine) Submit(id BatchID, reqs []Request) error {
+	if e.closed.Load() {
+		return ErrClosed
+	}
+	b := e.batches.get(id)
+	if b == nil {
+		return fmt.Errorf("%w: %#x", ErrInvalidBatch, uint64(id))
+	}
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if b.id != id {
+		return fmt.Errorf("%w: %#x", ErrInvalidBatch, uint64(id))
+	}
+	base := int(b.submitted.Load())
+	if base+len(reqs) > len(b.tasks) {
+		return fmt.Errorf("%w: %d submitted + %d new > capacity %d", ErrBatchFull, base, len(reqs), len(b.tasks))
+	}
+	ts := e.transports.Load()
+	for i := range reqs {
+		if err := e.resolve(&b.tasks[base+i], &reqs[i], ts); err != nil {
+			for j := base; j <= base+i; j++ {
+				b.tasks[j].unpin()
+			}
+			return fmt.Errorf("engine: submit: request %d: %w", i, err)
+		}
+	}
+	// Everything is valid: account for the tasks before any slice can
+	// complete, then dispatch.
+	var used uint32
+	for i := range reqs {
+		t := &b.tasks[base+i]
+		t.state.Store(uint32(StatePending))
+		t.pending.Store(t.nslices)
+		if t.seg != nil {
+			used |= 1 << t.slot
+			t.tin = &ts.inflight[t.slot]
+			t.tin.Add(1)
+		}
+	}
+	b.pending.Add(int64(len(reqs)))
+	b.submitted.Store(int64(base + len(reqs)))
+
+	// The local segment: copies in this goroutine.
+	for i := range reqs {
+		t := &b.tasks[base+i]
+		if t.seg != nil {
+			continue
+		}
+		s := b.newSlice()
+		s.task = t
+		if t.op == Write {
+			copy(t.tmem, t.local)
+		} else {
+			copy(t.local, t.tmem)
+		}
+		s.Done(uint64(len(t.local)), nil)
+	}
+	for slot := 0; used != 0; slot++ {
+		if used&(1<<slot) == 0 {
+			continue
+		}
+		used &^= 1 << slot
+		ss := b.scratch[:0]
+		for i := range reqs {
+			t := &b.tasks[base+i]
+			if t.seg == nil || t.slot != slot {
+				continue
+			}
+			for off := uint64(0); off < uint64(len(t.local)); off += t.sliceMax {
+				n := min(t.sliceMax, uint64(len(t.local))-off)
+				s := b.newSlice()
+				*s = Slice{
+					Op:           t.op,
+					Local:        t.local[off : off+n : off+n],
+					LocalAddr:    t.laddr + off,
+					LocalRegion:  t.region,
+					LocalKey:     t.region.keys[slot],
+					RemoteAddr:   t.raddr + off,
+					RemoteBuffer: t.rbuf,
+					Remote:       t.st.desc,
+					Peer:         t.peer,
+					task:         t,
+				}
+				ss = append(ss, s)
+			}
+		}
+		b.scratch = ss
+		ts.slots[slot].Submit(ss)
+		clear(ss)
+	}
+	return nil
+}
+
+// resolve validates r and fills t; on error t holds what must be unpinned.
+func (e *Engine) resolve(t *task, r *Request, ts *transportSet) error {
+	*t = task{b: t.b, slot: -1}
+	if r.Op != Read && r.Op != Write {
+		return fmt.Errorf("%w: op %d", ErrInvalidRequest, r.Op)
+	}
+	n := r.Length
+	laddr := r.LocalAddr
+	if r.Local != nil {
+		if n == 0 {
+			n = uint64(len(r.Local))
+		} else if n > uint64(len(r.Local)) {
+			return fmt.Errorf("%w: length %d exceeds local slice of %d", ErrInvalidRequest, n, len(r.Local))
+		}
+		laddr = addrOf(r.Local)
+	}
+	if n == 0 {
+		return fmt.Errorf("%w: zero length", ErrInvalidRequest)
+	}
+	if laddr+n < laddr || r.TargetAddr+n < r.TargetAddr {
+		return fmt.Errorf("%w: range wraps the address space", ErrInvalidRequest)
+	}
+	reg := e.mem.find(laddr, n)
+	if reg == nil {
+		return fmt.Errorf("%w: [%#x, %#x)", ErrNotRegistered, laddr, laddr+n)
+	}
+	if !reg.pin() {
+		return fmt.Errorf("%w: local [%#x, %#x)", errAcquireBusy, laddr, laddr+n)
+	}
+	t.region = reg
+	t.local = reg.sliceAt(laddr, n)
+	t.laddr = laddr
+	t.op = r.Op
+	t.nslices = 1
+
+	if r.Target == LocalSegment {
+		tr := e.mem.find(r.TargetAddr, n)
+		if tr == nil {
+			return fmt.Errorf("%w: local segment [%#x, %#x)", ErrOutOfRange, r.TargetAddr, r.TargetAddr+n)
+		}
+		if !tr.pin() {
+			return fmt.Errorf("%w: target [%#x, %#x)", errAcquireBusy, r.TargetAddr, r.TargetAddr+n)
+		}
+		t.tregion = tr
+		t.tmem = tr.sliceAt(r.TargetAddr, n)
+		return nil
+	}
+	s := e.segs.get(r.Target)
+	if s == nil {
+		return fmt.Errorf("%w: id %d", ErrSegmentNotFound, r.Target)
+	}
+	s.inflight.Add(1)
+	t.seg = s
+	st := s.state.Load()
+	if st.gone {
+		return fmt.Errorf("%w: %s is gone", ErrSegmentNotFound, s.name)
+	}
+	bi, err := st.desc.Find(r.TargetAddr, n)
+	if err != nil {
+		return fmt.Errorf("%w: %s [%#x, %#x)", ErrOutOfRange, s.name, r.TargetAddr, r.TargetAddr+n)
+	}
+	slot := st.dflt
+	if r.Transport != "" {
+		slot = ts.byName(r.Transport)
+		if slot < 0 {
+			return fmt.Errorf("%w: %q is not installed", ErrNoTransport, r.Transport)
+		}
+		if _, ok := st.desc.Protocol(r.Transport); !ok {
+			return fmt.Errorf("%w: %s does not offer %q", ErrNoTransport, s.name, r.Transport)
+		}
+	}
+	if slot < 0 || ts.slots[slot] == nil {
+		return fmt.Errorf("%w: %s", ErrNoTransport, s.name)
+	}
+	p, err := e.peerFor(s, st, slot)
+	if err != nil {
+		return err
+	}
+	t.st = st
+	t.slot = slot
+	t.peer = p
+	t.rbuf = &st.desc.Buffers[bi]
+	t.raddr = r.TargetAddr
+	t.sliceMax = e.cfg.SliceSize
+	if t.sliceMax == 0 {
+		t.sliceMax = ts.slots[slot].SliceSize()
+	}
+	if t.sliceMax == 0 || t.sliceMax > n {
+		t.sliceMax = n
+	}
+	t.nslices = int64((n + t.sliceMax - 1) / t.sliceMax)
+	return nil
+}
+
+// peerFor is peer with the engine's own bounded context, for connections
+// first needed by Submit.
+func (e *Engine) peerFor(s *remoteSegment, st *segState, slot int) (Peer, error) {
+	if ref := st.peers[slot].Load(); ref != nil {
+		return ref.p, nil
+	}
+	ctx, cancel := context.WithTimeout(e.ctx, e.cfg.MetadataTimeout)
+	defer cancel()
+	return e.peer(ctx, s, st, slot)
+}
+
+// Status returns one task's state.
+func (e *Engine) Status(id BatchID, taskIdx int) (TaskStatus, error) {
+	b := e.batches.get(id)
+	if b == nil {
+		return TaskStatus{}, fmt.Errorf("%w: %#x", ErrInvalidBatch, uint64(id))
+	}
+	if taskIdx < 0 || int64(taskIdx) >= b.submitted.Load() {
+		return TaskStatus{}, fmt.Errorf("%w: %d (batch has %d)", ErrInvalidTask, taskIdx, b.submitted.Load())
+	}
+	return b.tasks[taskIdx].status(), nil
+}
+
+func (t *task) status() TaskStatus {
+	st := TaskStatus{State: State(t.state.Load()), Transferred: t.transferred.Load()}
+	if st.State == StateFailed {
+		t.mu.Lock()
+		st.Err = t.err
+		t.mu.Unlock()
+	}
+	return st
+}
+
+// BatchStatus aggregates the batch's submitted tasks: PENDING while any is
+// in flight, else FAILED if any failed (Err is the first failed task's
+// error), else COMPLETED. Transferred is the sum over tasks. A batch with
+// no tasks is COMPLETED.
+func (e *Engine) BatchStatus(id BatchID) (TaskStatus, error) {
+	b := e.batches.get(id)
+	if b == nil {
+		return TaskStatus{}, fmt.Errorf("%w: %#x", ErrInvalidBatch, uint64(id))
+	}
+	out := TaskStatus{State: StateCompleted}
+	n := int(b.submitted.Load())
+	for i := range b.tasks[:n] {
+		ts := b.tasks[i].status()
+		out.Transferred += ts.Transferred
+		switch ts.State {
+		case StatePending:
+			out.State = StatePending
+		case StateFailed:
+			if out.State != StatePending {
+				out.State = StateFailed
+			}
+			if out.Err == nil {
+				out.Err = ts.Err
+			}
+		}
+	}
+	if out.State == StatePending {
+		out.Err = nil
+	}
+	return out, nil
+}
+
+// Wait blocks until every submitted task of the batch has finished or ctx
+// ends. It returns nil when all completed, an error wrapping the first
+// failed task's error otherwise, or ctx's error. It does not allocate when
+// all tasks complete.
+func (e *Engine) Wait(ctx context.Context, id BatchID) error {
+	b := e.batches.get(id)
+	if b == nil {
+		return fmt.Errorf("%w: %#x", ErrInvalidBatch, uint64(id))
+	}
+	for b.pending.Load() > 0 {
+		select {
+		case <-b.notify:
+		case <-ctx.Done():
+			return fmt.Errorf("engine: wait: %w", ctx.Err())
+		}
+	}
+	// Pass the wake-up on to any other waiter.
+	select {
+	case b.notify <- struct{}{}:
+	default:
+	}
+	n := int(b.submitted.Load())
+	for i := range b.tasks[:n] {
+		t := &b.tasks[i]
+		if t.failed.Load() {
+			st := t.status()
+			failed := 0
+			for j := range b.tasks[:n] {
+				if b.tasks[j].failed.Load() {
+					failed++
+				}
+			}
+			return fmt.Errorf("engine: batch: %d of %d tasks failed; task %d: %w", failed, n, i, st.Err)
+		}
+	}
+	return nil
+}

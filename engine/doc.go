@@ -1,0 +1,44 @@
+// Package engine is the transfer engine's unified API: install transports,
+// register local memory, open remote segments, and move bytes between them
+// in batches of READ and WRITE tasks.
+//
+// The model follows Mooncake's Transfer Engine. A segment is one process's
+// exposed memory, named cluster-wide and described by a segment.Descriptor
+// published through a segment.Store. Addresses inside a segment are the
+// owner's virtual addresses: a request names its target by SegmentID and
+// an absolute target address, its local side by registered memory.
+//
+// Lifecycle:
+//
+//	e, err := engine.New(engine.Config{Name: name, Store: store})
+//	defer e.Close()
+//	e.Install(tcp.New(tcp.Config{}))
+//	mem, _ := engine.Alloc(64 << 20) // mmap'd, never Go heap
+//	defer mem.Close()
+//	e.RegisterLocalMemory(mem.Bytes(), "cpu:0")
+//	seg, _ := e.OpenSegment(ctx, "peer:15000", nil)
+//	b, _ := e.AllocateBatch(128)
+//	e.Submit(b, []engine.Request{{Op: engine.Write, Local: mem.Bytes()[:4096], Target: seg, TargetAddr: addr}})
+//	e.Wait(ctx, b)
+//	e.FreeBatch(b)
+//
+// Requests are validated completely before anything moves: the local range
+// must lie in registered memory, the target range inside one buffer of the
+// target's descriptor, the batch must have room. The engine cuts each
+// request into slices, hands them to the segment's transport with
+// everything resolved, and aggregates slice completions into task and
+// batch state. A task is COMPLETED when all its slices succeeded and FAILED
+// as soon as its last slice finished with any slice failed; its transferred
+// bytes are the sum over its slices.
+//
+// Memory rules: memory handed to a transport (the NIC or a peer writes it)
+// must not be ordinary Go heap memory; use Alloc, or register memory mapped
+// by other means (RegisterLocalAddr). Registered memory cannot be
+// unregistered while a transfer uses it, and a batch cannot be freed while
+// any of its tasks is in flight, so a late completion never writes freed
+// state.
+//
+// All methods of Engine are safe for concurrent use. Submit calls on one
+// batch are serialised; use one batch per submitting goroutine for
+// parallelism.
+package engine

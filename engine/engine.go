@@ -1,0 +1,325 @@
+package engine
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"log/slog"
+	"slices"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/rdmago/te/segment"
+)
+
+// maxTransports bounds the transports installed at once; per-transport
+// state lives in fixed arrays indexed by slot.
+const maxTransports = 8
+
+// Config configures an Engine. The zero value of each optional field
+// selects its default.
+type Config struct {
+	// Name is the local segment's name, how peers open it. With the
+	// embedded p2p store it is this process's handshake address,
+	// host:port. Required when Store is set.
+	Name string
+	// Store publishes the local descriptor and resolves remote ones. Nil
+	// means no metadata: only the local segment can be opened. The engine
+	// does not close it.
+	Store segment.Store
+	// Logger receives diagnostics; nil discards them.
+	Logger *slog.Logger
+	// SliceSize caps the bytes of one slice for every transport; 0 uses
+	// each transport's own SliceSize.
+	SliceSize uint64
+	// MetadataTimeout bounds each store operation the engine starts on its
+	// own (publishing after a registration, connecting a transport on first
+	// use). Default 5s.
+	MetadataTimeout time.Duration
+}
+
+// Engine is a transfer engine instance: one local segment, its registered
+// memory, installed transports, opened remote segments and batches. It is
+// safe for concurrent use.
+type Engine struct {
+	cfg   Config
+	log   *slog.Logger
+	epoch uint64
+
+	closed    atomic.Bool
+	closeOnce sync.Once
+	ctx       context.Context // cancelled by Close; parents watches
+	cancel    context.CancelFunc
+	wg        sync.WaitGroup
+
+	// tmu serialises Install and Uninstall; transports is the snapshot the
+	// data path reads.
+	tmu        sync.Mutex
+	transports atomic.Pointer[transportSet]
+
+	memMu sync.Mutex // serialises registration changes
+	mem   memTable
+
+	pubMu     sync.Mutex // serialises descriptor rebuilds and publishing
+	version   uint64
+	local     atomic.Pointer[segment.Descriptor]
+	published bool
+
+	segs segTable
+
+	batches batchTable
+}
+
+// transportSet is an immutable snapshot of the installed transports.
+type transportSet struct {
+	slots [maxTransports]Transport
+	// order lists occupied slots in install order (preference order of
+	// the local descriptor's protocols).
+	order []int
+	// inflight counts tasks in flight per slot.
+	inflight *[maxTransports]atomic.Int64
+}
+
+func (ts *transportSet) byName(name string) int {
+	for _, i := range ts.order {
+		if ts.slots[i].Name() == name {
+			return i
+		}
+	}
+	return -1
+}
+
+// New creates an engine and publishes its (empty) local descriptor.
+func New(cfg Config) (*Engine, error) {
+	if cfg.Store != nil && cfg.Name == "" {
+		return nil, fmt.Errorf("engine: config: a Store needs a Name")
+	}
+	if cfg.Name == "" {
+		cfg.Name = "local"
+	}
+	if cfg.MetadataTimeout <= 0 {
+		cfg.MetadataTimeout = 5 * time.Second
+	}
+	log := cfg.Logger
+	if log == nil {
+		log = slog.New(slog.DiscardHandler)
+	}
+	var eb [8]byte
+	if _, err := rand.Read(eb[:]); err != nil {
+		return nil, fmt.Errorf("engine: epoch: %w", err)
+	}
+	e := &Engine{cfg: cfg, log: log, epoch: binary.LittleEndian.Uint64(eb[:]) | 1}
+	e.ctx, e.cancel = context.WithCancel(context.Background())
+	e.transports.Store(&transportSet{inflight: new([maxTransports]atomic.Int64)})
+	e.segs.init()
+	if err := e.republish(); err != nil {
+		e.cancel()
+		return nil, err
+	}
+	return e, nil
+}
+
+// Name is the local segment's name.
+func (e *Engine) Name() string { return e.cfg.Name }
+
+// Epoch is the local segment's epoch, random per engine.
+func (e *Engine) Epoch() uint64 { return e.epoch }
+
+// LocalDescriptor returns a copy of the local segment's current descriptor.
+func (e *Engine) LocalDescriptor() *segment.Descriptor { return e.local.Load().Clone() }
+
+// Close fails transfers still in flight, closes transports and peers,
+// unpublishes the local descriptor and stops background work. Batches stay
+// readable (Status, Wait); everything else returns ErrClosed. It is
+// idempotent and safe on a nil Engine.
+func (e *Engine) Close() error {
+	if e == nil {
+		return nil
+	}
+	var err error
+	e.closeOnce.Do(func() {
+		e.closed.Store(true)
+		e.cancel()
+		e.segs.closeAll()
+		e.tmu.Lock()
+		ts := e.transports.Load()
+		for _, i := range ts.order {
+			if cerr := ts.slots[i].Close(); cerr != nil && err == nil {
+				err = fmt.Errorf("engine: close %s: %w", ts.slots[i].Name(), cerr)
+			}
+		}
+		e.tmu.Unlock()
+		e.wg.Wait()
+		e.pubMu.Lock()
+		if e.cfg.Store != nil && e.published {
+			ctx, cancel := context.WithTimeout(context.Background(), e.cfg.MetadataTimeout)
+			if uerr := e.cfg.Store.Unpublish(ctx, e.cfg.Name); uerr != nil && !errors.Is(uerr, segment.ErrNotFound) && !errors.Is(uerr, segment.ErrClosed) && err == nil {
+				err = fmt.Errorf("engine: unpublish %s: %w", e.cfg.Name, uerr)
+			}
+			cancel()
+			e.published = false
+		}
+		e.pubMu.Unlock()
+	})
+	return err
+}
+
+// Install adds a transport: it is installed (its listener starts), every
+// registered region is registered with it, and the local descriptor is
+// republished with its protocol entry. Transports installed earlier are
+// preferred in the local descriptor's protocol list.
+func (e *Engine) Install(t Transport) error {
+	if e.closed.Load() {
+		return ErrClosed
+	}
+	e.tmu.Lock()
+	defer e.tmu.Unlock()
+	old := e.transports.Load()
+	if old.byName(t.Name()) >= 0 {
+		return fmt.Errorf("%w: %s", ErrTransportExists, t.Name())
+	}
+	slot := -1
+	for i, s := range old.slots {
+		if s == nil {
+			slot = i
+			break
+		}
+	}
+	if slot < 0 {
+		return fmt.Errorf("%w: %d installed", ErrTooManyTransports, maxTransports)
+	}
+	if err := t.Install(host{e}); err != nil {
+		return fmt.Errorf("engine: install %s: %w", t.Name(), err)
+	}
+	e.memMu.Lock()
+	defer e.memMu.Unlock()
+	rs := e.mem.load()
+	for i, r := range rs {
+		k, err := t.RegisterMemory(r)
+		if err != nil {
+			for _, r2 := range rs[:i] {
+				t.UnregisterMemory(r2, r2.keys[slot])
+				r2.keys[slot] = nil
+			}
+			t.Close()
+			return fmt.Errorf("engine: install %s: register [%#x, %#x): %w", t.Name(), r.addr, r.addr+r.Len(), err)
+		}
+		r.keys[slot] = k
+	}
+	ns := *old
+	ns.slots[slot] = t
+	ns.order = append(slices.Clone(old.order), slot)
+	e.transports.Store(&ns)
+	if err := e.republish(); err != nil {
+		e.log.Warn("engine: republish after install", "transport", t.Name(), "err", err)
+	}
+	return nil
+}
+
+// Uninstall removes the named transport and closes it. It fails with
+// ErrTransportBusy while the transport carries tasks in flight. Peers of
+// that transport are closed; segments fall back to another transport they
+// offer.
+func (e *Engine) Uninstall(name string) error {
+	e.tmu.Lock()
+	defer e.tmu.Unlock()
+	old := e.transports.Load()
+	slot := old.byName(name)
+	if slot < 0 {
+		return fmt.Errorf("%w: %s not installed", ErrNoTransport, name)
+	}
+	if n := old.inflight[slot].Load(); n > 0 {
+		return fmt.Errorf("%w: %s: %d tasks", ErrTransportBusy, name, n)
+	}
+	t := old.slots[slot]
+	ns := *old
+	ns.slots[slot] = nil
+	ns.order = slices.DeleteFunc(slices.Clone(old.order), func(i int) bool { return i == slot })
+	e.transports.Store(&ns)
+	e.segs.dropSlot(slot)
+	e.memMu.Lock()
+	for _, r := range e.mem.load() {
+		t.UnregisterMemory(r, r.keys[slot])
+		r.keys[slot] = nil
+	}
+	e.memMu.Unlock()
+	err := t.Close()
+	if perr := e.republish(); perr != nil {
+		e.log.Warn("engine: republish after uninstall", "transport", name, "err", perr)
+	}
+	if err != nil {
+		return fmt.Errorf("engine: uninstall %s: %w", name, err)
+	}
+	return nil
+}
+
+// Transports lists the installed transports' names in preference order.
+func (e *Engine) Transports() []string {
+	ts := e.transports.Load()
+	out := make([]string, 0, len(ts.order))
+	for _, i := range ts.order {
+		out = append(out, ts.slots[i].Name())
+	}
+	return out
+}
+
+// republish rebuilds the local descriptor with a new version and publishes
+// it through the store.
+func (e *Engine) republish() error {
+	e.pubMu.Lock()
+	defer e.pubMu.Unlock()
+	e.version++
+	d := &segment.Descriptor{Name: e.cfg.Name, Epoch: e.epoch, Version: e.version, Protocols: []segment.Protocol{}}
+	for _, r := range e.mem.load() {
+		d.Buffers = append(d.Buffers, segment.Buffer{Addr: r.addr, Length: r.Len(), Location: r.location})
+	}
+	if d.Buffers == nil {
+		d.Buffers = []segment.Buffer{}
+	}
+	ts := e.transports.Load()
+	for _, i := range ts.order {
+		if err := ts.slots[i].Describe(d); err != nil {
+			return fmt.Errorf("engine: describe %s: %w", ts.slots[i].Name(), err)
+		}
+	}
+	if err := d.Validate(); err != nil {
+		return fmt.Errorf("engine: local descriptor: %w", err)
+	}
+	e.local.Store(d)
+	if e.cfg.Store == nil || e.closed.Load() {
+		return nil
+	}
+	ctx, cancel := context.WithTimeout(e.ctx, e.cfg.MetadataTimeout)
+	defer cancel()
+	if err := e.cfg.Store.Publish(ctx, d.Clone()); err != nil {
+		return fmt.Errorf("engine: publish %s v%d: %w", d.Name, d.Version, err)
+	}
+	e.published = true
+	return nil
+}
+
+// host is the engine as its transports see it.
+type host struct{ e *Engine }
+
+func (h host) LocalName() string    { return h.e.cfg.Name }
+func (h host) Epoch() uint64        { return h.e.epoch }
+func (h host) Logger() *slog.Logger { return h.e.log }
+func (h host) AcquireLocal(addr, length uint64) ([]byte, *Region, error) {
+	return h.e.acquireLocal(addr, length)
+}
+
+var errAcquireBusy = fmt.Errorf("%w: region is being unregistered", ErrMemoryBusy)
+
+func (e *Engine) acquireLocal(addr, length uint64) ([]byte, *Region, error) {
+	r := e.mem.find(addr, length)
+	if r == nil || length == 0 {
+		return nil, nil, ErrOutOfRange
+	}
+	if !r.pin() {
+		return nil, nil, errAcquireBusy
+	}
+	return r.sliceAt(addr, length), r, nil
+}

@@ -1,0 +1,373 @@
+package engine
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sync"
+	"sync/atomic"
+
+	"github.com/rdmago/te/segment"
+)
+
+// SegmentID names an opened segment within one engine.
+type SegmentID uint64
+
+// LocalSegment is the engine's own segment; it needs no OpenSegment.
+// Transfers to it are copies within this process.
+const LocalSegment SegmentID = 0
+
+// OpenOptions tunes OpenSegment. Nil means defaults.
+type OpenOptions struct {
+	// Transport forces one transport for the segment instead of the first
+	// protocol of its descriptor that is installed here.
+	Transport string
+}
+
+// remoteSegment is an opened segment.
+type remoteSegment struct {
+	id    SegmentID
+	name  string
+	force string // OpenOptions.Transport
+	refs  int    // OpenSegment calls not yet matched by CloseSegment; under segTable.mu
+
+	state    atomic.Pointer[segState]
+	connMu   sync.Mutex // serialises Connect calls and state swaps
+	inflight atomic.Int64
+	stop     context.CancelFunc // ends the watch
+}
+
+// segState is one incarnation of a remote segment as currently known.
+type segState struct {
+	desc *segment.Descriptor
+	gone bool
+	// dflt is the slot of the transport used when a request names none.
+	dflt  int
+	peers [maxTransports]atomic.Pointer[peerRef]
+}
+
+type peerRef struct{ p Peer }
+
+type segTable struct {
+	mu     sync.RWMutex
+	byID   map[SegmentID]*remoteSegment
+	byName map[string]*remoteSegment
+	next   SegmentID
+}
+
+func (t *segTable) init() {
+	t.byID = map[SegmentID]*remoteSegment{}
+	t.byName = map[string]*remoteSegment{}
+	t.next = 1
+}
+
+func (t *segTable) get(id SegmentID) *remoteSegment {
+	t.mu.RLock()
+	s := t.byID[id]
+	t.mu.RUnlock()
+	return s
+}
+
+// closeAll closes every peer and stops every watch (engine Close).
+func (t *segTable) closeAll() {
+	t.mu.Lock()
+	segs := make([]*remoteSegment, 0, len(t.byID))
+	for _, s := range t.byID {
+		segs = append(segs, s)
+	}
+	t.byID = map[SegmentID]*remoteSegment{}
+	t.byName = map[string]*remoteSegment{}
+	t.mu.Unlock()
+	for _, s := range segs {
+		s.stop()
+		s.connMu.Lock()
+		closePeers(s.state.Load(), -1)
+		s.connMu.Unlock()
+	}
+}
+
+// dropSlot closes every peer of one transport slot (Uninstall).
+func (t *segTable) dropSlot(slot int) {
+	t.mu.RLock()
+	defer t.mu.RUnlock()
+	for _, s := range t.byID {
+		s.connMu.Lock()
+		if st := s.state.Load(); st != nil {
+			if ref := st.peers[slot].Swap(nil); ref != nil {
+				ref.p.Close()
+			}
+		}
+		s.connMu.Unlock()
+	}
+}
+
+// closePeers closes the peers of st (all slots when slot < 0).
+func closePeers(st *segState, slot int) {
+	if st == nil {
+		return
+	}
+	for i := range st.peers {
+		if slot >= 0 && i != slot {
+			continue
+		}
+		if ref := st.peers[i].Swap(nil); ref != nil {
+			ref.p.Close()
+		}
+	}
+}
+
+// OpenSegment resolves a segment by name through the store and returns its
+// ID; opening the same name again returns the same ID (each OpenSegment
+// should be matched by a CloseSegment). The local segment's own name
+// returns LocalSegment. The segment's transport is the first protocol of
+// its descriptor that is installed here, unless opts names one; it is
+// connected before OpenSegment returns. While open, the descriptor is kept
+// fresh through the store's Watch: a new version (new buffers) replaces it,
+// a new epoch (the owner restarted) also drops the transports' cached
+// connections. An unknown name fails with an error wrapping
+// ErrSegmentNotFound (and segment.ErrNotFound).
+func (e *Engine) OpenSegment(ctx context.Context, name string, opts *OpenOptions) (SegmentID, error) {
+	if e.closed.Load() {
+		return 0, ErrClosed
+	}
+	if name == e.cfg.Name {
+		return LocalSegment, nil
+	}
+	var force string
+	if opts != nil {
+		force = opts.Transport
+	}
+	e.segs.mu.Lock()
+	if s := e.segs.byName[name]; s != nil {
+		s.refs++
+		e.segs.mu.Unlock()
+		if force != "" && force != s.force {
+			e.CloseSegment(s.id)
+			return 0, fmt.Errorf("%w: segment %s is already open with transport %q", ErrNoTransport, name, s.force)
+		}
+		return s.id, nil
+	}
+	e.segs.mu.Unlock()
+
+	if e.cfg.Store == nil {
+		return 0, fmt.Errorf("%w: %s (no metadata store configured)", ErrSegmentNotFound, name)
+	}
+	d, err := e.cfg.Store.Get(ctx, name)
+	if err != nil {
+		if errors.Is(err, segment.ErrNotFound) {
+			return 0, fmt.Errorf("%w: %s: %v", ErrSegmentNotFound, name, err)
+		}
+		return 0, fmt.Errorf("engine: open segment %s: %w", name, err)
+	}
+	if err := d.Validate(); err != nil {
+		return 0, fmt.Errorf("engine: open segment %s: %w", name, err)
+	}
+	s := &remoteSegment{name: name, force: force}
+	st, err := e.newState(s, d.Clone())
+	if err != nil {
+		return 0, fmt.Errorf("engine: open segment %s: %w", name, err)
+	}
+	s.state.Store(st)
+	if _, err := e.peer(ctx, s, st, st.dflt); err != nil {
+		return 0, fmt.Errorf("engine: open segment %s: %w", name, err)
+	}
+
+	e.segs.mu.Lock()
+	if other := e.segs.byName[name]; other != nil {
+		// Lost a race with a concurrent OpenSegment of the same name.
+		other.refs++
+		e.segs.mu.Unlock()
+		closePeers(st, -1)
+		return other.id, nil
+	}
+	s.id = e.segs.next
+	e.segs.next++
+	s.refs = 1
+	e.segs.byID[s.id] = s
+	e.segs.byName[name] = s
+	wctx, stop := context.WithCancel(e.ctx)
+	s.stop = stop
+	e.segs.mu.Unlock()
+
+	ch, err := e.cfg.Store.Watch(wctx, name)
+	if err != nil {
+		e.log.Warn("engine: segment watch unavailable; descriptor will not refresh", "segment", name, "err", err)
+	} else {
+		e.wg.Add(1)
+		go func() {
+			defer e.wg.Done()
+			for nd := range ch {
+				e.refresh(s, nd)
+			}
+		}()
+	}
+	return s.id, nil
+}
+
+// newState makes the state for descriptor d and picks its default
+// transport.
+func (e *Engine) newState(s *remoteSegment, d *segment.Descriptor) (*segState, error) {
+	ts := e.transports.Load()
+	st := &segState{desc: d, dflt: -1}
+	if s.force != "" {
+		slot := ts.byName(s.force)
+		if slot < 0 {
+			return nil, fmt.Errorf("%w: %q is not installed", ErrNoTransport, s.force)
+		}
+		if _, ok := d.Protocol(s.force); !ok {
+			return nil, fmt.Errorf("%w: %s does not offer %q", ErrNoTransport, d.Name, s.force)
+		}
+		st.dflt = slot
+		return st, nil
+	}
+	for _, p := range d.Protocols {
+		if slot := ts.byName(p.Name); slot >= 0 {
+			st.dflt = slot
+			return st, nil
+		}
+	}
+	return nil, fmt.Errorf("%w: %s offers %v, installed %v", ErrNoTransport, d.Name, protoNames(d), e.Transports())
+}
+
+func protoNames(d *segment.Descriptor) []string {
+	out := make([]string, len(d.Protocols))
+	for i, p := range d.Protocols {
+		out[i] = p.Name
+	}
+	return out
+}
+
+// peer returns the connected Peer of slot for st, connecting on first use.
+func (e *Engine) peer(ctx context.Context, s *remoteSegment, st *segState, slot int) (Peer, error) {
+	if ref := st.peers[slot].Load(); ref != nil {
+		return ref.p, nil
+	}
+	s.connMu.Lock()
+	defer s.connMu.Unlock()
+	if ref := st.peers[slot].Load(); ref != nil {
+		return ref.p, nil
+	}
+	if s.state.Load() != st && s.state.Load() != nil {
+		return nil, fmt.Errorf("%w: %s changed while connecting", ErrPeerReset, s.name)
+	}
+	t := e.transports.Load().slots[slot]
+	if t == nil {
+		return nil, fmt.Errorf("%w: transport uninstalled", ErrNoTransport)
+	}
+	p, err := t.Connect(ctx, st.desc)
+	if err != nil {
+		return nil, fmt.Errorf("engine: connect %s over %s: %w", s.name, t.Name(), err)
+	}
+	st.peers[slot].Store(&peerRef{p})
+	return p, nil
+}
+
+// refresh installs a descriptor reported by the store's watch (nil: gone).
+func (e *Engine) refresh(s *remoteSegment, d *segment.Descriptor) {
+	s.connMu.Lock()
+	defer s.connMu.Unlock()
+	old := s.state.Load()
+	if d == nil {
+		ns := &segState{desc: old.desc, gone: true, dflt: old.dflt}
+		s.state.Store(ns)
+		closePeers(old, -1)
+		e.log.Info("engine: segment gone", "segment", s.name)
+		return
+	}
+	if d.Validate() != nil {
+		e.log.Warn("engine: ignoring invalid descriptor from store", "segment", s.name)
+		return
+	}
+	same := segment.SameIncarnation(old.desc, d)
+	if same && !old.gone && d.Version <= old.desc.Version {
+		return
+	}
+	ns, err := e.newState(s, d.Clone())
+	if err != nil {
+		e.log.Warn("engine: segment update unusable", "segment", s.name, "err", err)
+		ns = &segState{desc: d.Clone(), gone: true, dflt: old.dflt}
+	}
+	if same && !old.gone {
+		for i := range old.peers {
+			if ref := old.peers[i].Load(); ref != nil {
+				ns.peers[i].Store(ref)
+			}
+		}
+		s.state.Store(ns)
+		return
+	}
+	s.state.Store(ns)
+	closePeers(old, -1)
+	e.log.Info("engine: segment restarted; endpoints dropped", "segment", s.name, "epoch", d.Epoch)
+}
+
+// SyncSegment fetches the segment's descriptor from the store now, instead
+// of waiting for the watch to report a change.
+func (e *Engine) SyncSegment(ctx context.Context, id SegmentID) error {
+	if id == LocalSegment {
+		return nil
+	}
+	s := e.segs.get(id)
+	if s == nil {
+		return fmt.Errorf("%w: id %d", ErrSegmentNotFound, id)
+	}
+	d, err := e.cfg.Store.Get(ctx, s.name)
+	if errors.Is(err, segment.ErrNotFound) {
+		e.refresh(s, nil)
+		return fmt.Errorf("%w: %s: %v", ErrSegmentNotFound, s.name, err)
+	}
+	if err != nil {
+		return fmt.Errorf("engine: sync segment %s: %w", s.name, err)
+	}
+	e.refresh(s, d)
+	return nil
+}
+
+// SegmentDescriptor returns a copy of the descriptor currently cached for
+// an opened segment (or the local one).
+func (e *Engine) SegmentDescriptor(id SegmentID) (*segment.Descriptor, error) {
+	if id == LocalSegment {
+		return e.LocalDescriptor(), nil
+	}
+	s := e.segs.get(id)
+	if s == nil {
+		return nil, fmt.Errorf("%w: id %d", ErrSegmentNotFound, id)
+	}
+	st := s.state.Load()
+	if st.gone {
+		return nil, fmt.Errorf("%w: %s is gone", ErrSegmentNotFound, s.name)
+	}
+	return st.desc.Clone(), nil
+}
+
+// CloseSegment releases one OpenSegment of id. The last release closes the
+// segment's connections; it fails with ErrSegmentBusy while tasks to the
+// segment are in flight. Closing LocalSegment does nothing.
+func (e *Engine) CloseSegment(id SegmentID) error {
+	if id == LocalSegment {
+		return nil
+	}
+	e.segs.mu.Lock()
+	s := e.segs.byID[id]
+	if s == nil {
+		e.segs.mu.Unlock()
+		return fmt.Errorf("%w: id %d", ErrSegmentNotFound, id)
+	}
+	if s.refs > 1 {
+		s.refs--
+		e.segs.mu.Unlock()
+		return nil
+	}
+	if n := s.inflight.Load(); n > 0 {
+		e.segs.mu.Unlock()
+		return fmt.Errorf("%w: %s: %d tasks", ErrSegmentBusy, s.name, n)
+	}
+	delete(e.segs.byID, id)
+	delete(e.segs.byName, s.name)
+	e.segs.mu.Unlock()
+	s.stop()
+	s.connMu.Lock()
+	closePeers(s.state.Load(), -1)
+	s.connMu.Unlock()
+	return nil
+}

@@ -1,0 +1,152 @@
+package engine
+
+import (
+	"context"
+	"log/slog"
+
+	"github.com/rdmago/te/segment"
+)
+
+// Transport moves slices to and from remote segments over one protocol
+// (tcp, rdma). The engine owns requests, tasks, batches and slicing; a
+// transport only executes slices whose every address, key and endpoint the
+// engine has already resolved and checked.
+//
+// Call order: Install once, then any mix of RegisterMemory,
+// UnregisterMemory, Describe, Connect and Submit (concurrently), then Close
+// once. Implementations must be safe for concurrent use.
+type Transport interface {
+	// Name is the protocol name, matched against segment.Protocol.Name
+	// in descriptors (segment.ProtoTCP, segment.ProtoRDMA).
+	Name() string
+	// Install attaches the transport to an engine and starts whatever
+	// serves remote initiators (a listener, QP handshakes). Target-side
+	// accesses go through h, which checks them against registered memory.
+	Install(h Host) error
+	// Describe adds the transport's parts to the local descriptor: its
+	// Protocol entry (appended to d.Protocols), rails (d.Devices), and
+	// per-buffer keys (d.Buffers[i].RKeys). d.Buffers is already filled.
+	Describe(d *segment.Descriptor) error
+	// RegisterMemory prepares a newly registered region for transfers
+	// (memory registration with each NIC). The returned key is opaque to
+	// the engine and comes back in Slice.LocalKey and UnregisterMemory.
+	RegisterMemory(r *Region) (key any, err error)
+	// UnregisterMemory releases what RegisterMemory prepared. The engine
+	// calls it only when no transfer uses the region.
+	UnregisterMemory(r *Region, key any) error
+	// Connect returns the transport's state for one incarnation of a
+	// remote segment (endpoint addresses, connections, queue pairs). It may
+	// set up connections eagerly or lazily. The engine calls it again when
+	// the remote epoch changes, after closing the old Peer.
+	Connect(ctx context.Context, remote *segment.Descriptor) (Peer, error)
+	// SliceSize is the largest slice the transport wants; the engine cuts
+	// requests into slices of at most this many bytes unless configured
+	// otherwise. Zero means no cutting.
+	SliceSize() uint64
+	// Submit starts the slices. Every slice must be completed exactly once
+	// with Slice.Done — possibly before Submit returns, possibly from
+	// another goroutine — whatever happens: failures are reported per
+	// slice, never dropped. Submit must not block on a peer indefinitely.
+	// The ss slice itself may be reused by the engine after Submit returns.
+	Submit(ss []*Slice)
+	// Close stops the transport, fails every slice still in flight and
+	// releases its resources. It is idempotent.
+	Close() error
+}
+
+// Peer is a transport's state for one incarnation of a remote segment.
+// Closing it fails its slices still in flight (with an error wrapping
+// ErrPeerReset or ErrClosed) and releases its connections.
+type Peer interface {
+	Close() error
+}
+
+// Host is the engine as its transports see it: local identity and
+// target-side access to registered memory.
+type Host interface {
+	// LocalName is the local segment's name.
+	LocalName() string
+	// Epoch is the local segment's epoch (random per engine). Transports
+	// may use it to refuse initiators that address a previous incarnation.
+	Epoch() uint64
+	// AcquireLocal finds the registered region holding all of
+	// [addr, addr+length), pins it against unregistration and returns the
+	// bytes of that range. The caller must call r.Release when it no
+	// longer touches mem. It fails with an error wrapping ErrOutOfRange
+	// (range not inside one registered region) or ErrMemoryBusy (region
+	// being unregistered). It does not allocate on success.
+	AcquireLocal(addr, length uint64) (mem []byte, r *Region, err error)
+	// Logger is the engine's logger.
+	Logger() *slog.Logger
+}
+
+// Op is a transfer direction, seen from the initiator.
+type Op uint8
+
+// Ops.
+const (
+	// Read copies from the target segment into local memory.
+	Read Op = 1
+	// Write copies from local memory into the target segment.
+	Write Op = 2
+)
+
+func (o Op) String() string {
+	switch o {
+	case Read:
+		return "READ"
+	case Write:
+		return "WRITE"
+	}
+	return "Op(?)"
+}
+
+// Slice is one piece of a task, resolved for one transport. Transports
+// read its fields and call Done exactly once; they must not keep the
+// pointer after Done.
+type Slice struct {
+	Op Op
+	// Local is the local side: the bytes to send (Write) or to fill (Read).
+	// It lies inside LocalRegion, which stays registered until Done.
+	Local []byte
+	// LocalAddr is the virtual address of Local[0].
+	LocalAddr uint64
+	// LocalRegion is the registered region holding Local.
+	LocalRegion *Region
+	// LocalKey is what this transport's RegisterMemory returned for
+	// LocalRegion.
+	LocalKey any
+	// RemoteAddr is the target address of the first byte, in the target's
+	// address space. [RemoteAddr, RemoteAddr+len(Local)) lies inside
+	// RemoteBuffer.
+	RemoteAddr uint64
+	// RemoteBuffer is the target's descriptor entry holding the range
+	// (carries per-rail RKeys). Read-only.
+	RemoteBuffer *segment.Buffer
+	// Remote is the target's descriptor this slice was resolved against.
+	// Read-only.
+	Remote *segment.Descriptor
+	// Peer is what this transport's Connect returned for the target.
+	Peer Peer
+
+	task *task
+}
+
+// Done completes the slice with the number of bytes moved and an error
+// (nil on success). It does not allocate on success.
+func (s *Slice) Done(n uint64, err error) {
+	t := s.task
+	s.task = nil
+	if t == nil {
+		panic("engine: Slice.Done called twice")
+	}
+	if err != nil {
+		t.setErr(err)
+	}
+	if n > 0 {
+		t.transferred.Add(n)
+	}
+	if t.pending.Add(-1) == 0 {
+		t.finish()
+	}
+}
