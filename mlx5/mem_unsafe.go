@@ -57,3 +57,9 @@ func sgeBytes(s *SGE) []byte {
 	p := *(*unsafe.Pointer)(unsafe.Pointer(&addr))
 	return unsafe.Slice((*byte)(p), int(s.Length))
 }
+
+// recordBytes views a doorbell record word as its 4 bytes (tests and
+// diagnostics read records back in memory order).
+func recordBytes(p *uint32) []byte {
+	return unsafe.Slice((*byte)(unsafe.Pointer(p)), 4)
+}
