@@ -1,0 +1,404 @@
+package consul_test
+
+import (
+	"bufio"
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"net"
+	"net/url"
+	"os"
+	"os/exec"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/google/go-cmp/cmp"
+	"github.com/hashicorp/consul/api"
+	"go.uber.org/goleak"
+
+	"github.com/rdmago/te/segment"
+	"github.com/rdmago/te/segment/consul"
+	"github.com/rdmago/te/segment/storetest"
+	"github.com/rdmago/te/test/consul/consulagent"
+)
+
+// The package's tests share one dev agent, started by the first test that
+// needs it and stopped after all; tests that stop Consul start their own.
+var shared struct {
+	once sync.Once
+	dir  string
+	a    *consulagent.Agent
+	err  error
+}
+
+func agent(t *testing.T) *consulagent.Agent {
+	t.Helper()
+	bin := consulagent.Require(t)
+	shared.once.Do(func() {
+		shared.dir, shared.err = os.MkdirTemp("", "te-consul-test-")
+		if shared.err != nil {
+			return
+		}
+		shared.a, shared.err = consulagent.New(bin, shared.dir)
+		if shared.err == nil {
+			shared.err = shared.a.Start()
+		}
+	})
+	if shared.err != nil {
+		t.Fatalf("consul agent: %v", shared.err)
+	}
+	return shared.a
+}
+
+const childEnv = "TE_CONSUL_TEST_CHILD"
+
+func TestMain(m *testing.M) {
+	if os.Getenv(childEnv) != "" {
+		child()
+		return
+	}
+	code := m.Run()
+	if shared.a != nil {
+		shared.a.Stop()
+	}
+	if shared.dir != "" {
+		os.RemoveAll(shared.dir)
+	}
+	if code == 0 {
+		if err := goleak.Find(); err != nil {
+			fmt.Fprintf(os.Stderr, "goroutine leak: %v\n", err)
+			code = 1
+		}
+	}
+	os.Exit(code)
+}
+
+// child is a process that publishes one segment and then hangs until it is
+// killed, so its session is neither renewed by a live process nor destroyed.
+func child() {
+	addr, prefix, name := os.Getenv("TE_ADDR"), os.Getenv("TE_PREFIX"), os.Getenv("TE_NAME")
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	s, err := consul.New(ctx, consul.Config{Address: addr, Prefix: prefix, SessionTTL: time.Second})
+	if err == nil {
+		err = s.Publish(ctx, storetest.Descriptor(name, 0, 1))
+	}
+	cancel()
+	if err != nil {
+		fmt.Println("error:", err)
+		os.Exit(1)
+	}
+	fmt.Println("published", s.Session())
+	select {}
+}
+
+func prefix(t *testing.T) string {
+	var b [6]byte
+	rand.Read(b[:])
+	return "te-test/" + strings.ReplaceAll(t.Name(), "/", "_") + "-" + hex.EncodeToString(b[:])
+}
+
+func ctxT(t *testing.T, d time.Duration) context.Context {
+	ctx, cancel := context.WithTimeout(context.Background(), d)
+	t.Cleanup(cancel)
+	return ctx
+}
+
+func open(t *testing.T, cfg consul.Config) *consul.Store {
+	t.Helper()
+	if cfg.Logf == nil {
+		cfg.Logf = t.Logf
+	}
+	s, err := consul.New(ctxT(t, 10*time.Second), cfg)
+	if err != nil {
+		t.Fatalf("consul.New: %v", err)
+	}
+	t.Cleanup(func() { s.Close() })
+	return s
+}
+
+func rawKV(t *testing.T, addr string) *api.KV {
+	c, err := api.NewClient(&api.Config{Address: addr, Transport: &nonPooled})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return c.KV()
+}
+
+// One transport for raw test clients, closed by TestMain's leak check
+// through DisableKeepAlives: no idle connections stay behind.
+var nonPooled = http1NoKeepAlive()
+
+func TestConformance(t *testing.T) {
+	a := agent(t)
+	p := prefix(t)
+	storetest.Run(t, func(t *testing.T) segment.Store {
+		return open(t, consul.Config{Address: a.Addr(), Prefix: p})
+	}, storetest.ListsAll(), storetest.Conflicts(), storetest.Settle(10*time.Second))
+}
+
+func TestKeyLayout(t *testing.T) {
+	a := agent(t)
+	p := prefix(t)
+	s := open(t, consul.Config{Address: a.Addr(), Prefix: p})
+	ctx := ctxT(t, 20*time.Second)
+	name := "rack 1/host-7:15001%x"
+	d := storetest.Descriptor(name, 5, 1)
+	if err := s.Publish(ctx, d); err != nil {
+		t.Fatal(err)
+	}
+	key := p + "/segments/" + url.PathEscape(name)
+	if s.Key(name) != key {
+		t.Fatalf("Key = %q, want %q", s.Key(name), key)
+	}
+	kv := rawKV(t, a.Addr())
+	pair, _, err := kv.Get(key, nil)
+	if err != nil || pair == nil {
+		t.Fatalf("raw get %s: %v %v", key, pair, err)
+	}
+	want, _ := segment.Marshal(d)
+	if string(pair.Value) != string(want) {
+		t.Fatalf("stored value %s, want segment.Marshal %s", pair.Value, want)
+	}
+	if pair.Session != s.Session() {
+		t.Fatalf("key held by session %q, want the store's %q", pair.Session, s.Session())
+	}
+	if at := time.UnixMilli(int64(pair.Flags)); time.Since(at) > time.Minute || time.Since(at) < 0 {
+		t.Fatalf("flags %d is not a recent publish time", pair.Flags)
+	}
+	keys, _, err := kv.Keys(p+"/", "", nil)
+	if err != nil || len(keys) != 1 {
+		t.Fatalf("keys under %s: %v %v; want exactly one", p, keys, err)
+	}
+	list, err := s.List(ctx)
+	if err != nil || len(list) != 1 || list[0].Name != name {
+		t.Fatalf("List = %v, %v", list, err)
+	}
+	if at, ok := s.PublishedAt(name); !ok || time.Since(at) > time.Minute {
+		t.Fatalf("PublishedAt = %v, %v", at, ok)
+	}
+
+	// A key that is not a valid descriptor is refused by Get and skipped
+	// by List.
+	if _, err := kv.Put(&api.KVPair{Key: s.Key("junk"), Value: []byte(`{"schema":99}`)}, nil); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := s.Get(ctx, "junk"); !errors.Is(err, segment.ErrInvalid) {
+		t.Fatalf("Get(junk) = %v, want ErrInvalid", err)
+	}
+	if list, err := s.List(ctx); err != nil || len(list) != 1 {
+		t.Fatalf("List with a junk key = %v, %v; want the one valid segment", list, err)
+	}
+	// A key whose descriptor names another segment is refused too.
+	if _, err := kv.Put(&api.KVPair{Key: s.Key("alias"), Value: want}, nil); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := s.Get(ctx, "alias"); !errors.Is(err, segment.ErrInvalid) {
+		t.Fatalf("Get(alias) = %v, want ErrInvalid", err)
+	}
+}
+
+// Two writers cannot silently overwrite each other: a second store is
+// refused, and a change behind the owner's back makes the owner's next
+// publish fail the ModifyIndex check.
+func TestCheckAndSet(t *testing.T) {
+	a := agent(t)
+	p := prefix(t)
+	ctx := ctxT(t, 30*time.Second)
+	s1 := open(t, consul.Config{Address: a.Addr(), Prefix: p})
+	s2 := open(t, consul.Config{Address: a.Addr(), Prefix: p})
+	const name = "cas"
+	if err := s1.Publish(ctx, storetest.Descriptor(name, 1, 1)); err != nil {
+		t.Fatal(err)
+	}
+	err := s2.Publish(ctx, storetest.Descriptor(name, 2, 1))
+	if !errors.Is(err, segment.ErrConflict) {
+		t.Fatalf("second writer: %v, want ErrConflict", err)
+	}
+	t.Logf("second writer: %v", err)
+
+	// Another writer changes the key (keeping the owner's lock, as a plain
+	// KV put does).
+	kv := rawKV(t, a.Addr())
+	other, _ := segment.Marshal(storetest.Descriptor(name, 3, 9))
+	if _, err := kv.Put(&api.KVPair{Key: s1.Key(name), Value: other}, nil); err != nil {
+		t.Fatal(err)
+	}
+	err = s1.Publish(ctx, storetest.Descriptor(name, 1, 2))
+	if !errors.Is(err, segment.ErrConflict) {
+		t.Fatalf("owner after a change behind its back: %v, want ErrConflict", err)
+	}
+	t.Logf("owner: %v", err)
+	got, err := s2.Get(ctx, name)
+	if err != nil || got.Epoch != 3 || got.Version != 9 {
+		t.Fatalf("the other writer's value was overwritten: %+v, %v", got, err)
+	}
+}
+
+// A restarted process (a new store) publishes a new epoch; watchers see it.
+func TestRestartNewEpoch(t *testing.T) {
+	a := agent(t)
+	p := prefix(t)
+	ctx := ctxT(t, 30*time.Second)
+	reader := open(t, consul.Config{Address: a.Addr(), Prefix: p})
+	ch, err := reader.Watch(ctx, "node")
+	if err != nil {
+		t.Fatal(err)
+	}
+	recv := func() *segment.Descriptor {
+		t.Helper()
+		select {
+		case d := <-ch:
+			return d
+		case <-time.After(10 * time.Second):
+			t.Fatal("no watch report")
+		}
+		return nil
+	}
+	if d := recv(); d != nil {
+		t.Fatalf("initial report %+v, want nil", d)
+	}
+	var epochs []uint64
+	for range 2 {
+		s := open(t, consul.Config{Address: a.Addr(), Prefix: p})
+		d := storetest.Descriptor("node", 0, 1)
+		t0 := time.Now()
+		if err := s.Publish(ctx, d); err != nil {
+			t.Fatal(err)
+		}
+		got := recv()
+		t.Logf("publish -> watch report %v", time.Since(t0))
+		if got == nil || got.Epoch != s.Epoch() || got.Epoch == 0 {
+			t.Fatalf("watch report %+v, want epoch %#x", got, s.Epoch())
+		}
+		epochs = append(epochs, got.Epoch)
+		if err := s.Close(); err != nil {
+			t.Fatal(err)
+		}
+		if d := recv(); d != nil {
+			t.Fatalf("after Close: report %+v, want nil", d)
+		}
+	}
+	if epochs[0] == epochs[1] {
+		t.Fatalf("restarted store reused epoch %#x", epochs[0])
+	}
+}
+
+// A process killed with SIGKILL neither renews nor destroys its session;
+// Consul must remove its segment within TTL..2×TTL (+ grace).
+func TestKilledOwnerExpires(t *testing.T) {
+	a := agent(t)
+	p := prefix(t)
+	const name = "doomed"
+	const ttl = time.Second
+	cmd := exec.Command(os.Args[0])
+	cmd.Env = append(os.Environ(), childEnv+"=1", "TE_ADDR="+a.Addr(), "TE_PREFIX="+p, "TE_NAME="+name)
+	out, err := cmd.StdoutPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	cmd.Stderr = os.Stderr
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	defer cmd.Wait()
+	defer cmd.Process.Kill()
+	line := make(chan string, 1)
+	go func() {
+		l, _ := bufio.NewReader(out).ReadString('\n')
+		line <- l
+	}()
+	select {
+	case l := <-line:
+		if !strings.HasPrefix(l, "published ") {
+			t.Fatalf("child: %q", l)
+		}
+	case <-time.After(30 * time.Second):
+		t.Fatal("child did not publish")
+	}
+	reader := open(t, consul.Config{Address: a.Addr(), Prefix: p})
+	ctx := ctxT(t, 30*time.Second)
+	if _, err := reader.Get(ctx, name); err != nil {
+		t.Fatalf("child's segment not visible: %v", err)
+	}
+	// Let the child renew at least once, so expiry is measured from a
+	// renewal and not from creation.
+	time.Sleep(ttl)
+	if err := cmd.Process.Kill(); err != nil {
+		t.Fatal(err)
+	}
+	killed := time.Now()
+	const grace = 3 * time.Second
+	for {
+		_, err := reader.Get(ctx, name)
+		if errors.Is(err, segment.ErrNotFound) {
+			break
+		}
+		if err != nil {
+			t.Fatalf("Get: %v", err)
+		}
+		if time.Since(killed) > 2*ttl+grace {
+			t.Fatalf("killed owner's segment still present %v after SIGKILL (TTL %v)", time.Since(killed), ttl)
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	t.Logf("killed owner's segment gone %v after SIGKILL (TTL %v)", time.Since(killed).Round(time.Millisecond), ttl)
+}
+
+func TestURI(t *testing.T) {
+	for uri, want := range map[string]consul.Config{
+		"consul://":                                {},
+		"consul://10.0.0.1:8500":                   {Address: "10.0.0.1:8500"},
+		"consul://h:1/a/b/":                        {Address: "h:1", Prefix: "a/b"},
+		"consul://h:1/p?ttl=3s&timeout=1s&wait=5s": {Address: "h:1", Prefix: "p", SessionTTL: 3 * time.Second, RequestTimeout: time.Second, WatchWait: 5 * time.Second},
+	} {
+		u, _ := url.Parse(uri)
+		got, err := consul.ParseURI(u)
+		if err != nil {
+			t.Errorf("%s: %v", uri, err)
+			continue
+		}
+		if diff := cmp.Diff(want, got, cmp.Comparer(func(a, b func(string, ...any)) bool { return true })); diff != "" {
+			t.Errorf("%s (-want +got):\n%s", uri, diff)
+		}
+	}
+	for _, uri := range []string{"consul://h/?ttl=x", "consul://h/?bogus=1", "consul://u:pw@h/", "consul://h/?ttl=1s&ttl=2s"} {
+		u, _ := url.Parse(uri)
+		if _, err := consul.ParseURI(u); err == nil {
+			t.Errorf("%s: no error", uri)
+		}
+	}
+}
+
+// Consul not running at all: New fails clearly and promptly.
+func TestUnreachableAtStart(t *testing.T) {
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	addr := l.Addr().String()
+	l.Close()
+	s, err := segment.Open(ctxT(t, 10*time.Second), "consul://"+addr+"/x")
+	if !errors.Is(err, segment.ErrUnavailable) {
+		if s != nil {
+			s.Close()
+		}
+		t.Fatalf("Open with no Consul = %v, want ErrUnavailable", err)
+	}
+	t.Logf("%v", err)
+}
+
+func TestOpenScheme(t *testing.T) {
+	a := agent(t)
+	s, err := segment.Open(ctxT(t, 10*time.Second), a.URI(prefix(t))+"?ttl=2s")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	if _, ok := s.(*consul.Store); !ok {
+		t.Fatalf("Open returned %T", s)
+	}
+}
