@@ -237,11 +237,9 @@ func (e *EventFile) Read(ctx context.Context, buf []byte) (int, error) {
 	if err := ctx.Err(); err != nil {
 		return 0, err
 	}
-	if d, ok := ctx.Deadline(); ok {
-		_ = e.f.SetReadDeadline(d)
-	} else {
-		_ = e.f.SetReadDeadline(time.Time{})
-	}
+	// The file deadline is only ever set by ctx firing, so a deadline error
+	// always means ctx is done and ctx.Err() is the answer.
+	_ = e.f.SetReadDeadline(time.Time{})
 	stop := context.AfterFunc(ctx, func() { _ = e.f.SetReadDeadline(time.Unix(1, 0)) })
 	n, err := e.f.Read(buf)
 	if !stop() || errors.Is(err, os.ErrDeadlineExceeded) {

@@ -1,0 +1,185 @@
+package rxe
+
+import (
+	"math/bits"
+
+	"github.com/rdmago/te/internal/dma"
+	"github.com/rdmago/te/internal/uapi"
+	"github.com/rdmago/te/uverbs"
+)
+
+// Layout constants of the WQEs (checked against the headers in internal/uapi).
+const (
+	sendWQEHeader = 208 // offsetof(struct rxe_send_wqe, dma.sge)
+	recvWQEHeader = 40  // offsetof(struct rxe_recv_wqe, dma.sge)
+	sgeSize       = 16
+)
+
+// pollRing consumes up to len(wc) CQEs: load-acquire the kernel's producer
+// index, copy each entry, then store-release our consumer index so the
+// kernel may reuse the slots.
+func pollRing(r *ring, cons *uint32, wc []uverbs.WC) int {
+	if len(wc) == 0 {
+		return 0
+	}
+	prod := r.producer()
+	c := *cons
+	n := 0
+	for c != prod && n < len(wc) {
+		decodeWC(dma.View[uapi.WC](r.b, r.slot(c)), &wc[n])
+		c = (c + 1) & r.mask
+		n++
+	}
+	if n > 0 {
+		*cons = c
+		r.publishConsumer(c)
+	}
+	return n
+}
+
+// decodeWC maps an rxe CQE (struct ib_uverbs_wc with kernel flag bits) to
+// the public WC. Unknown statuses become WCGeneralErr.
+func decodeWC(k *uapi.WC, w *uverbs.WC) {
+	st := k.Status
+	if st > uint32(uverbs.WCGeneralErr) {
+		st = uint32(uverbs.WCGeneralErr)
+	}
+	flags := uverbs.WCFlags(k.WCFlags & 0xf)
+	imm := k.Ex
+	if flags&uverbs.WCFlagWithImm != 0 {
+		imm = bits.ReverseBytes32(imm) // imm_data is big-endian on the wire and in the CQE
+	}
+	*w = uverbs.WC{
+		ID: k.WRID, Status: uverbs.WCStatus(st), Opcode: uverbs.WCOpcode(k.Opcode), Flags: flags,
+		ByteLen: k.ByteLen, Imm: imm, QPN: uverbs.QPN(k.QPNum), SrcQP: uverbs.QPN(k.SrcQP),
+		VendorErr: k.VendorErr, PKeyIndex: k.PKeyIndex, SLID: k.SLID, SL: k.SL,
+		DLIDPathBits: k.DLIDPathBits, PortNum: k.PortNum,
+	}
+}
+
+// sendQueue is the producer side of an rxe SQ.
+type sendQueue struct {
+	r         ring
+	prod      uint32
+	maxSGE    int
+	maxInline int
+}
+
+// post writes wrs into the ring and returns how many it wrote. It does not
+// kick the kernel.
+func (q *sendQueue) post(wrs []uverbs.SendWR) (int, error) {
+	for i := range wrs {
+		if err := q.postOne(&wrs[i]); err != nil {
+			return i, err
+		}
+	}
+	return len(wrs), nil
+}
+
+func (q *sendQueue) postOne(wr *uverbs.SendWR) error {
+	if wr.Opcode > uverbs.WRAtomicFetchAndAdd {
+		return uverbs.ErrInvalidWR
+	}
+	inline := wr.Flags&uverbs.SendInline != 0
+	if inline && (wr.Opcode == uverbs.WRRDMARead || wr.Opcode >= uverbs.WRAtomicCmpAndSwp) {
+		return uverbs.ErrInvalidWR
+	}
+	var total uint64
+	for i := range wr.SGL {
+		total += uint64(wr.SGL[i].Length)
+	}
+	if inline {
+		if total > uint64(q.maxInline) {
+			return uverbs.ErrInlineTooLarge
+		}
+	} else if len(wr.SGL) > q.maxSGE {
+		return uverbs.ErrTooManySGE
+	}
+	atomic := wr.Opcode == uverbs.WRAtomicCmpAndSwp || wr.Opcode == uverbs.WRAtomicFetchAndAdd
+	if atomic && (len(wr.SGL) != 1 || wr.SGL[0].Length < 8 || wr.RemoteAddr&7 != 0) {
+		return uverbs.ErrInvalidWR
+	}
+	next := (q.prod + 1) & q.r.mask
+	if next == q.r.consumer() {
+		return uverbs.ErrQueueFull
+	}
+	off := q.r.slot(q.prod)
+	w := dma.View[uapi.RxeSendWQE](q.r.b, off)
+	*w = uapi.RxeSendWQE{} // also clears the union and kernel-owned fields
+	w.WR.WRID = wr.ID
+	w.WR.Opcode = uint32(wr.Opcode)
+	w.WR.SendFlags = uint32(wr.Flags)
+	switch wr.Opcode {
+	case uverbs.WRSendWithImm, uverbs.WRRDMAWriteWithImm:
+		w.WR.Ex = bits.ReverseBytes32(wr.Imm) // __be32 imm_data
+	}
+	switch wr.Opcode {
+	case uverbs.WRRDMAWrite, uverbs.WRRDMAWriteWithImm, uverbs.WRRDMARead:
+		w.WR.RemoteAddr = wr.RemoteAddr
+		w.WR.CompareAdd = uint64(wr.RKey) // wr.rdma.rkey shares offset 32 (rdma.reserved stays 0)
+		w.IOVA = wr.RemoteAddr
+	case uverbs.WRAtomicCmpAndSwp, uverbs.WRAtomicFetchAndAdd:
+		w.WR.RemoteAddr = wr.RemoteAddr
+		w.WR.CompareAdd = wr.CompareAdd
+		w.WR.Swap = wr.Swap
+		w.WR.AtomicRKey = uint32(wr.RKey)
+		w.IOVA = wr.RemoteAddr
+	}
+	payload := q.r.b[off+sendWQEHeader : off+q.r.elem]
+	if inline {
+		p := 0
+		for i := range wr.SGL {
+			p += copy(payload[p:], dma.At(wr.SGL[i].Addr, int(wr.SGL[i].Length)))
+		}
+		w.DMA.NumSGE = 0
+	} else {
+		for i := range wr.SGL {
+			s := dma.View[uapi.RxeSGE](payload, i*sgeSize)
+			s.Addr, s.Length, s.LKey = wr.SGL[i].Addr, wr.SGL[i].Length, uint32(wr.SGL[i].LKey)
+		}
+		w.DMA.NumSGE = uint32(len(wr.SGL))
+	}
+	w.DMA.Length = uint32(total)
+	w.DMA.Resid = uint32(total)
+	w.State = uapi.RxeWQEStatePosted
+	q.prod = next
+	q.r.publishProducer(next) // release: the WQE bytes above are visible first
+	return nil
+}
+
+// recvQueue is the producer side of an rxe RQ.
+type recvQueue struct {
+	r      ring
+	prod   uint32
+	maxSGE int
+}
+
+func (q *recvQueue) post(wrs []uverbs.RecvWR) (int, error) {
+	for i := range wrs {
+		wr := &wrs[i]
+		if len(wr.SGL) > q.maxSGE {
+			return i, uverbs.ErrTooManySGE
+		}
+		next := (q.prod + 1) & q.r.mask
+		if next == q.r.consumer() {
+			return i, uverbs.ErrQueueFull
+		}
+		off := q.r.slot(q.prod)
+		w := dma.View[uapi.RxeRecvWQE](q.r.b, off)
+		*w = uapi.RxeRecvWQE{}
+		w.WRID = wr.ID
+		var total uint32
+		payload := q.r.b[off+recvWQEHeader : off+q.r.elem]
+		for j := range wr.SGL {
+			s := dma.View[uapi.RxeSGE](payload, j*sgeSize)
+			s.Addr, s.Length, s.LKey = wr.SGL[j].Addr, wr.SGL[j].Length, uint32(wr.SGL[j].LKey)
+			total += wr.SGL[j].Length
+		}
+		w.DMA.Length = total
+		w.DMA.Resid = total
+		w.DMA.NumSGE = uint32(len(wr.SGL))
+		q.prod = next
+		q.r.publishProducer(next)
+	}
+	return len(wrs), nil
+}

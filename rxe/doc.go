@@ -1,0 +1,14 @@
+// Package rxe is the Soft-RoCE (rdma_rxe) provider for package uverbs.
+//
+// rxe keeps its completion queue and send/receive queues in kernel memory
+// that user space maps through the uverbs fd (struct rxe_queue_buf, the mmap
+// offsets come back in the CREATE_CQ and CREATE_QP driver responses). Posting
+// writes struct rxe_send_wqe / rxe_recv_wqe into the rings and publishes the
+// producer index with a release store; sends are then "kicked" with an empty
+// POST_SEND write() (wr_count 0), which runs the requester in the calling
+// thread. Receives need no syscall. Polling reads struct ib_uverbs_wc entries
+// in place and publishes the consumer index. Arming a CQ is the core
+// REQ_NOTIFY_CQ command.
+//
+// Post and poll allocate nothing.
+package rxe

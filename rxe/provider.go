@@ -1,0 +1,96 @@
+package rxe
+
+import (
+	"fmt"
+
+	"github.com/rdmago/te/internal/dma"
+	"github.com/rdmago/te/internal/uapi"
+	"github.com/rdmago/te/internal/ucmd"
+	"github.com/rdmago/te/uverbs"
+)
+
+type provider struct{}
+
+// Provider returns the rxe provider.
+func Provider() uverbs.Provider { return provider{} }
+
+func (provider) Name() string                       { return "rxe" }
+func (provider) DriverID() uverbs.DriverID          { return uverbs.DriverRXE }
+func (provider) ContextRequest() (in []byte, n int) { return nil, 0 }
+func (provider) NewContext(k uverbs.Kernel, _ []byte) (uverbs.DriverContext, error) {
+	return &rxeContext{k: k}, nil
+}
+
+type rxeContext struct {
+	k uverbs.Kernel
+}
+
+func (c *rxeContext) Close() error { return nil }
+
+func (c *rxeContext) NewCQ(cfg uverbs.DriverCQConfig) (uverbs.DriverCQ, error) {
+	return &cq{k: c.k, want: cfg.Entries}, nil
+}
+
+func (c *rxeContext) NewQP(cfg uverbs.DriverQPConfig) (uverbs.DriverQP, error) {
+	if cfg.Type != uverbs.QPTypeRC && cfg.Type != uverbs.QPTypeUC {
+		return nil, fmt.Errorf("rxe: QP type %d: %w", cfg.Type, uverbs.ErrNotSupported)
+	}
+	return &qp{k: c.k, req: cfg.Caps}, nil
+}
+
+func mapQueue(k uverbs.Kernel, mi *uapi.RxeMmapInfo) (*dma.Region, ring, error) {
+	if mi.Size == 0 {
+		return nil, ring{}, fmt.Errorf("rxe: kernel returned an empty queue mapping")
+	}
+	reg, err := dma.MapShared(k.FD(), int64(mi.Offset), int(mi.Size))
+	if err != nil {
+		return nil, ring{}, fmt.Errorf("rxe: map queue: %w", err)
+	}
+	r, err := newRing(reg.Bytes())
+	if err != nil {
+		reg.Unmap()
+		return nil, ring{}, err
+	}
+	return reg, r, nil
+}
+
+// ---- CQ ---------------------------------------------------------------------
+
+type cq struct {
+	k      uverbs.Kernel
+	want   int
+	handle uverbs.Handle
+	reg    *dma.Region
+	r      ring
+	cons   uint32 // our consumer index (we own it)
+}
+
+func (q *cq) Request() (uint32, []byte, int) {
+	return uint32(q.want), nil, int(len(ucmd.Bytes(&uapi.RxeCreateCQResp{})))
+}
+
+func (q *cq) Created(h uverbs.Handle, _ uint32, out []byte) error {
+	var resp uapi.RxeCreateCQResp
+	copy(ucmd.Bytes(&resp), out)
+	reg, r, err := mapQueue(q.k, &resp.MI)
+	if err != nil {
+		return err
+	}
+	q.handle, q.reg, q.r = h, reg, r
+	q.cons = r.consumer()
+	return nil
+}
+
+func (q *cq) Poll(wc []uverbs.WC) int { return pollRing(&q.r, &q.cons, wc) }
+
+func (q *cq) Arm(solicitedOnly bool) error {
+	req := uapi.ReqNotifyCQ{CQHandle: uint32(q.handle)}
+	if solicitedOnly {
+		req.SolicitedOnly = 1
+	}
+	return q.k.Write(uapi.CmdReqNotifyCQ, ucmd.Bytes(&req), nil, nil, nil)
+}
+
+func (q *cq) EventConsumed() {}
+
+func (q *cq) Destroyed() error { return q.reg.Unmap() }

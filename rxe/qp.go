@@ -1,0 +1,112 @@
+package rxe
+
+import (
+	"fmt"
+
+	"github.com/rdmago/te/internal/dma"
+	"github.com/rdmago/te/internal/uapi"
+	"github.com/rdmago/te/internal/ucmd"
+	"github.com/rdmago/te/uverbs"
+)
+
+type qp struct {
+	k      uverbs.Kernel
+	req    uverbs.QPCaps
+	sqReg  *dma.Region
+	rqReg  *dma.Region
+	sq     sendQueue
+	rq     recvQueue
+	kickMR *dma.Region // the pre-built POST_SEND command (stable memory for its response pointer)
+	kick   func() error
+}
+
+func (q *qp) Request() (uverbs.QPCaps, []byte, int) {
+	return q.req, nil, int(len(ucmd.Bytes(&uapi.RxeCreateQPResp{})))
+}
+
+func (q *qp) Created(c uverbs.QPCreated, out []byte) (err error) {
+	var resp uapi.RxeCreateQPResp
+	copy(ucmd.Bytes(&resp), out)
+	defer func() {
+		if err != nil {
+			q.Destroyed()
+		}
+	}()
+	var sr, rr ring
+	if q.sqReg, sr, err = mapQueue(q.k, &resp.SQMI); err != nil {
+		return fmt.Errorf("send queue: %w", err)
+	}
+	if q.rqReg, rr, err = mapQueue(q.k, &resp.RQMI); err != nil {
+		return fmt.Errorf("receive queue: %w", err)
+	}
+	q.sq = newSendQueue(sr, c.Caps)
+	q.rq = recvQueue{r: rr, prod: rr.producer(), maxSGE: int(c.Caps.MaxRecvSGE)}
+	if rr.elem < recvWQEHeader+sgeSize*q.rq.maxSGE {
+		return fmt.Errorf("rxe: receive slot of %d bytes cannot hold %d SGEs", rr.elem, q.rq.maxSGE)
+	}
+	if q.kickMR, err = dma.Alloc(64); err != nil {
+		return err
+	}
+	cmd, err := encodeKick(q.kickMR.Bytes(), uint32(c.Handle))
+	if err != nil {
+		return err
+	}
+	fd := q.k.FD()
+	q.kick = func() error { return ucmd.RawWrite(fd, cmd) }
+	return nil
+}
+
+func newSendQueue(r ring, caps uverbs.QPCaps) sendQueue {
+	room := r.elem - sendWQEHeader
+	q := sendQueue{r: r, prod: r.producer(), maxSGE: int(caps.MaxSendSGE), maxInline: int(caps.MaxInlineData)}
+	// Never trust caps beyond what a slot can hold.
+	if q.maxSGE*sgeSize > room {
+		q.maxSGE = room / sgeSize
+	}
+	if q.maxInline > room {
+		q.maxInline = room
+	}
+	return q
+}
+
+// encodeKick builds, in b (mmap'd, so the embedded response pointer stays
+// valid), the POST_SEND write() with wr_count 0 that makes rxe process the
+// send queue: ib_uverbs_cmd_hdr{28, in_words 8, out_words 1} +
+// ib_uverbs_post_send{response, qp_handle, 0, 0, wqe_size 56}; the 4-byte
+// response lands at b[32:]. It returns the 32 command bytes.
+func encodeKick(b []byte, qpHandle uint32) ([]byte, error) {
+	if len(b) < 36 {
+		return nil, fmt.Errorf("rxe: kick buffer of %d bytes", len(b))
+	}
+	hdr := dma.View[uapi.CmdHdr](b, 0)
+	*hdr = uapi.CmdHdr{Command: uapi.CmdPostSend, InWords: 32 / 4, OutWords: 4 / 4}
+	ps := dma.View[uapi.PostSend](b, 8)
+	*ps = uapi.PostSend{Response: dma.Addr(b) + 32, QPHandle: qpHandle, WQESize: uapi.SendWRSize}
+	return b[:32], nil
+}
+
+func (q *qp) PostSend(wrs []uverbs.SendWR) (int, error) {
+	n, err := q.sq.post(wrs)
+	if n > 0 {
+		if kerr := q.kick(); kerr != nil {
+			return n, kerr
+		}
+	}
+	return n, err
+}
+
+func (q *qp) PostRecv(wrs []uverbs.RecvWR) (int, error) { return q.rq.post(wrs) }
+
+func (q *qp) StateChanged(uverbs.QPState) {}
+
+func (q *qp) Destroyed() error {
+	e1 := q.sqReg.Unmap()
+	e2 := q.rqReg.Unmap()
+	e3 := q.kickMR.Unmap()
+	for _, e := range []error{e1, e2, e3} {
+		if e != nil {
+			return e
+		}
+	}
+	return nil
+}

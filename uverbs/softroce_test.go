@@ -1,0 +1,248 @@
+package uverbs_test
+
+import (
+	"context"
+	"errors"
+	"syscall"
+	"testing"
+	"time"
+
+	"net/netip"
+
+	"github.com/rdmago/te/rxe"
+	"github.com/rdmago/te/test/softroce/srenv"
+	"github.com/rdmago/te/uverbs"
+)
+
+var opts = &uverbs.Options{Providers: []uverbs.Provider{rxe.Provider()}}
+
+func open(t *testing.T, name string) *uverbs.Context {
+	t.Helper()
+	c, err := uverbs.Open(name, opts)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		if err := c.Close(); err != nil {
+			t.Errorf("context close: %v", err)
+		}
+	})
+	return c
+}
+
+func TestDiscovery(t *testing.T) {
+	topo := srenv.Require(t)
+	devs, err := uverbs.Devices()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, want := range append(topo.Devs[:], topo.Lo) {
+		d, err := uverbs.LookupDevice(want.Name)
+		if err != nil {
+			t.Fatalf("%s: %v (have %v)", want.Name, err, devs)
+		}
+		if d.DriverID != uverbs.DriverRXE || d.ABIVersion != 2 || d.Ports != 1 {
+			t.Errorf("%s: driver %s abi %d ports %d, want rxe/2/1", d.Name, d.DriverID, d.ABIVersion, d.Ports)
+		}
+		if d.Parent == "" {
+			t.Errorf("%s: no parent netdev", d.Name)
+		}
+		ents, err := d.GIDs(1)
+		if err != nil {
+			t.Fatal(err)
+		}
+		g, err := uverbs.FindGID(ents, ipOf(t, want), uverbs.GIDTypeRoCEv2)
+		if err != nil {
+			t.Fatalf("%s: %v in %v", d.Name, err, ents)
+		}
+		if g.Index != want.GIDIndex || g.GID != uverbs.GID(want.GID) {
+			t.Errorf("%s: sysfs GID index %d, harness found %d", d.Name, g.Index, want.GIDIndex)
+		}
+		c := open(t, d.Name)
+		ge, err := c.FindRoCEv2GID(1, ipOf(t, want))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if ge.Index != g.Index || ge.GID != g.GID || ge.Type != uverbs.GIDTypeRoCEv2 || ge.Ifindex != g.Ifindex {
+			t.Errorf("%s: ioctl GID %+v, sysfs %+v", d.Name, ge, g)
+		}
+		t.Logf("%s: %s GID[%d] = %s (%s, ifindex %d)", d.Name, d.Path, g.Index, g.GID, g.Netdev, g.Ifindex)
+	}
+	if _, err := uverbs.LookupDevice("no-such-dev"); !errors.Is(err, uverbs.ErrNoDevice) {
+		t.Errorf("lookup of a missing device: %v", err)
+	}
+	if _, err := uverbs.Open(topo.Devs[0].Name, &uverbs.Options{Providers: []uverbs.Provider{}}); err != nil && !errors.Is(err, uverbs.ErrNoProvider) {
+		t.Errorf("open without provider: %v", err)
+	}
+}
+
+func TestQueries(t *testing.T) {
+	topo := srenv.Require(t)
+	c := open(t, topo.Devs[0].Name)
+	da, err := c.QueryDevice()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if da.VendorID != 0xffffff || da.MaxQPWR == 0 || da.MaxCQE == 0 || da.MaxSGE == 0 || da.PhysPortCnt != 1 || da.AtomicCap == 0 {
+		t.Errorf("unexpected rxe device attrs %+v", da)
+	}
+	pa, err := c.QueryPort(1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if pa.State != uverbs.PortActive || pa.LinkLayer != uverbs.LinkLayerEthernet || pa.ActiveMTU == 0 || pa.MaxMsgSize == 0 {
+		t.Errorf("unexpected port attrs %+v", pa)
+	}
+	if _, err := c.QueryPort(9); !errors.Is(err, syscall.EINVAL) {
+		t.Errorf("query of port 9: %v, want EINVAL", err)
+	}
+	t.Logf("device %+v", da)
+	t.Logf("port %+v", pa)
+}
+
+func TestObjectLifecycle(t *testing.T) {
+	topo := srenv.Require(t)
+	c, err := uverbs.Open(topo.Devs[0].Name, opts)
+	if err != nil {
+		t.Fatal(err)
+	}
+	pd, err := c.AllocPD()
+	if err != nil {
+		t.Fatal(err)
+	}
+	mr, err := pd.AllocMR(1<<20, uverbs.AccessLocalWrite|uverbs.AccessRemoteWrite|uverbs.AccessRemoteRead)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if mr.LKey() == 0 || mr.RKey() == 0 || mr.Len() != 1<<20 {
+		t.Errorf("MR lkey %#x rkey %#x len %d", mr.LKey(), mr.RKey(), mr.Len())
+	}
+	local, err := pd.AllocMR(4096, uverbs.AccessLocalWrite)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if local.RKey() != 0 && false {
+		t.Log("rkey without remote access", local.RKey())
+	}
+	// REMOTE_WRITE without LOCAL_WRITE is invalid.
+	buf, err := uverbs.AllocBuffer(4096)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := pd.RegMR(buf.Bytes(), uverbs.AccessRemoteWrite); !errors.Is(err, syscall.EINVAL) {
+		t.Errorf("reg_mr(REMOTE_WRITE) without LOCAL_WRITE: %v, want EINVAL", err)
+	}
+	ch, err := c.CreateCompChannel()
+	if err != nil {
+		t.Fatal(err)
+	}
+	cq, err := c.CreateCQ(uverbs.CQConfig{Entries: 100, Channel: ch})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if cq.Entries() < 100 {
+		t.Errorf("CQ entries %d < 100", cq.Entries())
+	}
+	qp, err := pd.CreateQP(uverbs.QPConfig{SendCQ: cq, RecvCQ: cq, Caps: uverbs.QPCaps{MaxSendWR: 16, MaxRecvWR: 16, MaxSendSGE: 2, MaxRecvSGE: 2, MaxInlineData: 64}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	caps := qp.Caps()
+	if caps.MaxSendWR < 16 || caps.MaxRecvWR < 16 || caps.MaxSendSGE < 2 || caps.MaxInlineData < 64 || qp.QPN() == 0 {
+		t.Errorf("QP %#x caps %+v", qp.QPN(), caps)
+	}
+	a, err := qp.Query()
+	if err != nil || a.State != uverbs.QPStateReset {
+		t.Fatalf("query new QP: %v state %s", err, a.State)
+	}
+	// Posting in RESET/INIT is refused.
+	if _, err := qp.PostSend([]uverbs.SendWR{{Opcode: uverbs.WRSend}}); !errors.Is(err, uverbs.ErrQPState) {
+		t.Errorf("post_send in RESET: %v", err)
+	}
+	if _, err := qp.PostRecv([]uverbs.RecvWR{{}}); !errors.Is(err, uverbs.ErrQPState) {
+		t.Errorf("post_recv in RESET: %v", err)
+	}
+	if err := qp.ToInit(1, uverbs.AccessRemoteWrite); err != nil {
+		t.Fatal(err)
+	}
+	if a, err := qp.Query(); err != nil || a.State != uverbs.QPStateInit || a.Port != 1 || a.Access != uverbs.AccessRemoteWrite {
+		t.Fatalf("after INIT: %v %+v", err, a)
+	}
+	if _, err := qp.PostSend([]uverbs.SendWR{{Opcode: uverbs.WRSend}}); !errors.Is(err, uverbs.ErrQPState) {
+		t.Errorf("post_send in INIT: %v", err)
+	}
+	// Children keep their parents busy.
+	if err := pd.Close(); !errors.Is(err, uverbs.ErrBusy) {
+		t.Errorf("PD close with children: %v", err)
+	}
+	if err := cq.Close(); !errors.Is(err, uverbs.ErrBusy) {
+		t.Errorf("CQ close with a QP: %v", err)
+	}
+	if err := ch.Close(); !errors.Is(err, uverbs.ErrBusy) {
+		t.Errorf("channel close with a CQ: %v", err)
+	}
+	// Arm + no completion: Wait times out.
+	ctx, cancel := context.WithTimeout(context.Background(), 50*time.Millisecond)
+	var wc [4]uverbs.WC
+	if _, err := cq.Wait(ctx, wc[:]); !errors.Is(err, context.DeadlineExceeded) {
+		t.Errorf("wait on an idle CQ: %v", err)
+	}
+	cancel()
+	for i := 0; i < 2; i++ {
+		for _, cl := range []interface{ Close() error }{qp, cq, ch, mr, local, pd, buf} {
+			if err := cl.Close(); err != nil {
+				t.Errorf("close #%d of %T: %v", i+1, cl, err)
+			}
+		}
+	}
+	if _, err := qp.Query(); !errors.Is(err, uverbs.ErrClosed) {
+		t.Errorf("query after close: %v", err)
+	}
+	if _, err := cq.Poll(wc[:]); !errors.Is(err, uverbs.ErrClosed) {
+		t.Errorf("poll after close: %v", err)
+	}
+	if err := c.Close(); err != nil {
+		t.Fatal(err)
+	}
+	if err := c.Close(); err != nil {
+		t.Fatal("second close:", err)
+	}
+	if live := uverbs.LiveObjects(); len(live) != 0 {
+		t.Errorf("live objects after close: %v", live)
+	}
+}
+
+// TestContextCloseReportsLeaks: closing a context with open children destroys
+// them and says so.
+func TestContextCloseReportsLeaks(t *testing.T) {
+	topo := srenv.Require(t)
+	c, err := uverbs.Open(topo.Lo.Name, opts)
+	if err != nil {
+		t.Fatal(err)
+	}
+	pd, _ := c.AllocPD()
+	cq, _ := c.CreateCQ(uverbs.CQConfig{Entries: 8})
+	if _, err := pd.CreateQP(uverbs.QPConfig{SendCQ: cq, RecvCQ: cq, Caps: uverbs.QPCaps{MaxSendWR: 4, MaxRecvWR: 4, MaxSendSGE: 1, MaxRecvSGE: 1}}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := pd.AllocMR(4096, uverbs.AccessLocalWrite); err != nil {
+		t.Fatal(err)
+	}
+	err = c.Close()
+	if !errors.Is(err, uverbs.ErrLeak) {
+		t.Fatalf("close with children: %v", err)
+	}
+	t.Log(err)
+	if live := uverbs.LiveObjects(); len(live) != 0 {
+		t.Errorf("live objects after forced close: %v", live)
+	}
+}
+
+func ipOf(t *testing.T, d srenv.Dev) netip.Addr {
+	t.Helper()
+	a, ok := netip.AddrFromSlice(d.IP)
+	if !ok {
+		t.Fatalf("%s: bad IP %v", d.Name, d.IP)
+	}
+	return a.Unmap()
+}
