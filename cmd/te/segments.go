@@ -1,0 +1,199 @@
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"net/url"
+	"os"
+	"strings"
+	"text/tabwriter"
+	"time"
+
+	"github.com/rdmago/te/segment"
+	_ "github.com/rdmago/te/segment/consul" // consul:// metadata URIs
+	_ "github.com/rdmago/te/segment/p2p"    // p2p:// metadata URIs
+)
+
+func init() {
+	register(command{
+		name:    "segments",
+		summary: "list segments in a metadata store: name, epoch/version, protocols, buffers, age",
+		run:     runSegments,
+	})
+}
+
+func runSegments(ctx context.Context, args []string) error {
+	fs := newFlags("segments")
+	def := os.Getenv("TE_METADATA")
+	if def == "" {
+		def = "p2p"
+	}
+	metadata := fs.String("metadata", def, "metadata store: consul://host:port[/prefix] or p2p (default $TE_METADATA, else p2p)")
+	peers := fs.String("peers", "", "comma-separated segment names to fetch (for p2p: the peers' host:port); default: all the store lists")
+	asJSON := fs.Bool("json", false, "print each descriptor as one line of JSON instead of a table")
+	timeout := fs.Duration("timeout", 10*time.Second, "give up after this long")
+	fs.Usage = func() {
+		fmt.Fprintf(fs.Output(), "usage: te segments [flags] [name ...]\n\n"+
+			"Lists the segments of a metadata store, or the named ones. The p2p store\n"+
+			"has no server to enumerate: name the peers (their host:port).\n\nflags:\n")
+		fs.PrintDefaults()
+	}
+	if err := fs.Parse(args); err != nil {
+		return err
+	}
+	var names []string
+	for _, n := range strings.Split(*peers, ",") {
+		if n = strings.TrimSpace(n); n != "" {
+			names = append(names, n)
+		}
+	}
+	names = append(names, fs.Args()...)
+	ctx, cancel := context.WithTimeout(ctx, *timeout)
+	defer cancel()
+	return listSegments(ctx, os.Stdout, segmentsURI(*metadata), names, *asJSON, time.Now())
+}
+
+// segmentsURI accepts Mooncake's spellings of the embedded store.
+func segmentsURI(v string) string {
+	switch strings.ToLower(v) {
+	case "", "p2p", "p2phandshake", "p2p://":
+		return "p2p://127.0.0.1:0"
+	}
+	return v
+}
+
+// publishedAt is implemented by stores that know when a segment's current
+// incarnation was first published (the Consul store does).
+type publishedAt interface {
+	PublishedAt(name string) (time.Time, bool)
+}
+
+// listSegments writes the segments named (or, with no names, all the store
+// can list) to w, one row each.
+func listSegments(ctx context.Context, w io.Writer, uri string, names []string, asJSON bool, now time.Time) error {
+	u, err := url.Parse(uri)
+	if err != nil {
+		return fmt.Errorf("--metadata %q: %w", uri, err)
+	}
+	if u.Scheme == "p2p" && len(names) == 0 {
+		return fmt.Errorf("%w: the p2p store has no server to list: name the peers (--peers host:port,...)", errUsage)
+	}
+	st, err := segment.Open(ctx, uri)
+	if err != nil {
+		return err
+	}
+	defer st.Close()
+
+	var descs []*segment.Descriptor
+	var failed []error
+	if len(names) == 0 {
+		descs, err = st.List(ctx)
+		if err != nil {
+			return fmt.Errorf("list: %w", err)
+		}
+	}
+	for _, n := range names {
+		d, err := st.Get(ctx, n)
+		if err != nil {
+			failed = append(failed, err)
+			fmt.Fprintf(os.Stderr, "te segments: %s: %v\n", n, err)
+			continue
+		}
+		descs = append(descs, d)
+	}
+
+	if asJSON {
+		enc := json.NewEncoder(w)
+		for _, d := range descs {
+			if err := enc.Encode(d); err != nil {
+				return err
+			}
+		}
+	} else {
+		pa, _ := st.(publishedAt)
+		tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
+		fmt.Fprintln(tw, "NAME\tEPOCH\tVERSION\tPROTOCOLS\tRAILS\tBUFFERS\tAGE")
+		for _, d := range descs {
+			fmt.Fprintf(tw, "%s\t%#x\t%d\t%s\t%s\t%s\t%s\n", d.Name, d.Epoch, d.Version,
+				protocolsCell(d), railsCell(d), buffersCell(d), ageCell(pa, d.Name, now))
+		}
+		if err := tw.Flush(); err != nil {
+			return err
+		}
+		if len(descs) == 0 && len(failed) == 0 {
+			fmt.Fprintln(os.Stderr, "te segments: no segments")
+		}
+	}
+	if len(failed) > 0 {
+		return fmt.Errorf("%d of %d segments could not be fetched: %w", len(failed), len(names), errors.Join(failed...))
+	}
+	return nil
+}
+
+func protocolsCell(d *segment.Descriptor) string {
+	parts := make([]string, 0, len(d.Protocols))
+	for _, p := range d.Protocols {
+		if p.Endpoint != "" {
+			parts = append(parts, p.Name+"="+p.Endpoint)
+		} else {
+			parts = append(parts, p.Name)
+		}
+	}
+	if len(parts) == 0 {
+		return "-"
+	}
+	return strings.Join(parts, ",")
+}
+
+func railsCell(d *segment.Descriptor) string {
+	parts := make([]string, 0, len(d.Devices))
+	for _, dev := range d.Devices {
+		parts = append(parts, fmt.Sprintf("%s:%d", dev.Name, dev.Port))
+	}
+	if len(parts) == 0 {
+		return "-"
+	}
+	return strings.Join(parts, ",")
+}
+
+func buffersCell(d *segment.Descriptor) string {
+	var total uint64
+	for _, b := range d.Buffers {
+		total += b.Length
+	}
+	return fmt.Sprintf("%d (%s)", len(d.Buffers), humanBytes(total))
+}
+
+func humanBytes(n uint64) string {
+	const unit = 1024
+	if n < unit {
+		return fmt.Sprintf("%d B", n)
+	}
+	div, exp := uint64(unit), 0
+	for m := n / unit; m >= unit && exp < 5; m /= unit {
+		div *= unit
+		exp++
+	}
+	return fmt.Sprintf("%.1f %ciB", float64(n)/float64(div), "KMGTPE"[exp])
+}
+
+func ageCell(pa publishedAt, name string, now time.Time) string {
+	if pa == nil {
+		return "-"
+	}
+	at, ok := pa.PublishedAt(name)
+	if !ok {
+		return "-"
+	}
+	age := now.Sub(at)
+	if age < 0 {
+		age = 0
+	}
+	if age >= time.Hour {
+		return age.Round(time.Minute).String()
+	}
+	return age.Round(time.Second).String()
+}

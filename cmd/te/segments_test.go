@@ -1,0 +1,89 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"regexp"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/rdmago/te/segment"
+	"github.com/rdmago/te/segment/consul"
+	"github.com/rdmago/te/segment/p2p"
+	"github.com/rdmago/te/segment/storetest"
+	"github.com/rdmago/te/test/consul/consulagent"
+)
+
+func TestSegmentsConsul(t *testing.T) {
+	a := consulagent.Start(t)
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	owner, err := consul.New(ctx, consul.Config{Address: a.Addr(), Prefix: "cli", Logf: t.Logf})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer owner.Close()
+	for _, d := range []*segment.Descriptor{storetest.Descriptor("host-a:15001", 0xa1, 3), storetest.Descriptor("host-b:15001", 0, 1)} {
+		if err := owner.Publish(ctx, d); err != nil {
+			t.Fatal(err)
+		}
+	}
+	uri := a.URI("cli")
+
+	var out bytes.Buffer
+	if err := listSegments(ctx, &out, uri, nil, false, time.Now().Add(90*time.Second)); err != nil {
+		t.Fatal(err)
+	}
+	t.Logf("\n%s", out.String())
+	lines := strings.Split(strings.TrimSpace(out.String()), "\n")
+	if len(lines) != 3 || !strings.HasPrefix(lines[0], "NAME") {
+		t.Fatalf("want a header and two rows:\n%s", out.String())
+	}
+	rowA := regexp.MustCompile(`^host-a:15001\s+0xa1\s+3\s+tcp=127\.0\.0\.1:15002,rdma=127\.0\.0\.1:15003\s+rxe0:1\s+2 \(1\.1 MiB\)\s+1m3\ds$`)
+	if !rowA.MatchString(lines[1]) {
+		t.Fatalf("row %q does not match %v", lines[1], rowA)
+	}
+	rowB := regexp.MustCompile(`^host-b:15001\s+` + regexp.QuoteMeta(fmt.Sprintf("%#x", owner.Epoch())) + `\s+1\s`)
+	if !rowB.MatchString(lines[2]) {
+		t.Fatalf("row %q does not match %v", lines[2], rowB)
+	}
+
+	// Named segments, JSON; an unknown name is reported and fails the run.
+	out.Reset()
+	err = listSegments(ctx, &out, uri, []string{"host-a:15001", "nobody:1"}, true, time.Now())
+	if !errors.Is(err, segment.ErrNotFound) {
+		t.Fatalf("unknown name: err = %v, want ErrNotFound", err)
+	}
+	var d segment.Descriptor
+	if err := json.Unmarshal(out.Bytes(), &d); err != nil || d.Name != "host-a:15001" || d.Version != 3 {
+		t.Fatalf("JSON output %q: %+v %v", out.String(), d, err)
+	}
+}
+
+func TestSegmentsP2P(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	peer, err := p2p.New(ctx, p2p.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer peer.Close()
+	if err := peer.Publish(ctx, storetest.Descriptor(peer.Name(), 7, 2)); err != nil {
+		t.Fatal(err)
+	}
+	var out bytes.Buffer
+	if err := listSegments(ctx, &out, segmentsURI("p2p"), []string{peer.Name()}, false, time.Now()); err != nil {
+		t.Fatal(err)
+	}
+	t.Logf("\n%s", out.String())
+	if !regexp.MustCompile(`(?m)^` + regexp.QuoteMeta(peer.Name()) + `\s+0x7\s+2\s+tcp=\S+\s+rxe0:1\s+2 \(1\.1 MiB\)\s+-$`).MatchString(out.String()) {
+		t.Fatalf("no row for the peer:\n%s", out.String())
+	}
+	if err := listSegments(ctx, &out, segmentsURI("p2p"), nil, false, time.Now()); !errors.Is(err, errUsage) {
+		t.Fatalf("p2p without peers: %v, want a usage error", err)
+	}
+}
