@@ -360,6 +360,8 @@ boot() {
 	exec 8>&-
 	BOOT_WALL_MS=$(ms_since "$t0")
 	BOOT_RC=$rc
+	BOOT_TIMED_OUT=0 # timeout(1) says 124, or 137 when it needed -k
+	if [ "$rc" = 124 ] || { [ "$rc" = 137 ] && [ "$BOOT_WALL_MS" -ge $((tmo * 1000)) ]; }; then BOOT_TIMED_OUT=1; fi
 	if [ -n "$OUT" ] && [ -f "$WORK/out.img" ]; then
 		mkdir -p "$OUT"
 		tar -x -f "$WORK/out.img" -C "$OUT" 2> /dev/null || log "no /out archive came back"
@@ -401,14 +403,14 @@ summarize() { # -> exit status
 	grep -aE '@@SR (boot|rxe-ready|test-end|meminfo)' "$LOGF" | sed 's/^ *\([0-9.]*\) @@SR /  [\1s] /' || true
 	if [ -z "$ex" ]; then
 		fail=$((fail + 1))
-		if [ "$BOOT_RC" = 124 ] || [ "$BOOT_RC" = 137 ]; then
+		if [ "$BOOT_TIMED_OUT" = 1 ]; then
 			echo "--- FAIL: softroce guest timed out (SR_TIMEOUT); last lines above"
 			echo "$pass passed, $fail failed, $skip skipped"
 			return 124
 		fi
 		grep -aqE 'Kernel panic|Oops|BUG:' "$LOGF" && echo "--- FAIL: softroce guest kernel panic" ||
 			echo "--- FAIL: softroce guest died without reporting (qemu status $BOOT_RC)"
-		tail -5 "${LOGF%.log}.qemu.log" 2> /dev/null || true
+		echo "    qemu -d guest_errors,cpu_reset log: ${LOGF%.log}.qemu.log"
 		echo "$pass passed, $fail failed, $skip skipped"
 		return 125
 	fi
