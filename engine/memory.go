@@ -62,6 +62,10 @@ func (r *Region) sliceAt(addr, length uint64) []byte {
 	return r.mem[off : off+length : off+length]
 }
 
+// AddrOf returns the virtual address of b's first byte: the address space
+// of descriptors, Request.LocalAddr and Request.TargetAddr.
+func AddrOf(b []byte) uint64 { return addrOf(b) }
+
 // addrOf is the virtual address of b's first byte. Taking an address out of
 // a slice is safe; the engine never turns such a number back into a
 // pointer except in bytesAt.

@@ -1,0 +1,135 @@
+package tcp
+
+import (
+	"encoding/binary"
+	"errors"
+	"fmt"
+)
+
+// Wire format, version 1. Every frame starts with a 32-byte little-endian
+// header:
+//
+//	off len field
+//	  0   2 magic    "TE" (0x54 0x45)
+//	  2   1 version  1
+//	  3   1 op       1 HELLO, 2 WRITE, 3 READ; replies set bit 0x80
+//	  4   2 status   0 in requests; the outcome in replies
+//	  6   2 flags    0 (reserved; receivers reject other values)
+//	  8   8 id       request id, echoed by the reply
+//	 16   8 addr     target address (HELLO: the epoch the initiator expects)
+//	 24   8 length   payload or requested bytes, see below
+//
+// A connection starts with HELLO from the initiator (addr = the target
+// segment's epoch from its descriptor, length 0); the target answers
+// HELLO|reply with status 0, or status StaleEpoch and closes the
+// connection, so nothing addressed to a previous incarnation of the
+// segment ever touches memory. Requests may follow the HELLO without
+// waiting for its reply.
+//
+//	WRITE        header + length bytes of payload, to be stored at addr.
+//	WRITE|reply  header, length 0; status says whether the payload is in
+//	             memory.
+//	READ         header; length is the number of bytes wanted from addr.
+//	READ|reply   header; status 0: length bytes of payload follow,
+//	             otherwise length is 0.
+//
+// The target serves the requests of one connection in order, so replies
+// come back in request order; ids let the initiator check that. Every
+// range is checked against the target's registered memory before it is
+// touched: a WRITE outside it has its payload read and discarded and gets
+// status OutOfRange; nothing is written. A header that fails to decode
+// (bad magic, unknown version or op, non-zero flags, oversized length)
+// means the framing cannot be trusted: the receiver closes the connection.
+const (
+	headerLen   = 32
+	wireVersion = 1
+	// maxPayload bounds one frame's payload (and a READ's request).
+	maxPayload = 1 << 30
+)
+
+type op uint8
+
+const (
+	opHello op = 1
+	opWrite op = 2
+	opRead  op = 3
+	opReply op = 0x80
+)
+
+type status uint16
+
+const (
+	statusOK         status = 0
+	statusOutOfRange status = 1 // range not inside registered memory
+	statusBusy       status = 2 // region being unregistered
+	statusStaleEpoch status = 3 // HELLO for another incarnation
+	statusBadRequest status = 4
+)
+
+// header is a decoded frame header.
+type header struct {
+	op     op
+	status status
+	id     uint64
+	addr   uint64
+	length uint64
+}
+
+var (
+	errMagic   = errors.New("tcp: frame: bad magic")
+	errVersion = errors.New("tcp: frame: unsupported wire version")
+	errOp      = errors.New("tcp: frame: unknown op")
+	errFlags   = errors.New("tcp: frame: unknown flags")
+	errLength  = errors.New("tcp: frame: length too large")
+	errStatus  = errors.New("tcp: frame: status in a request")
+	errShort   = errors.New("tcp: frame: short header")
+)
+
+func (h *header) encode(b []byte) {
+	_ = b[headerLen-1]
+	b[0], b[1], b[2], b[3] = 'T', 'E', wireVersion, byte(h.op)
+	binary.LittleEndian.PutUint16(b[4:], uint16(h.status))
+	binary.LittleEndian.PutUint16(b[6:], 0)
+	binary.LittleEndian.PutUint64(b[8:], h.id)
+	binary.LittleEndian.PutUint64(b[16:], h.addr)
+	binary.LittleEndian.PutUint64(b[24:], h.length)
+}
+
+// decodeHeader parses and checks a header. It does not allocate.
+func decodeHeader(b []byte) (header, error) {
+	if len(b) < headerLen {
+		return header{}, errShort
+	}
+	if b[0] != 'T' || b[1] != 'E' {
+		return header{}, errMagic
+	}
+	if b[2] != wireVersion {
+		return header{}, errVersion
+	}
+	h := header{
+		op:     op(b[3]),
+		status: status(binary.LittleEndian.Uint16(b[4:])),
+		id:     binary.LittleEndian.Uint64(b[8:]),
+		addr:   binary.LittleEndian.Uint64(b[16:]),
+		length: binary.LittleEndian.Uint64(b[24:]),
+	}
+	switch h.op &^ opReply {
+	case opHello, opWrite, opRead:
+	default:
+		return header{}, errOp
+	}
+	if binary.LittleEndian.Uint16(b[6:]) != 0 {
+		return header{}, errFlags
+	}
+	if h.op&opReply == 0 && h.status != statusOK {
+		return header{}, errStatus
+	}
+	if h.length > maxPayload || (h.op&^opReply == opHello && h.length != 0) {
+		return header{}, errLength
+	}
+	return h, nil
+}
+
+func (h header) String() string {
+	return fmt.Sprintf("op=%#x status=%d id=%d addr=%#x len=%d", uint8(h.op), h.status, h.id, h.addr, h.length)
+}

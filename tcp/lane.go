@@ -1,0 +1,437 @@
+package tcp
+
+import (
+	"bufio"
+	"context"
+	"fmt"
+	"io"
+	"net"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/rdmago/te/engine"
+)
+
+// maxFramesPerWrite bounds the frames gathered into one writev (two
+// iovecs each, below the kernel's 1024).
+const maxFramesPerWrite = 256
+
+// peer is the initiator's state for one incarnation of a remote segment:
+// its lanes.
+type peer struct {
+	t     *Transport
+	name  string
+	addr  string
+	epoch uint64
+	lanes []*lane
+	rr    atomic.Uint32
+
+	closeOnce sync.Once
+	wg        sync.WaitGroup // lane goroutines
+}
+
+func newPeer(t *Transport, name, addr string, epoch uint64) *peer {
+	p := &peer{t: t, name: name, addr: addr, epoch: epoch}
+	p.lanes = make([]*lane, t.cfg.Lanes)
+	for i := range p.lanes {
+		p.lanes[i] = &lane{
+			p:    p,
+			kick: make(chan struct{}, 1),
+			hdrs: make([]byte, maxFramesPerWrite*headerLen),
+			iov:  make([][]byte, 0, 2*maxFramesPerWrite),
+		}
+	}
+	return p
+}
+
+// Close fails everything in flight to this peer and joins its goroutines.
+// It is idempotent.
+func (p *peer) Close() error {
+	p.closeOnce.Do(func() {
+		p.t.forget(p)
+		for _, l := range p.lanes {
+			l.close()
+		}
+		p.wg.Wait()
+	})
+	return nil
+}
+
+// submit spreads ss over the lanes in contiguous runs, starting at a
+// rotating lane so single-slice submissions use every lane.
+func (p *peer) submit(ss []*engine.Slice) {
+	n := len(p.lanes)
+	start := int(p.rr.Add(1))
+	per := (len(ss) + n - 1) / n
+	for i := 0; len(ss) > 0; i++ {
+		k := min(per, len(ss))
+		p.lanes[(start+i)%n].enqueue(ss[:k])
+		ss = ss[k:]
+	}
+}
+
+// inflight is a request written (or being written) on a lane's connection.
+type inflight struct {
+	s  *engine.Slice
+	id uint64
+}
+
+// ring is a FIFO of in-flight requests, in wire order.
+type ring struct {
+	buf     []inflight
+	head, n int
+}
+
+func (r *ring) push(e inflight) {
+	if r.n == len(r.buf) {
+		nb := make([]inflight, max(16, 2*len(r.buf)))
+		for i := 0; i < r.n; i++ {
+			nb[i] = r.buf[(r.head+i)%len(r.buf)]
+		}
+		r.buf, r.head = nb, 0
+	}
+	r.buf[(r.head+r.n)%len(r.buf)] = e
+	r.n++
+}
+
+func (r *ring) peek() (inflight, bool) {
+	if r.n == 0 {
+		return inflight{}, false
+	}
+	return r.buf[r.head], true
+}
+
+func (r *ring) pop() {
+	r.buf[r.head] = inflight{}
+	r.head = (r.head + 1) % len(r.buf)
+	r.n--
+}
+
+// lane is one persistent connection to a peer, with a writer goroutine
+// (started on first use) and a reader goroutine per connection.
+type lane struct {
+	p    *peer
+	kick chan struct{} // wakes the writer
+
+	mu      sync.Mutex // guards the fields below
+	closed  bool
+	started bool // writer running
+	pending []*engine.Slice
+	conn    *net.TCPConn
+	ring    ring   // requests on conn awaiting replies
+	reading bool   // the reader owns a popped request (payload in progress)
+	nextID  uint64 // ids grow across connections
+	done    uint64 // replies received: progress for the watchdog
+	// watchdog state, also under mu
+	lastDone uint64
+	stall    int
+
+	// writer-only
+	spare []*engine.Slice
+	hdrs  []byte
+	iov   [][]byte
+	bufs  net.Buffers
+}
+
+func (l *lane) enqueue(ss []*engine.Slice) {
+	for _, s := range ss {
+		if uint64(len(s.Local)) > maxPayload {
+			// The engine never cuts slices this large with sane
+			// configuration; refuse all rather than half a submission.
+			for _, s := range ss {
+				s.Done(0, errTooLarge)
+			}
+			return
+		}
+	}
+	l.mu.Lock()
+	if l.closed {
+		l.mu.Unlock()
+		for _, s := range ss {
+			s.Done(0, errPeerClosed)
+		}
+		return
+	}
+	l.pending = append(l.pending, ss...)
+	if !l.started {
+		l.started = true
+		l.p.wg.Add(1)
+		go l.writeLoop()
+	}
+	l.mu.Unlock()
+	select {
+	case l.kick <- struct{}{}:
+	default:
+	}
+}
+
+func (l *lane) close() {
+	l.mu.Lock()
+	l.closed = true
+	c := l.conn
+	l.mu.Unlock()
+	if c != nil {
+		c.Close() // the reader fails what is in flight
+	}
+	select {
+	case l.kick <- struct{}{}:
+	default:
+	}
+}
+
+func doneAll(ss []*engine.Slice, err error) {
+	for _, s := range ss {
+		s.Done(0, err)
+	}
+}
+
+func (l *lane) writeLoop() {
+	defer l.p.wg.Done()
+	for range l.kick {
+		for {
+			l.mu.Lock()
+			if l.closed {
+				batch := l.pending
+				l.pending = nil
+				l.mu.Unlock()
+				doneAll(batch, errPeerClosed)
+				return
+			}
+			if len(l.pending) == 0 {
+				l.mu.Unlock()
+				break
+			}
+			batch := l.pending
+			l.pending = l.spare[:0]
+			conn := l.conn
+			l.mu.Unlock()
+			if conn == nil {
+				if err := l.connect(l.p.t.ctx); err != nil {
+					doneAll(batch, err)
+					l.recycle(batch)
+					continue
+				}
+				l.mu.Lock()
+				conn = l.conn
+				l.mu.Unlock()
+			}
+			if conn == nil {
+				doneAll(batch, errPeerClosed)
+			} else {
+				l.send(conn, batch)
+			}
+			l.recycle(batch)
+		}
+	}
+}
+
+func (l *lane) recycle(batch []*engine.Slice) {
+	clear(batch)
+	l.spare = batch[:0]
+}
+
+// connect dials the lane's connection and sends HELLO; the reader it
+// starts checks the HELLO reply.
+func (l *lane) connect(ctx context.Context) error {
+	t := l.p.t
+	ctx, cancel := context.WithTimeout(ctx, t.cfg.DialTimeout)
+	defer cancel()
+	var d net.Dialer
+	c, err := d.DialContext(ctx, "tcp", l.p.addr)
+	if err != nil {
+		return fmt.Errorf("%w: dial %s at %s: %v", ErrConnection, l.p.name, l.p.addr, err)
+	}
+	tc := c.(*net.TCPConn)
+	var hb [headerLen]byte
+	h := header{op: opHello, addr: l.p.epoch}
+	h.encode(hb[:])
+	tc.SetWriteDeadline(time.Now().Add(t.cfg.DialTimeout))
+	_, err = tc.Write(hb[:])
+	tc.SetWriteDeadline(time.Time{})
+	if err != nil {
+		tc.Close()
+		return fmt.Errorf("%w: hello to %s at %s: %v", ErrConnection, l.p.name, l.p.addr, err)
+	}
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if l.closed {
+		tc.Close()
+		return errPeerClosed
+	}
+	l.conn = tc
+	l.stall = 0
+	l.p.wg.Add(1)
+	go l.readLoop(tc)
+	return nil
+}
+
+// send writes batch as frames on conn, maxFramesPerWrite per writev.
+func (l *lane) send(conn *net.TCPConn, batch []*engine.Slice) {
+	for len(batch) > 0 {
+		k := min(len(batch), maxFramesPerWrite)
+		chunk := batch[:k]
+		iov := l.iov[:0]
+		l.mu.Lock()
+		if l.conn != conn {
+			l.mu.Unlock()
+			doneAll(batch, fmt.Errorf("%w: to %s at %s", ErrConnection, l.p.name, l.p.addr))
+			return
+		}
+		for i, s := range chunk {
+			id := l.nextID
+			l.nextID++
+			h := header{op: opRead, id: id, addr: s.RemoteAddr, length: uint64(len(s.Local))}
+			hb := l.hdrs[i*headerLen : (i+1)*headerLen]
+			if s.Op == engine.Write {
+				h.op = opWrite
+				h.encode(hb)
+				iov = append(iov, hb, s.Local)
+			} else {
+				h.encode(hb)
+				iov = append(iov, hb)
+			}
+			l.ring.push(inflight{s: s, id: id})
+		}
+		l.mu.Unlock()
+		batch = batch[k:]
+		l.bufs = iov
+		_, err := l.bufs.WriteTo(conn)
+		clear(iov)
+		l.iov = iov[:0]
+		if err != nil {
+			werr := fmt.Errorf("%w: write to %s at %s: %v", ErrConnection, l.p.name, l.p.addr, err)
+			l.fail(conn, werr)
+			doneAll(batch, werr)
+			return
+		}
+	}
+}
+
+func (l *lane) readLoop(c *net.TCPConn) {
+	defer l.p.wg.Done()
+	err := l.readReplies(c)
+	l.fail(c, err)
+}
+
+// readReplies completes requests as their replies arrive, until the
+// connection fails; it returns why.
+func (l *lane) readReplies(c *net.TCPConn) error {
+	br := bufio.NewReaderSize(c, connBufSize)
+	var hb [headerLen]byte
+	connErr := func(err error) error {
+		return fmt.Errorf("%w: read from %s at %s: %v", ErrConnection, l.p.name, l.p.addr, err)
+	}
+	if _, err := io.ReadFull(br, hb[:]); err != nil {
+		return connErr(err)
+	}
+	h, err := decodeHeader(hb[:])
+	if err != nil || h.op != opHello|opReply {
+		return fmt.Errorf("%w: bad HELLO reply from %s: %v", ErrProtocol, l.p.addr, err)
+	}
+	if h.status != statusOK {
+		return statusErr(h.status)
+	}
+	for {
+		if _, err := io.ReadFull(br, hb[:]); err != nil {
+			return connErr(err)
+		}
+		h, err := decodeHeader(hb[:])
+		if err != nil {
+			return fmt.Errorf("%w: from %s: %v", ErrProtocol, l.p.addr, err)
+		}
+		l.mu.Lock()
+		if l.conn != c {
+			l.mu.Unlock()
+			return connErr(net.ErrClosed)
+		}
+		e, ok := l.ring.peek()
+		want := opWrite | opReply
+		if ok && e.s.Op == engine.Read {
+			want = opRead | opReply
+		}
+		if !ok || e.id != h.id || h.op != want {
+			l.mu.Unlock()
+			return fmt.Errorf("%w: unexpected reply (%v) from %s", ErrProtocol, h, l.p.addr)
+		}
+		l.ring.pop()
+		l.reading = true
+		l.mu.Unlock()
+
+		s := e.s
+		serr := statusErr(h.status)
+		var rerr error
+		switch {
+		case serr == nil && s.Op == engine.Read:
+			if h.length != uint64(len(s.Local)) {
+				rerr = fmt.Errorf("%w: READ reply of %d bytes for %d from %s", ErrProtocol, h.length, len(s.Local), l.p.addr)
+			} else if _, err := io.ReadFull(br, s.Local); err != nil {
+				rerr = connErr(err)
+			}
+		case h.length != 0:
+			rerr = fmt.Errorf("%w: reply with %d bytes of payload from %s", ErrProtocol, h.length, l.p.addr)
+		}
+		l.mu.Lock()
+		l.reading = false
+		l.done++
+		l.mu.Unlock()
+		switch {
+		case rerr != nil:
+			s.Done(0, rerr)
+			return rerr
+		case serr != nil:
+			s.Done(0, serr)
+		default:
+			s.Done(uint64(len(s.Local)), nil)
+		}
+	}
+}
+
+// fail closes c and fails every request in flight on it, once: only while
+// c is still the lane's connection.
+func (l *lane) fail(c *net.TCPConn, err error) {
+	l.mu.Lock()
+	if l.conn != c {
+		l.mu.Unlock()
+		c.Close()
+		return
+	}
+	l.conn = nil
+	if l.closed {
+		err = fmt.Errorf("%w (%v)", errPeerClosed, err)
+	}
+	c.Close()
+	failed := make([]*engine.Slice, 0, l.ring.n)
+	for {
+		e, ok := l.ring.peek()
+		if !ok {
+			break
+		}
+		l.ring.pop()
+		failed = append(failed, e.s)
+	}
+	l.mu.Unlock()
+	if len(failed) > 0 {
+		l.p.t.log.Debug("tcp: lane failed", "peer", l.p.name, "addr", l.p.addr, "requests", len(failed), "err", err)
+	}
+	doneAll(failed, err)
+}
+
+// checkStall counts watchdog ticks without progress while requests are
+// outstanding, and fails the lane after limit of them.
+func (l *lane) checkStall(limit int) {
+	l.mu.Lock()
+	c := l.conn
+	if c == nil || (l.ring.n == 0 && !l.reading) || l.done != l.lastDone {
+		l.lastDone = l.done
+		l.stall = 0
+		l.mu.Unlock()
+		return
+	}
+	l.stall++
+	stalled := l.stall >= limit
+	l.mu.Unlock()
+	if stalled {
+		l.fail(c, ErrTimeout)
+	}
+}
