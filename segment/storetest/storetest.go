@@ -191,11 +191,11 @@ func (h *harness) eventually(t *testing.T, s segment.Store, name string, want *s
 		got, err := s.Get(ctx, name)
 		cancel()
 		if want != nil && err == nil {
-			if diff := cmp.Diff(want, got); diff == "" {
+			diff := cmp.Diff(want, got)
+			if diff == "" {
 				return
-			} else {
-				last = "descriptor differs (-want +got):\n" + diff
 			}
+			last = "descriptor differs (-want +got):\n" + diff
 		} else if want == nil && err != nil && slices.ContainsFunc(gone, func(e error) bool { return errors.Is(err, e) }) {
 			return
 		} else {
@@ -464,7 +464,7 @@ func (h *harness) concurrent(t *testing.T) {
 			defer wg.Done()
 			for v := uint64(1); v <= 5; v++ {
 				if err := owner.Publish(ctx, Descriptor(name, 0xc, v)); err != nil {
-					errs <- fmt.Errorf("Publish %s v%d: %w", name, v, err)
+					errs <- fmt.Errorf("publish %s v%d: %w", name, v, err)
 					return
 				}
 			}
@@ -476,10 +476,10 @@ func (h *harness) concurrent(t *testing.T) {
 				switch {
 				case errors.Is(err, segment.ErrNotFound):
 				case err != nil:
-					errs <- fmt.Errorf("Get %s: %w", name, err)
+					errs <- fmt.Errorf("get %s: %w", name, err)
 					return
 				case d.Name != name || d.Epoch != 0xc:
-					errs <- fmt.Errorf("Get %s returned %s epoch %#x", name, d.Name, d.Epoch)
+					errs <- fmt.Errorf("get %s returned %s epoch %#x", name, d.Name, d.Epoch)
 					return
 				}
 			}
