@@ -320,4 +320,6 @@ func TestDoorbellRegisterWrites(t *testing.T) {
 	}
 }
 
-func byteSwap32(v uint32) uint32 { return binary.BigEndian.Uint32(binary.LittleEndian.AppendUint32(nil, v)) }
+func byteSwap32(v uint32) uint32 {
+	return binary.BigEndian.Uint32(binary.LittleEndian.AppendUint32(nil, v))
+}
