@@ -402,3 +402,22 @@ func TestOpenScheme(t *testing.T) {
 		t.Fatalf("Open returned %T", s)
 	}
 }
+
+func FuzzParseURI(f *testing.F) {
+	for _, s := range []string{"consul://h:1/p?ttl=3s", "consul://", "consul://h/a//b", "consul://u@h/?wait=-1s"} {
+		f.Add(s)
+	}
+	f.Fuzz(func(t *testing.T, s string) {
+		u, err := url.Parse(s)
+		if err != nil {
+			return
+		}
+		c, err := consul.ParseURI(u)
+		if err != nil {
+			return
+		}
+		if c.SessionTTL < 0 || c.RequestTimeout < 0 || c.WatchWait < 0 {
+			t.Fatalf("%q: negative duration accepted: %+v", s, c)
+		}
+	})
+}

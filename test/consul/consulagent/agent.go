@@ -29,8 +29,13 @@ import (
 // Binary returns the path of the consul binary, or an error saying how to
 // install one.
 func Binary() (string, error) {
+	const hint = "install it with `bash test/consul/install.sh` (builds v1.14.11 from the Go module proxy, ~10-20 min)"
 	if p := os.Getenv("CONSUL"); p != "" {
-		return exec.LookPath(p)
+		path, err := exec.LookPath(p)
+		if err != nil {
+			return "", fmt.Errorf("$CONSUL: %w; %s", err, hint)
+		}
+		return path, nil
 	}
 	if p, err := exec.LookPath("consul"); err == nil {
 		return p, nil
@@ -39,7 +44,7 @@ func Binary() (string, error) {
 	if _, err := os.Stat(fallback); err == nil {
 		return fallback, nil
 	}
-	return "", errors.New("no consul binary ($CONSUL, PATH, /usr/local/bin/consul); install it with `bash test/consul/install.sh` (builds v1.14.11 from the Go module proxy, ~10-20 min)")
+	return "", errors.New("no consul binary ($CONSUL, PATH, /usr/local/bin/consul); " + hint)
 }
 
 // Require returns the consul binary's path. Without one it skips the test
