@@ -14,6 +14,7 @@ package mlx5
 
 import (
 	"fmt"
+	"sync/atomic"
 	"unsafe"
 )
 
@@ -62,4 +63,10 @@ func sgeBytes(s *SGE) []byte {
 // diagnostics read records back in memory order).
 func recordBytes(p *uint32) []byte {
 	return unsafe.Slice((*byte)(unsafe.Pointer(p)), 4)
+}
+
+// loadAcquire32 atomically loads the little-endian word at b[off:off+4]
+// (acquire ordering: later loads are not hoisted above it).
+func loadAcquire32(b []byte, off int) uint32 {
+	return atomic.LoadUint32(word32(b, off))
 }

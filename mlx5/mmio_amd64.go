@@ -4,20 +4,9 @@ package mlx5
 // the mlx5 data path needs.
 const mmioSupported = true
 
-// sfence orders all earlier stores (including write-combining ones) before
-// later ones: rdma-core's mmio_wc_start / mmio_flush_writes on x86-64.
-//
-//go:noescape
-func sfence()
-
-// lfence is rdma-core's udma_from_device_barrier on x86-64: after a CQE's
-// owner byte says it is valid, its other fields are read only after it.
-//
-//go:noescape
-func lfence()
-
-// ringDoorbell stores recVal to the doorbell record, SFENCE, one 64-bit
-// store of val to the register, SFENCE.
+// ringDoorbell stores recVal to the doorbell record, SFENCE (rdma-core's
+// mmio_wc_start), one 64-bit store of val to the register, SFENCE
+// (mmio_flush_writes).
 //
 //go:noescape
 func ringDoorbell(rec *uint32, recVal uint32, reg *uint64, val uint64)

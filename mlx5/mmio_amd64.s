@@ -15,16 +15,6 @@
 
 #include "textflag.h"
 
-// func sfence()
-TEXT ·sfence(SB), NOSPLIT, $0-0
-	SFENCE
-	RET
-
-// func lfence()
-TEXT ·lfence(SB), NOSPLIT, $0-0
-	LFENCE
-	RET
-
 // func ringDoorbell(rec *uint32, recVal uint32, reg *uint64, val uint64)
 TEXT ·ringDoorbell(SB), NOSPLIT, $0-32
 	MOVQ rec+0(FP), AX

@@ -7,8 +7,6 @@ package mlx5
 // builders and decoders still compile and are tested.
 const mmioSupported = false
 
-func sfence() { panic("mlx5: MMIO primitives not implemented on this GOARCH") }
-func lfence() { panic("mlx5: MMIO primitives not implemented on this GOARCH") }
 func ringDoorbell(rec *uint32, recVal uint32, reg *uint64, val uint64) {
 	panic("mlx5: MMIO primitives not implemented on this GOARCH")
 }
