@@ -1,0 +1,644 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"strconv"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"text/tabwriter"
+	"time"
+
+	"github.com/rdmago/te/engine"
+)
+
+func init() {
+	register(command{
+		name:    "bench",
+		summary: "measure transfers to a segment (default: TCP over loopback to an in-process target)",
+		run:     func(ctx context.Context, args []string) error { return runBench(ctx, args, os.Stdout, os.Stderr) },
+	})
+}
+
+// benchConfig is te bench's flags after parsing.
+type benchConfig struct {
+	Operation  string        `json:"operation"`
+	Protocol   string        `json:"protocol"`
+	BlockSize  int64         `json:"block_size"`
+	BatchSize  int           `json:"batch_size"`
+	Threads    int           `json:"threads"`
+	Duration   time.Duration `json:"-"`
+	Seconds    float64       `json:"duration_s"`
+	BufferSize int64         `json:"buffer_size"`
+	Segment    string        `json:"segment,omitempty"`
+	Metadata   string        `json:"metadata"`
+	ReportUnit string        `json:"report_unit"`
+	Precision  int           `json:"-"`
+	JSON       bool          `json:"-"`
+	Baseline   bool          `json:"baseline"`
+	Sweep      bool          `json:"sweep"`
+	Verify     bool          `json:"verify"`
+	Quiet      bool          `json:"-"`
+}
+
+// sweepBlocks and sweepOps are the table --sweep measures.
+var (
+	sweepBlocks = []int64{4 << 10, 64 << 10, 1 << 20}
+	sweepOps    = []string{"write", "read"}
+)
+
+func parseBench(args []string, stderr io.Writer) (*benchConfig, error) {
+	fs := newFlags("bench")
+	fs.SetOutput(stderr)
+	def := os.Getenv("TE_METADATA")
+	if def == "" {
+		def = "p2p"
+	}
+	op := &choiceFlag{v: "write", ok: []string{"read", "write"}}
+	proto := &choiceFlag{v: "tcp", ok: []string{"tcp", "rdma"}}
+	unit := &choiceFlag{v: "GB", ok: []string{"GB", "GiB", "Gb", "MB", "MiB", "Mb", "KB", "KiB", "Kb"}}
+	block, buf := sizeFlag(64<<10), sizeFlag(256<<20)
+	dur := secondsFlag(5 * time.Second)
+	c := &benchConfig{}
+	fs.Var(op, "operation", "read (target to local) or write (local to target)")
+	fs.Var(proto, "protocol", "transport: tcp or rdma")
+	fs.Var(&block, "block-size", "bytes per request (4096, 64KiB, 1MiB, ...)")
+	fs.IntVar(&c.BatchSize, "batch-size", 128, "requests per batch")
+	fs.IntVar(&c.Threads, "threads", 1, "initiator goroutines, each with its own batches")
+	fs.Var(&dur, "duration", "how long to measure each configuration (seconds, or 500ms, 2s, ...)")
+	fs.Var(&buf, "buffer-size", "bytes registered on each side (raised to block × batch × threads)")
+	fs.StringVar(&c.Segment, "segment", "", "target segment to open (with p2p: the te serve's host:port); default: start a target in this process")
+	fs.StringVar(&c.Metadata, "metadata", def, "metadata store: p2p (embedded, no server) or consul://host:port[/prefix] (default $TE_METADATA, else p2p)")
+	fs.Var(unit, "report-unit", "bandwidth unit: GB (1e9 bytes), GiB, Gb, MB, MiB, Mb, KB, KiB, Kb")
+	fs.IntVar(&c.Precision, "report-precision", 2, "digits after the point in reported bandwidths")
+	fs.BoolVar(&c.JSON, "json", false, "print the results as JSON on stdout")
+	fs.BoolVar(&c.Baseline, "baseline", false, "also measure raw TCP over one loopback connection at the same block size, and print engine/baseline")
+	fs.BoolVar(&c.Sweep, "sweep", false, "measure the table: 4KiB, 64KiB, 1MiB blocks × write, read (other flags apply)")
+	fs.BoolVar(&c.Verify, "verify", false, "after each measurement, write a pattern, read it back and compare")
+	fs.BoolVar(&c.Quiet, "quiet", false, "no progress lines on stderr")
+	alias(fs, "block-size", "block_size")
+	alias(fs, "batch-size", "batch_size")
+	alias(fs, "buffer-size", "buffer_size")
+	alias(fs, "segment", "segment_id")
+	alias(fs, "metadata", "metadata_server")
+	alias(fs, "report-unit", "report_unit")
+	alias(fs, "report-precision", "report_precision")
+	fs.Usage = func() {
+		fmt.Fprintf(fs.Output(), "usage: te bench [flags]\n\n"+
+			"Each thread loops: allocate a batch, submit batch-size requests of block-size\n"+
+			"bytes (thread t's request i at offset block×(i×threads+t) on both sides),\n"+
+			"wait for all, free the batch. GB/s counts 1e9 bytes; latency is per batch,\n"+
+			"submit to all complete. With no --segment a target runs in this process\n"+
+			"over loopback. Start a separate target with te serve.\n\nflags:\n")
+		fs.PrintDefaults()
+	}
+	if err := fs.Parse(args); err != nil {
+		return nil, usageErr(err)
+	}
+	if fs.NArg() > 0 {
+		return nil, badUsage(stderr, "bench", "unexpected arguments %q", strings.Join(fs.Args(), " "))
+	}
+	c.Operation, c.Protocol, c.ReportUnit = op.v, proto.v, unit.v
+	c.BlockSize, c.BufferSize, c.Duration = int64(block), int64(buf), time.Duration(dur)
+	c.Seconds = c.Duration.Seconds()
+	c.Metadata = metadataURI(c.Metadata)
+	switch {
+	case c.BlockSize <= 0 || c.BlockSize > 1<<30:
+		return nil, badUsage(stderr, "bench", "--block-size %d: want 1 byte to 1GiB", c.BlockSize)
+	case c.BatchSize <= 0 || c.BatchSize > engine.MaxBatchCapacity:
+		return nil, badUsage(stderr, "bench", "--batch-size %d: want 1 to %d", c.BatchSize, engine.MaxBatchCapacity)
+	case c.Threads <= 0 || c.Threads > 1024:
+		return nil, badUsage(stderr, "bench", "--threads %d: want 1 to 1024", c.Threads)
+	case c.BufferSize <= 0:
+		return nil, badUsage(stderr, "bench", "--buffer-size must be positive")
+	case c.Precision < 0 || c.Precision > 9:
+		return nil, badUsage(stderr, "bench", "--report-precision %d: want 0 to 9", c.Precision)
+	}
+	maxBlock := c.BlockSize
+	if c.Sweep {
+		maxBlock = max(maxBlock, sweepBlocks[len(sweepBlocks)-1])
+	}
+	if fp := maxBlock * int64(c.BatchSize) * int64(c.Threads); fp > 64<<30 {
+		return nil, badUsage(stderr, "bench", "block × batch × threads = %s: over 64GiB", formatSize(fp))
+	}
+	return c, nil
+}
+
+// benchResult is one measured configuration.
+type benchResult struct {
+	Operation   string          `json:"operation"`
+	Protocol    string          `json:"protocol"`
+	BlockSize   int64           `json:"block_size"`
+	BatchSize   int             `json:"batch_size"`
+	Threads     int             `json:"threads"`
+	Segment     string          `json:"segment"`
+	InProcess   bool            `json:"in_process_target"`
+	Seconds     float64         `json:"seconds"`
+	Bytes       uint64          `json:"bytes"`
+	Batches     uint64          `json:"batches"`
+	Requests    uint64          `json:"requests"`
+	GBps        float64         `json:"gb_per_s"`
+	Rate        float64         `json:"rate"`
+	Unit        string          `json:"unit"`
+	OpsPerSec   float64         `json:"requests_per_s"`
+	P50Micros   float64         `json:"batch_latency_p50_us"`
+	P99Micros   float64         `json:"batch_latency_p99_us"`
+	MaxMicros   float64         `json:"batch_latency_max_us"`
+	Verified    *bool           `json:"verified,omitempty"`
+	Baseline    *baselineResult `json:"baseline,omitempty"`
+	VsBaseline  float64         `json:"engine_over_baseline,omitempty"`
+	footprint   int64
+	elapsedWall time.Duration
+}
+
+func runBench(ctx context.Context, args []string, stdout, stderr io.Writer) error {
+	c, err := parseBench(args, stderr)
+	if err != nil {
+		return err
+	}
+	var progress io.Writer = stderr
+	if c.Quiet {
+		progress = io.Discard
+	}
+	info := stdout // where the human-readable config goes
+	if c.JSON {
+		info = progress
+	}
+
+	maxBlock := c.BlockSize
+	if c.Sweep {
+		maxBlock = max(maxBlock, sweepBlocks[len(sweepBlocks)-1])
+	}
+	footprint := maxBlock * int64(c.BatchSize) * int64(c.Threads)
+	bufSize := max(c.BufferSize, footprint)
+	localSize := bufSize
+	if c.Verify {
+		localSize = max(localSize, 2*footprint) // the read-back lands after the pattern
+	}
+	env, err := setupBench(ctx, c, bufSize, localSize)
+	if err != nil {
+		return err
+	}
+	defer env.Close()
+	where := env.segment
+	if env.target != nil {
+		where += " (in-process target)"
+	}
+	fmt.Fprintf(info, "te bench: %s over %s to %s, metadata %s\n", opsLabel(c), c.Protocol, where, c.Metadata)
+	fmt.Fprintf(info, "te bench: block %s, batch %d, threads %d, %v per run, buffer %s\n",
+		blocksLabel(c), c.BatchSize, c.Threads, c.Duration, formatSize(bufSize))
+
+	var results []*benchResult
+	baselines := map[int64]*baselineResult{}
+	blocks, ops := []int64{c.BlockSize}, []string{c.Operation}
+	if c.Sweep {
+		blocks, ops = sweepBlocks, sweepOps
+	}
+	for _, block := range blocks {
+		for _, op := range ops {
+			r, err := env.run(ctx, op, block, progress)
+			if err != nil {
+				return fmt.Errorf("%s %s: %w", op, formatSize(block), err)
+			}
+			if c.Verify {
+				ok, err := env.verify(ctx, block)
+				if err != nil {
+					return fmt.Errorf("verify %s: %w", formatSize(block), err)
+				}
+				r.Verified = &ok
+				if !ok {
+					return fmt.Errorf("verify %s: data read back differs from what was written", formatSize(block))
+				}
+			}
+			if c.Baseline {
+				b := baselines[block]
+				if b == nil {
+					fmt.Fprintf(progress, "te bench: baseline: raw TCP, one loopback connection, %s writes, %v\n", formatSize(block), c.Duration)
+					res, err := runBaseline(ctx, int(block), int(r.footprint), c.Duration)
+					if err != nil {
+						return err
+					}
+					b = &res
+					baselines[block] = b
+				}
+				r.Baseline = b
+				if b.GBps > 0 {
+					r.VsBaseline = r.GBps / b.GBps
+				}
+			}
+			results = append(results, r)
+			if !c.JSON && !c.Sweep {
+				printResult(stdout, c, r)
+			}
+		}
+	}
+	switch {
+	case c.JSON && c.Sweep:
+		return writeJSON(stdout, results)
+	case c.JSON:
+		return writeJSON(stdout, results[0])
+	case c.Sweep:
+		printTable(stdout, c, results)
+	}
+	return nil
+}
+
+func opsLabel(c *benchConfig) string {
+	if c.Sweep {
+		return strings.Join(sweepOps, "+")
+	}
+	return c.Operation
+}
+
+func blocksLabel(c *benchConfig) string {
+	if !c.Sweep {
+		return formatSize(c.BlockSize)
+	}
+	var s []string
+	for _, b := range sweepBlocks {
+		s = append(s, formatSize(b))
+	}
+	return strings.Join(s, ", ")
+}
+
+func writeJSON(w io.Writer, v any) error {
+	enc := json.NewEncoder(w)
+	enc.SetIndent("", "  ")
+	return enc.Encode(v)
+}
+
+// benchEnv is the initiator, the opened target segment and, without
+// --segment, the in-process target.
+type benchEnv struct {
+	cfg        *benchConfig
+	init       *node
+	target     *node // nil for a remote target
+	segment    string
+	seg        engine.SegmentID
+	remoteBase uint64 // first byte of the target buffer the bench uses
+	remoteLen  uint64
+}
+
+func setupBench(ctx context.Context, c *benchConfig, bufSize, localSize int64) (_ *benchEnv, err error) {
+	env := &benchEnv{cfg: c, segment: c.Segment}
+	defer func() {
+		if err != nil {
+			env.Close()
+		}
+	}()
+	if env.segment == "" {
+		// The target is a second engine with its own embedded store and
+		// listeners on loopback: the same code path as a remote one.
+		env.target, err = openNode(ctx, nodeConfig{metadata: "p2p://127.0.0.1:0", protocol: c.Protocol, listen: "127.0.0.1:0", bufSize: bufSize})
+		if err != nil {
+			return nil, fmt.Errorf("in-process target: %w", err)
+		}
+		env.segment = env.target.eng.Name()
+	}
+	metadata := c.Metadata
+	if env.target != nil {
+		metadata = "p2p://127.0.0.1:0"
+	}
+	env.init, err = openNode(ctx, nodeConfig{metadata: metadata, protocol: c.Protocol, bufSize: localSize})
+	if err != nil {
+		return nil, fmt.Errorf("initiator: %w", err)
+	}
+	env.seg, err = env.init.eng.OpenSegment(ctx, env.segment, nil)
+	if err != nil {
+		return nil, err
+	}
+	d, err := env.init.eng.SegmentDescriptor(env.seg)
+	if err != nil {
+		return nil, err
+	}
+	need := uint64(bufSize)
+	if c.Segment != "" {
+		// A remote target's buffer was sized by its owner; only the
+		// footprint has to fit.
+		maxBlock := c.BlockSize
+		if c.Sweep {
+			maxBlock = max(maxBlock, sweepBlocks[len(sweepBlocks)-1])
+		}
+		need = uint64(maxBlock) * uint64(c.BatchSize) * uint64(c.Threads)
+	}
+	var largest uint64
+	for _, b := range d.Buffers {
+		largest = max(largest, b.Length)
+		if b.Length >= need {
+			env.remoteBase, env.remoteLen = b.Addr, b.Length
+			return env, nil
+		}
+	}
+	return nil, fmt.Errorf("segment %s exposes no buffer of %s (block × batch × threads); its largest is %s: lower --block-size, --batch-size or --threads, or raise the target's --buffer-size",
+		env.segment, formatSize(int64(need)), formatSize(int64(largest)))
+}
+
+func (env *benchEnv) Close() error {
+	var errs []error
+	if env.init != nil {
+		errs = append(errs, env.init.Close())
+	}
+	if env.target != nil {
+		errs = append(errs, env.target.Close())
+	}
+	return errors.Join(errs...)
+}
+
+func parseOp(op string) engine.Op {
+	if op == "read" {
+		return engine.Read
+	}
+	return engine.Write
+}
+
+// workerStats is one thread's counters; the progress printer reads the
+// atomics, the histogram is merged after the thread ends.
+type workerStats struct {
+	bytes   atomic.Uint64
+	batches atomic.Uint64
+	hist    histogram
+}
+
+// loop is one initiator thread's state: its request slice is built once
+// and reused for every batch.
+type loop struct {
+	e     *engine.Engine
+	reqs  []engine.Request
+	stats *workerStats
+}
+
+func newLoop(env *benchEnv, op engine.Op, block int64, tid int, stats *workerStats) *loop {
+	c := env.cfg
+	mem := env.init.mem.Bytes()
+	l := &loop{e: env.init.eng, reqs: make([]engine.Request, c.BatchSize), stats: stats}
+	for i := range l.reqs {
+		off := block * int64(i*c.Threads+tid)
+		l.reqs[i] = engine.Request{
+			Op:         op,
+			Local:      mem[off : off+block : off+block],
+			Target:     env.seg,
+			TargetAddr: env.remoteBase + uint64(off),
+		}
+	}
+	return l
+}
+
+// step runs one batch: allocate, submit, wait, free. It records the batch
+// latency (submit to all complete) and the bytes the tasks report. It does
+// not allocate when the engine does not.
+func (l *loop) step(ctx context.Context) error {
+	b, err := l.e.AllocateBatch(len(l.reqs))
+	if err != nil {
+		return err
+	}
+	start := time.Now()
+	if err := l.e.Submit(b, l.reqs); err != nil {
+		l.e.FreeBatch(b)
+		return err
+	}
+	werr := l.e.Wait(ctx, b)
+	lat := time.Since(start)
+	if werr != nil {
+		if ctx.Err() != nil {
+			// Tasks may still be in flight: give them a moment so the
+			// batch can be freed; the engine's Close fails the rest.
+			wctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+			l.e.Wait(wctx, b)
+			cancel()
+		}
+		l.e.FreeBatch(b)
+		return werr
+	}
+	st, err := l.e.BatchStatus(b)
+	if err != nil {
+		l.e.FreeBatch(b)
+		return err
+	}
+	if err := l.e.FreeBatch(b); err != nil {
+		return err
+	}
+	l.stats.hist.record(lat)
+	l.stats.bytes.Add(st.Transferred)
+	l.stats.batches.Add(1)
+	return nil
+}
+
+// run measures one configuration for the configured duration.
+func (env *benchEnv) run(ctx context.Context, op string, block int64, progress io.Writer) (*benchResult, error) {
+	c := env.cfg
+	label := fmt.Sprintf("%s %s", op, formatSize(block))
+	stats := make([]workerStats, c.Threads)
+	loops := make([]*loop, c.Threads)
+	for t := range loops {
+		loops[t] = newLoop(env, parseOp(op), block, t, &stats[t])
+		// One untimed batch per thread connects the lanes and faults in
+		// the pages of both buffers.
+		if err := loops[t].step(ctx); err != nil {
+			return nil, fmt.Errorf("warm-up: %w", err)
+		}
+	}
+	for t := range stats {
+		stats[t] = workerStats{}
+	}
+
+	var stop atomic.Bool
+	errs := make([]error, c.Threads)
+	var wg sync.WaitGroup
+	start := time.Now()
+	for t := range loops {
+		wg.Go(func() {
+			for !stop.Load() {
+				if err := loops[t].step(ctx); err != nil {
+					errs[t] = err
+					stop.Store(true)
+					return
+				}
+			}
+		})
+	}
+	done := make(chan struct{})
+	var pwg sync.WaitGroup
+	pwg.Go(func() { printProgress(progress, c, label, stats, start, done) })
+	timer := time.NewTimer(c.Duration)
+	select {
+	case <-timer.C:
+	case <-ctx.Done():
+	}
+	timer.Stop()
+	stop.Store(true)
+	wg.Wait()
+	elapsed := time.Since(start)
+	close(done)
+	pwg.Wait()
+	if err := errors.Join(errs...); err != nil {
+		return nil, err
+	}
+	if err := ctx.Err(); err != nil {
+		return nil, err
+	}
+
+	r := &benchResult{
+		Operation: op, Protocol: c.Protocol, BlockSize: block, BatchSize: c.BatchSize, Threads: c.Threads,
+		Segment: env.segment, InProcess: env.target != nil, Seconds: elapsed.Seconds(),
+		Unit: c.ReportUnit, footprint: block * int64(c.BatchSize) * int64(c.Threads), elapsedWall: elapsed,
+	}
+	var h histogram
+	for t := range stats {
+		r.Bytes += stats[t].bytes.Load()
+		r.Batches += stats[t].batches.Load()
+		h.merge(&stats[t].hist)
+	}
+	r.Requests = r.Batches * uint64(c.BatchSize)
+	r.GBps = float64(r.Bytes) / elapsed.Seconds() / 1e9
+	r.Rate = float64(r.Bytes) / elapsed.Seconds() / reportUnits[c.ReportUnit]
+	r.OpsPerSec = float64(r.Requests) / elapsed.Seconds()
+	r.P50Micros = micros(h.quantile(0.50))
+	r.P99Micros = micros(h.quantile(0.99))
+	r.MaxMicros = micros(h.max)
+	return r, nil
+}
+
+func micros(d time.Duration) float64 { return float64(d) / float64(time.Microsecond) }
+
+// printProgress writes one line a second until done.
+func printProgress(w io.Writer, c *benchConfig, label string, stats []workerStats, start time.Time, done <-chan struct{}) {
+	tick := time.NewTicker(time.Second)
+	defer tick.Stop()
+	var lastBytes, lastBatches uint64
+	last := start
+	for {
+		select {
+		case <-done:
+			return
+		case now := <-tick.C:
+			var bytes, batches uint64
+			for t := range stats {
+				bytes += stats[t].bytes.Load()
+				batches += stats[t].batches.Load()
+			}
+			dt := now.Sub(last).Seconds()
+			fmt.Fprintf(w, "te bench: %5.0fs  %-12s %s  %s req/s\n", now.Sub(start).Seconds(), label,
+				rate(float64(bytes-lastBytes)/dt, c), si(float64(batches-lastBatches)*float64(c.BatchSize)/dt))
+			lastBytes, lastBatches, last = bytes, batches, now
+		}
+	}
+}
+
+// rate formats bytes per second in the report unit.
+func rate(bytesPerSec float64, c *benchConfig) string {
+	return strconv.FormatFloat(bytesPerSec/reportUnits[c.ReportUnit], 'f', c.Precision, 64) + " " + c.ReportUnit + "/s"
+}
+
+// si writes a count with a k or M suffix.
+func si(v float64) string {
+	switch {
+	case v >= 1e6:
+		return fmt.Sprintf("%.2fM", v/1e6)
+	case v >= 1e4:
+		return fmt.Sprintf("%.1fk", v/1e3)
+	}
+	return fmt.Sprintf("%.0f", v)
+}
+
+func latency(us float64) string {
+	if us >= 1000 {
+		return fmt.Sprintf("%.2f ms", us/1000)
+	}
+	return fmt.Sprintf("%.0f µs", us)
+}
+
+func printResult(w io.Writer, c *benchConfig, r *benchResult) {
+	fmt.Fprintf(w, "result: %s %s: %s  %s req/s  batch latency p50 %s  p99 %s  max %s  %s moved in %.2f s\n",
+		r.Operation, formatSize(r.BlockSize), rate(r.GBps*1e9, c), si(r.OpsPerSec),
+		latency(r.P50Micros), latency(r.P99Micros), latency(r.MaxMicros),
+		strconv.FormatFloat(float64(r.Bytes)/1e9, 'f', 2, 64)+" GB", r.Seconds)
+	if r.Verified != nil {
+		fmt.Fprintf(w, "verify: %v (pattern written, read back and compared)\n", *r.Verified)
+	}
+	if b := r.Baseline; b != nil {
+		fmt.Fprintf(w, "baseline: raw TCP, one loopback connection, %s writes: %s  engine/baseline %.2f\n",
+			formatSize(int64(b.BlockSize)), rate(b.GBps*1e9, c), r.VsBaseline)
+	}
+}
+
+// printTable writes the sweep as a Markdown table.
+func printTable(w io.Writer, c *benchConfig, rs []*benchResult) {
+	var buf bytes.Buffer
+	tw := tabwriter.NewWriter(&buf, 0, 0, 1, ' ', tabwriter.Debug)
+	hdr := "| op\t block\t " + c.ReportUnit + "/s\t req/s\t p50 batch\t p99 batch\t"
+	sep := "|---\t---\t---\t---\t---\t---\t"
+	if c.Baseline {
+		hdr += " baseline " + c.ReportUnit + "/s\t engine/baseline\t"
+		sep += "---\t---\t"
+	}
+	fmt.Fprintln(tw, hdr)
+	fmt.Fprintln(tw, sep)
+	for _, r := range rs {
+		row := fmt.Sprintf("| %s\t %s\t %s\t %s\t %s\t %s\t", r.Operation, formatSize(r.BlockSize),
+			strconv.FormatFloat(r.Rate, 'f', c.Precision, 64), si(r.OpsPerSec), latency(r.P50Micros), latency(r.P99Micros))
+		if b := r.Baseline; b != nil {
+			row += fmt.Sprintf(" %s\t %.2f\t", strconv.FormatFloat(b.GBps*1e9/reportUnits[c.ReportUnit], 'f', c.Precision, 64), r.VsBaseline)
+		}
+		fmt.Fprintln(tw, row)
+	}
+	tw.Flush()
+	// tabwriter.Debug draws '|' between cells; the rows already start with one.
+	out := strings.ReplaceAll(buf.String(), "\t", "")
+	fmt.Fprintf(w, "\n%s/%s, batch %d, threads %d, %v per cell, target %s\n\n", c.Protocol, "loopback", c.BatchSize, c.Threads, c.Duration, rs[0].Segment)
+	io.WriteString(w, out)
+}
+
+// verify writes a fresh pattern to the target with one batch covering the
+// footprint, reads it back into the second half of the local buffer and
+// compares.
+func (env *benchEnv) verify(ctx context.Context, block int64) (bool, error) {
+	c := env.cfg
+	n := int64(c.BatchSize) * int64(c.Threads)
+	fp := block * n
+	mem := env.init.mem.Bytes()
+	src, dst := mem[:fp], mem[fp:2*fp]
+	seed := uint64(time.Now().UnixNano())
+	fill(src, seed)
+	clear(dst)
+	e := env.init.eng
+	reqs := make([]engine.Request, n)
+	for _, op := range []engine.Op{engine.Write, engine.Read} {
+		for i := range reqs {
+			off := block * int64(i)
+			local := src
+			if op == engine.Read {
+				local = dst
+			}
+			reqs[i] = engine.Request{Op: op, Local: local[off : off+block], Target: env.seg, TargetAddr: env.remoteBase + uint64(off)}
+		}
+		b, err := e.AllocateBatch(len(reqs))
+		if err != nil {
+			return false, err
+		}
+		if err := e.Submit(b, reqs); err != nil {
+			e.FreeBatch(b)
+			return false, err
+		}
+		err = e.Wait(ctx, b)
+		e.FreeBatch(b)
+		if err != nil {
+			return false, err
+		}
+	}
+	if !bytes.Equal(src, dst) {
+		return false, nil
+	}
+	if env.target != nil {
+		// With the target in this process, look at its memory directly too.
+		tmem := env.target.mem.Bytes()
+		off := env.remoteBase - env.target.eng.LocalDescriptor().Buffers[0].Addr
+		return bytes.Equal(src, tmem[off:off+uint64(fp)]), nil
+	}
+	return true, nil
+}

@@ -1,0 +1,120 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net"
+	"os"
+
+	"github.com/rdmago/te/engine"
+	"github.com/rdmago/te/segment"
+	"github.com/rdmago/te/segment/p2p"
+	"github.com/rdmago/te/tcp"
+)
+
+// node is one engine with its metadata store, a transport and one
+// registered buffer: what te serve runs and what each side of te bench is.
+type node struct {
+	store segment.Store
+	eng   *engine.Engine
+	mem   *engine.Memory
+	tr    engine.Transport
+}
+
+// nodeConfig says how to build a node.
+type nodeConfig struct {
+	metadata string // metadata URI (p2p://..., consul://...)
+	name     string // segment name for stores that do not assign one
+	protocol string // tcp or rdma
+	listen   string // the transport's data listener; "" derives one
+	bufSize  int64
+}
+
+// openNode opens the store, starts the engine, installs the transport and
+// registers a buffer of cfg.bufSize bytes (mmap'd, touched lazily).
+func openNode(ctx context.Context, cfg nodeConfig) (_ *node, err error) {
+	n := &node{}
+	defer func() {
+		if err != nil {
+			n.Close()
+		}
+	}()
+	n.store, err = segment.Open(ctx, cfg.metadata)
+	if err != nil {
+		return nil, err
+	}
+	name, listen := cfg.name, cfg.listen
+	if ps, ok := n.store.(*p2p.Store); ok {
+		// The embedded store names the segment after its listener, and
+		// the data listener goes on the same interface.
+		name = ps.Name()
+		if listen == "" {
+			host, _, _ := net.SplitHostPort(ps.ListenAddr().String())
+			listen = net.JoinHostPort(host, "0")
+		}
+	}
+	if name == "" {
+		if name, err = os.Hostname(); err != nil {
+			return nil, fmt.Errorf("segment name: %w", err)
+		}
+		name = fmt.Sprintf("%s/%d", name, os.Getpid())
+	}
+	if listen == "" {
+		listen = ":0"
+	}
+	n.eng, err = engine.New(engine.Config{Name: name, Store: n.store})
+	if err != nil {
+		return nil, err
+	}
+	if n.tr, err = newTransport(cfg.protocol, listen); err != nil {
+		return nil, err
+	}
+	if err = n.eng.Install(n.tr); err != nil {
+		n.tr.Close()
+		return nil, fmt.Errorf("install %s: %w", cfg.protocol, err)
+	}
+	if n.mem, err = engine.Alloc(int(cfg.bufSize)); err != nil {
+		return nil, err
+	}
+	if err = n.eng.RegisterLocalMemory(n.mem.Bytes(), "cpu:0"); err != nil {
+		return nil, err
+	}
+	return n, nil
+}
+
+// newTransport builds the transport for --protocol.
+func newTransport(protocol, listen string) (engine.Transport, error) {
+	switch protocol {
+	case "tcp":
+		return tcp.New(tcp.Config{Listen: listen}), nil
+	case "rdma":
+		return nil, fmt.Errorf("--protocol rdma: the RDMA transport is not wired into te yet; use --protocol tcp")
+	}
+	return nil, fmt.Errorf("--protocol %q: unknown (tcp or rdma)", protocol)
+}
+
+// Close stops the engine (and with it the transport), then frees the
+// buffer and closes the store. It is idempotent.
+func (n *node) Close() error {
+	if n == nil {
+		return nil
+	}
+	var errs []error
+	if n.eng != nil {
+		errs = append(errs, n.eng.Close())
+		n.eng = nil
+	} else if n.tr != nil {
+		errs = append(errs, n.tr.Close())
+	}
+	n.tr = nil
+	if n.mem != nil {
+		errs = append(errs, n.mem.Close())
+		n.mem = nil
+	}
+	if n.store != nil {
+		errs = append(errs, n.store.Close())
+		n.store = nil
+	}
+	return errors.Join(errs...)
+}
