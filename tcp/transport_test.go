@@ -1,0 +1,418 @@
+package tcp
+
+import (
+	"bufio"
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"os"
+	"os/exec"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/rdmago/te/engine"
+	"github.com/rdmago/te/engine/enginetest"
+	"github.com/rdmago/te/segment"
+)
+
+// rawConn is a hand-driven initiator connection to a target's listener.
+type rawConn struct {
+	t  *testing.T
+	c  net.Conn
+	br *bufio.Reader
+}
+
+func dialRaw(t *testing.T, n *node, epoch uint64, hello bool) *rawConn {
+	t.Helper()
+	c, err := net.Dial("tcp", n.tr.Endpoint())
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { c.Close() })
+	c.SetDeadline(time.Now().Add(5 * time.Second))
+	r := &rawConn{t: t, c: c, br: bufio.NewReader(c)}
+	if hello {
+		r.send(header{op: opHello, addr: epoch}, nil)
+		h := r.reply()
+		if h.op != opHello|opReply {
+			t.Fatalf("hello reply %v", h)
+		}
+		if epoch == n.e.Epoch() && h.status != statusOK {
+			t.Fatalf("hello refused: %v", h)
+		}
+	}
+	return r
+}
+
+func (r *rawConn) send(h header, payload []byte) {
+	r.sendRaw(h, payload, nil)
+}
+
+func (r *rawConn) sendRaw(h header, payload []byte, mut func([]byte)) {
+	r.t.Helper()
+	var b [headerLen]byte
+	h.encode(b[:])
+	if mut != nil {
+		mut(b[:])
+	}
+	if _, err := r.c.Write(append(b[:], payload...)); err != nil {
+		r.t.Fatal(err)
+	}
+}
+
+func (r *rawConn) reply() header {
+	r.t.Helper()
+	var b [headerLen]byte
+	if _, err := io.ReadFull(r.br, b[:]); err != nil {
+		r.t.Fatalf("reading reply: %v", err)
+	}
+	h, err := decodeHeader(b[:])
+	if err != nil {
+		r.t.Fatal(err)
+	}
+	return h
+}
+
+// closed asserts the target dropped the connection.
+func (r *rawConn) closed() {
+	r.t.Helper()
+	var b [1]byte
+	if _, err := io.ReadFull(r.br, b[:]); err == nil {
+		r.t.Fatal("connection still open")
+	} else if ne, ok := err.(net.Error); ok && ne.Timeout() {
+		r.t.Fatal("connection still open (timed out waiting for close)")
+	}
+}
+
+// TestHostileFrames sends crafted frames straight to a target's listener:
+// ranges outside registered memory get an error status and write nothing,
+// the connection stays in sync after a refused WRITE's payload, and frames
+// whose framing cannot be trusted close the connection, writing nothing.
+func TestHostileFrames(t *testing.T) {
+	const size = 1 << 16
+	n := newNode(t, nil, "victim", size, Config{})
+	base := n.base()
+	fill(t, n.buf())
+	want := bytes.Clone(n.buf())
+	junk := bytes.Repeat([]byte{0xAA}, 8192)
+	unchanged := func(what string) {
+		t.Helper()
+		if !bytes.Equal(n.buf(), want) {
+			t.Fatalf("%s: registered memory changed", what)
+		}
+	}
+
+	refused := []struct {
+		name       string
+		addr, size uint64
+	}{
+		{"past end", base + size - 100, 200},
+		{"before start", base - 8, 16},
+		{"nowhere", 4096, 4096},
+		{"wraps", ^uint64(0) - 10, 100},
+		{"zero length", base, 0},
+	}
+	r := dialRaw(t, n, n.e.Epoch(), true)
+	for i, c := range refused {
+		r.send(header{op: opWrite, id: uint64(i), addr: c.addr, length: c.size}, junk[:c.size])
+		if h := r.reply(); h.op != opWrite|opReply || h.id != uint64(i) || h.status != statusOutOfRange || h.length != 0 {
+			t.Fatalf("WRITE %s: reply %v", c.name, h)
+		}
+		unchanged("WRITE " + c.name)
+		r.send(header{op: opRead, id: uint64(i), addr: c.addr, length: c.size}, nil)
+		if h := r.reply(); h.op != opRead|opReply || h.status != statusOutOfRange || h.length != 0 {
+			t.Fatalf("READ %s: reply %v", c.name, h)
+		}
+	}
+	// Still in sync: a valid WRITE and READ on the same connection work.
+	r.send(header{op: opWrite, id: 100, addr: base + 8, length: 8}, []byte("in-range"))
+	if h := r.reply(); h.status != statusOK || h.id != 100 {
+		t.Fatalf("valid WRITE after refusals: %v", h)
+	}
+	copy(want[8:], "in-range")
+	unchanged("valid WRITE")
+	r.send(header{op: opRead, id: 101, addr: base, length: 16}, nil)
+	if h := r.reply(); h.status != statusOK || h.length != 16 {
+		t.Fatalf("valid READ: %v", h)
+	}
+	got := make([]byte, 16)
+	io.ReadFull(r.br, got)
+	if !bytes.Equal(got, want[:16]) {
+		t.Fatal("READ returned wrong bytes")
+	}
+
+	// Untrustworthy framing: the connection is dropped, nothing written.
+	inRange := header{op: opWrite, id: 1, addr: base, length: 64}
+	fatal := []struct {
+		name  string
+		hello bool
+		epoch uint64
+		mut   func([]byte)
+	}{
+		{"bad magic", true, n.e.Epoch(), func(b []byte) { b[0] = 'X' }},
+		{"future version", true, n.e.Epoch(), func(b []byte) { b[2] = 9 }},
+		{"unknown op", true, n.e.Epoch(), func(b []byte) { b[3] = 0x7f }},
+		{"reply from initiator", true, n.e.Epoch(), func(b []byte) { b[3] = byte(opWrite | opReply) }},
+		{"flags", true, n.e.Epoch(), func(b []byte) { b[6] = 1 }},
+		{"oversized", true, n.e.Epoch(), func(b []byte) { b[24+7] = 1 }},
+		{"no hello", false, 0, nil},
+		{"second hello", true, n.e.Epoch(), func(b []byte) { b[3] = byte(opHello); clear(b[24:]) }},
+	}
+	for _, c := range fatal {
+		r := dialRaw(t, n, c.epoch, c.hello)
+		r.sendRaw(inRange, junk[:64], c.mut)
+		r.closed()
+		unchanged(c.name)
+	}
+	// A HELLO for another incarnation is refused, and what follows it
+	// is never applied.
+	r = dialRaw(t, n, n.e.Epoch()+1, false)
+	r.send(header{op: opHello, addr: n.e.Epoch() + 1}, nil)
+	r.send(inRange, junk[:64])
+	if h := r.reply(); h.op != opHello|opReply || h.status != statusStaleEpoch || h.addr != n.e.Epoch() {
+		t.Fatalf("stale hello: %v", h)
+	}
+	r.closed()
+	unchanged("stale epoch")
+}
+
+// TestReconnect: when the target drops every connection, what was in
+// flight fails with ErrConnection and later submissions redial.
+func TestReconnect(t *testing.T) {
+	p := newPair(t, 1<<20, 1<<20, Config{Lanes: 2})
+	ctx := ctxT(t, 10*time.Second)
+	fill(t, p.ini.buf())
+	b, _ := p.ini.e.AllocateBatch(64)
+	reqs := []engine.Request{{Op: engine.Write, Local: p.ini.buf()[:4096], Target: p.seg, TargetAddr: p.tgt.base()}}
+	for round := range 3 {
+		if err := p.ini.e.Submit(b, reqs); err != nil {
+			t.Fatal(err)
+		}
+		if err := p.ini.e.Wait(ctx, b); err != nil {
+			t.Fatalf("round %d: %v", round, err)
+		}
+		p.tgt.tr.mu.Lock()
+		for c := range p.tgt.tr.conns {
+			c.Close()
+		}
+		p.tgt.tr.mu.Unlock()
+		// Requests written before the initiator sees the EOF fail (tested
+		// by TestPeerKilled); wait until every lane noticed.
+		for !lanesDown(p.ini.tr) {
+			if ctx.Err() != nil {
+				t.Fatal("lanes never noticed the closed connections")
+			}
+			time.Sleep(time.Millisecond)
+		}
+	}
+	p.ini.e.FreeBatch(b)
+	if !bytes.Equal(p.tgt.buf()[:4096], p.ini.buf()[:4096]) {
+		t.Fatal("data differs")
+	}
+}
+
+func lanesDown(t *Transport) bool {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	for p := range t.peers {
+		for _, l := range p.lanes {
+			l.mu.Lock()
+			up := l.conn != nil
+			l.mu.Unlock()
+			if up {
+				return false
+			}
+		}
+	}
+	return true
+}
+
+// TestDialFailure: a segment whose endpoint refuses connections fails at
+// OpenSegment, clearly.
+func TestDialFailure(t *testing.T) {
+	p := newPair(t, 4096, 4096, Config{})
+	ln, _ := net.Listen("tcp", "127.0.0.1:0")
+	dead := ln.Addr().String()
+	ln.Close()
+	d := &segment.Descriptor{Name: "dead", Epoch: 1, Version: 1,
+		Protocols: []segment.Protocol{{Name: segment.ProtoTCP, Endpoint: dead}},
+		Buffers:   []segment.Buffer{{Addr: 4096, Length: 4096}}}
+	p.st.Publish(context.Background(), d)
+	_, err := p.ini.e.OpenSegment(ctxT(t, 5*time.Second), "dead", nil)
+	if !errors.Is(err, ErrConnection) {
+		t.Fatalf("open unreachable segment: %v", err)
+	}
+}
+
+// TestSteadyStateAllocs: allocate, submit 128 tasks, wait and free a batch
+// over loopback TCP without a single allocation anywhere in the process
+// (initiator, lanes, receiver).
+func TestSteadyStateAllocs(t *testing.T) {
+	if raceEnabled {
+		t.Skip("the race detector allocates on its own")
+	}
+	const batch = 128
+	for _, c := range []struct {
+		op   engine.Op
+		size int
+	}{{engine.Write, 4096}, {engine.Read, 4096}, {engine.Write, 64 << 10}, {engine.Read, 1 << 20}} {
+		t.Run(fmt.Sprintf("%v/%d", c.op, c.size), func(t *testing.T) {
+			p := newPair(t, batch*c.size, batch*c.size, Config{})
+			reqs := make([]engine.Request, batch)
+			for i := range reqs {
+				reqs[i] = engine.Request{Op: c.op, Local: p.ini.buf()[i*c.size : (i+1)*c.size], Target: p.seg, TargetAddr: p.tgt.base() + uint64(i*c.size)}
+			}
+			ctx := context.Background()
+			var failed error
+			run := func() {
+				b, err := p.ini.e.AllocateBatch(batch)
+				if err == nil {
+					err = p.ini.e.Submit(b, reqs)
+				}
+				if err == nil {
+					err = p.ini.e.Wait(ctx, b)
+				}
+				if err == nil {
+					err = p.ini.e.FreeBatch(b)
+				}
+				if err != nil && failed == nil {
+					failed = err
+				}
+			}
+			for range 10 {
+				run() // warm up: buffers, rings, pools, connections
+			}
+			allocs := testing.AllocsPerRun(10, run)
+			if failed != nil {
+				t.Fatal(failed)
+			}
+			if allocs != 0 {
+				t.Fatalf("%v allocations per batch of %d", allocs, batch)
+			}
+		})
+	}
+}
+
+const childEnv = "TE_TCP_TEST_CHILD_TARGET"
+
+// runChildTarget is the body of the child process of TestPeerKilled: a
+// target engine that prints its descriptor and serves until killed.
+func runChildTarget() {
+	e, err := engine.New(engine.Config{Name: "child"})
+	if err == nil {
+		err = e.Install(New(Config{}))
+	}
+	var mem *engine.Memory
+	if err == nil {
+		mem, err = engine.Alloc(64 << 20)
+	}
+	if err == nil {
+		err = e.RegisterLocalMemory(mem.Bytes(), "")
+	}
+	var b []byte
+	if err == nil {
+		b, err = segment.Marshal(e.LocalDescriptor())
+	}
+	if err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		os.Exit(1)
+	}
+	fmt.Printf("%s\n", b)
+	io.Copy(io.Discard, os.Stdin) // serve until killed or stdin closes
+	os.Exit(0)
+}
+
+// TestPeerKilled kills a target process (SIGKILL) in the middle of a large
+// batch: Wait returns within a bounded time, finished tasks are COMPLETED
+// with all their bytes, the rest FAILED with ErrConnection, and a later
+// submission fails fast instead of hanging.
+func TestPeerKilled(t *testing.T) {
+	cmd := exec.Command(os.Args[0], "-test.run=^$")
+	cmd.Env = append(os.Environ(), childEnv+"=1")
+	stdin, _ := cmd.StdinPipe()
+	out, _ := cmd.StdoutPipe()
+	cmd.Stderr = os.Stderr
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	defer func() {
+		stdin.Close()
+		cmd.Process.Kill()
+		cmd.Wait()
+	}()
+	line, err := bufio.NewReader(out).ReadString('\n')
+	if err != nil {
+		t.Fatal(err)
+	}
+	d, err := segment.Unmarshal([]byte(strings.TrimSpace(line)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	st := enginetest.NewMemStore()
+	defer st.Close()
+	if err := st.Publish(context.Background(), d); err != nil {
+		t.Fatal(err)
+	}
+	n := newNode(t, st, "ini", 64<<20, Config{IOTimeout: 2 * time.Second})
+	e2 := n.e
+	seg, err := e2.OpenSegment(ctxT(t, 5*time.Second), "child", nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	const tasks, blk = 2048, 1 << 20
+	reqs := make([]engine.Request, tasks)
+	tb := d.Buffers[0].Addr
+	for i := range reqs {
+		off := (i % 64) * blk
+		reqs[i] = engine.Request{Op: engine.Op(1 + i%2), Local: n.buf()[off : off+blk], Target: seg, TargetAddr: tb + uint64(off)}
+	}
+	b, _ := e2.AllocateBatch(tasks)
+	if err := e2.Submit(b, reqs); err != nil {
+		t.Fatal(err)
+	}
+	for {
+		bs, _ := e2.BatchStatus(b)
+		if bs.Transferred > 0 || bs.State != engine.StatePending {
+			break
+		}
+		time.Sleep(time.Millisecond)
+	}
+	killed := time.Now()
+	cmd.Process.Kill()
+	err = e2.Wait(ctxT(t, 30*time.Second), b)
+	t.Logf("Wait returned %v after the kill: %v", time.Since(killed), err)
+	if !errors.Is(err, ErrConnection) {
+		t.Fatalf("want ErrConnection, got %v", err)
+	}
+	var done, failed int
+	for i := range tasks {
+		st, _ := e2.Status(b, i)
+		switch st.State {
+		case engine.StateCompleted:
+			done++
+			if st.Transferred != blk {
+				t.Fatalf("task %d completed with %d bytes", i, st.Transferred)
+			}
+		case engine.StateFailed:
+			failed++
+		default:
+			t.Fatalf("task %d still %v", i, st.State)
+		}
+	}
+	t.Logf("%d completed, %d failed", done, failed)
+	if err := e2.FreeBatch(b); err != nil {
+		t.Fatal(err)
+	}
+	b, _ = e2.AllocateBatch(1)
+	defer e2.FreeBatch(b)
+	if err := e2.Submit(b, reqs[:1]); err != nil {
+		t.Fatal(err)
+	}
+	if err := e2.Wait(ctxT(t, 10*time.Second), b); !errors.Is(err, ErrConnection) {
+		t.Fatalf("submit to a dead peer: %v", err)
+	}
+}
