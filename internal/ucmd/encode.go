@@ -281,10 +281,11 @@ func (b *Builder) Output(i int) []byte {
 	if a == nil {
 		return nil
 	}
-	off := int(le.Uint64(a[8:]) - b.base)
+	rel := le.Uint64(a[8:]) - b.base
 	n := int(le.Uint16(a[2:]))
-	if off < dataStart || off+n > len(b.buf) {
+	if rel < dataStart || rel > uint64(len(b.buf)) || int(rel)+n > len(b.buf) {
 		return nil
 	}
+	off := int(rel)
 	return b.buf[off : off+n]
 }
