@@ -153,3 +153,22 @@ func findProvider(list []Provider, id DriverID) (Provider, error) {
 	}
 	return nil, fmt.Errorf("%w %s", ErrNoProvider, id)
 }
+
+// UnimplementedProvider can be embedded by providers (and test fakes) so
+// that they keep compiling when Provider gains methods; its methods fail with
+// ErrNotSupported.
+type UnimplementedProvider struct{}
+
+// Name implements Provider.
+func (UnimplementedProvider) Name() string { return "unimplemented" }
+
+// DriverID implements Provider.
+func (UnimplementedProvider) DriverID() DriverID { return DriverUnknown }
+
+// ContextRequest implements Provider.
+func (UnimplementedProvider) ContextRequest() ([]byte, int) { return nil, 0 }
+
+// NewContext implements Provider.
+func (UnimplementedProvider) NewContext(Kernel, []byte) (DriverContext, error) {
+	return nil, ErrNotSupported
+}
