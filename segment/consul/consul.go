@@ -43,7 +43,8 @@
 //   - Publish and Unpublish fail with segment.ErrUnavailable but keep the
 //     change as this store's desired state, applied when Consul answers.
 //   - Watch keeps its channel open and reports nothing until Consul
-//     answers again.
+//     answers again; then it gives owners 2×SessionTTL+RequestTimeout to
+//     re-register before it reports a segment gone.
 //
 // A background keeper renews the session; when Consul says the session is
 // gone (TTL expired during the outage, or the agent lost its state) it
@@ -756,8 +757,11 @@ func (s *Store) List(ctx context.Context) ([]*segment.Descriptor, error) {
 // Watch reports a segment's state with blocking queries: first its state
 // when Watch starts (the descriptor, or nil when absent), then each
 // descriptor whose Epoch or Version differs from the last report, or nil
-// once it is gone. While Consul is unreachable it reports nothing. The
-// channel is closed when ctx ends or the store is closed.
+// once it is gone. While Consul is unreachable it reports nothing; after
+// Consul comes back (possibly empty, after a restart) it waits up to
+// 2×SessionTTL+RequestTimeout for the owner to re-register before reporting
+// the segment gone, so live segments do not flap. The channel is closed when
+// ctx ends or the store is closed.
 func (s *Store) Watch(ctx context.Context, name string) (<-chan *segment.Descriptor, error) {
 	if err := ctx.Err(); err != nil {
 		return nil, err
@@ -786,7 +790,12 @@ func (s *Store) watch(ctx context.Context, name string, ch chan<- *segment.Descr
 		index    uint64
 		last     *segment.Descriptor
 		reported bool
+		// After Consul failed or restarted, an absent key is not reported
+		// gone before graceUntil: a live owner re-registers by then.
+		disrupted  bool
+		graceUntil time.Time
 	)
+	grace := 2*s.cfg.SessionTTL + s.cfg.RequestTimeout
 	const minRetry = 50 * time.Millisecond
 	retry := minRetry
 	for {
@@ -795,14 +804,18 @@ func (s *Store) watch(ctx context.Context, name string, ch chan<- *segment.Descr
 		s.mu.Unlock()
 		qctx, qcancel := context.WithCancel(ctx)
 		gstop := context.AfterFunc(gen, qcancel)
-		p, meta, err := s.kv.Get(key, (&api.QueryOptions{WaitIndex: index, WaitTime: s.cfg.WatchWait}).WithContext(qctx))
+		wait := s.cfg.WatchWait
+		if r := time.Until(graceUntil); r > 0 && r < wait {
+			wait = r + 10*time.Millisecond // wake when the grace ends
+		}
+		p, meta, err := s.kv.Get(key, (&api.QueryOptions{WaitIndex: index, WaitTime: wait}).WithContext(qctx))
 		gstop()
 		qcancel()
 		if ctx.Err() != nil {
 			return
 		}
 		if err != nil {
-			index = 0
+			index, disrupted = 0, true
 			if gen.Err() == nil { // a failure, not a new session
 				select {
 				case <-ctx.Done():
@@ -815,9 +828,12 @@ func (s *Store) watch(ctx context.Context, name string, ch chan<- *segment.Descr
 		}
 		retry = minRetry
 		if meta.LastIndex < index {
-			index = 0 // the agent's index went backwards: it restarted
+			index, disrupted = 0, true // the agent's index went backwards: it restarted
 		} else {
 			index = meta.LastIndex
+		}
+		if disrupted {
+			disrupted, graceUntil = false, time.Now().Add(grace)
 		}
 		var cur *segment.Descriptor
 		if p != nil {
@@ -832,6 +848,9 @@ func (s *Store) watch(ctx context.Context, name string, ch chan<- *segment.Descr
 			s.uncache(name)
 		}
 		if reported && (cur == nil) == (last == nil) && (cur == nil || (cur.Epoch == last.Epoch && cur.Version == last.Version)) {
+			continue
+		}
+		if cur == nil && reported && time.Now().Before(graceUntil) {
 			continue
 		}
 		select {

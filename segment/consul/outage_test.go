@@ -39,7 +39,24 @@ func TestConsulRestart(t *testing.T) {
 	}
 	oldSession := owner.Session()
 
+	// A second owner dies during the outage: its segment must be reported
+	// gone once Consul is back and the re-registration grace has passed.
+	doomed := open(t, cfg)
+	if err := doomed.Publish(ctx, storetest.Descriptor("doomed", 0, 1)); err != nil {
+		t.Fatal(err)
+	}
+	doomedWatch, err := reader.Watch(ctx, "doomed")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if d := <-doomedWatch; d == nil {
+		t.Fatal("first watch report for doomed is nil")
+	}
+
 	a.Kill()
+	if err := doomed.Close(); !errors.Is(err, segment.ErrUnavailable) {
+		t.Fatalf("Close with Consul down = %v, want ErrUnavailable", err)
+	}
 	stopped := time.Now()
 
 	// Cached: served, with the outage visible in Health once noticed.
@@ -116,13 +133,25 @@ func TestConsulRestart(t *testing.T) {
 			if !ok {
 				t.Fatal("watch closed during outage")
 			}
-			if d == nil || d.Version != 2 {
-				continue // the agent came back empty: nil first is fine
+			if d == nil {
+				t.Fatal("watch reported the segment gone although its owner re-registered within the grace")
+			}
+			if d.Version != 2 {
+				t.Fatalf("watch reported %+v, want version 2", d)
 			}
 		case <-time.After(15 * time.Second):
 			t.Fatal("watch did not report the re-registered segment")
 		}
 		break
+	}
+	select {
+	case d := <-doomedWatch:
+		if d != nil {
+			t.Fatalf("doomed: watch reported %+v, want nil", d)
+		}
+		t.Logf("dead owner's segment reported gone %v after Consul returned", time.Since(restarted).Round(time.Millisecond))
+	case <-time.After(2*cfg.SessionTTL + cfg.RequestTimeout + 10*time.Second):
+		t.Fatal("dead owner's segment not reported gone")
 	}
 	deadline = time.Now().Add(10 * time.Second)
 	for reader.Health() != nil || owner.Health() != nil {
