@@ -1,0 +1,379 @@
+package main
+
+import (
+	"bufio"
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"math/rand/v2"
+	"net"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"slices"
+	"strings"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+
+	"go.uber.org/goleak"
+)
+
+func benchCtx(t *testing.T) context.Context {
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	t.Cleanup(cancel)
+	return ctx
+}
+
+func TestBenchInProcess(t *testing.T) {
+	defer goleak.VerifyNone(t, goleak.IgnoreCurrent())
+	for _, op := range []string{"write", "read"} {
+		t.Run(op, func(t *testing.T) {
+			var out, errb bytes.Buffer
+			err := runBench(benchCtx(t), []string{"--operation", op, "--duration", "300ms", "--block-size", "4KiB",
+				"--batch-size", "16", "--threads", "2", "--verify", "--baseline", "--buffer-size", "1MiB"}, &out, &errb)
+			if err != nil {
+				t.Fatalf("bench: %v\nstderr:\n%s", err, errb.String())
+			}
+			t.Logf("stdout:\n%s", out.String())
+			for _, want := range []string{"in-process target", "block 4KiB, batch 16, threads 2", "result: " + op + " 4KiB:", "req/s", "p50", "p99", "moved in", "verify: true", "engine/baseline"} {
+				if !strings.Contains(out.String(), want) {
+					t.Errorf("output lacks %q", want)
+				}
+			}
+			if strings.Contains(out.String(), " 0.00 GB moved") {
+				t.Error("no bytes moved")
+			}
+		})
+	}
+}
+
+func TestBenchJSON(t *testing.T) {
+	var out, errb bytes.Buffer
+	err := runBench(benchCtx(t), []string{"--json", "--duration", "1", "--block-size", "64KiB", "--batch-size", "8", "--verify", "--report-unit", "MiB", "--operation", "read"}, &out, &errb)
+	if err != nil {
+		t.Fatalf("bench: %v\nstderr:\n%s", err, errb.String())
+	}
+	var r benchResult
+	dec := json.NewDecoder(&out)
+	dec.DisallowUnknownFields()
+	if err := dec.Decode(&r); err != nil {
+		t.Fatalf("JSON output does not parse: %v\n%s", err, out.String())
+	}
+	if r.Operation != "read" || r.BlockSize != 64<<10 || r.BatchSize != 8 || r.Unit != "MiB" || !r.InProcess {
+		t.Errorf("config echoed wrongly: %+v", r)
+	}
+	if r.Bytes == 0 || r.Batches == 0 || r.Requests != r.Batches*8 || r.Bytes != r.Requests*(64<<10) {
+		t.Errorf("counts disagree: %d bytes, %d batches, %d requests", r.Bytes, r.Batches, r.Requests)
+	}
+	if r.GBps <= 0 || r.OpsPerSec <= 0 || r.P50Micros <= 0 || r.P99Micros < r.P50Micros || r.MaxMicros < r.P99Micros {
+		t.Errorf("implausible numbers: %+v", r)
+	}
+	if got, want := r.Rate, r.GBps*1e9/(1<<20); got < want*0.999 || got > want*1.001 {
+		t.Errorf("rate %v MiB/s, want %v", got, want)
+	}
+	if r.Verified == nil || !*r.Verified {
+		t.Errorf("verified = %v", r.Verified)
+	}
+	// JSON mode keeps stdout clean: the config and progress go to stderr.
+	if !strings.Contains(errb.String(), "te bench:") {
+		t.Errorf("stderr lacks the config/progress lines:\n%s", errb.String())
+	}
+}
+
+func TestBenchSweep(t *testing.T) {
+	var out, errb bytes.Buffer
+	err := runBench(benchCtx(t), []string{"--sweep", "--baseline", "--json", "--quiet", "--duration", "150ms", "--batch-size", "4"}, &out, &errb)
+	if err != nil {
+		t.Fatalf("bench: %v\nstderr:\n%s", err, errb.String())
+	}
+	var rs []benchResult
+	if err := json.Unmarshal(out.Bytes(), &rs); err != nil {
+		t.Fatalf("sweep JSON: %v\n%s", err, out.String())
+	}
+	var got []string
+	for _, r := range rs {
+		got = append(got, r.Operation+" "+formatSize(r.BlockSize))
+		if r.Bytes == 0 || r.Baseline == nil || r.Baseline.Bytes == 0 || r.VsBaseline <= 0 {
+			t.Errorf("%s %d: %+v", r.Operation, r.BlockSize, r)
+		}
+	}
+	want := []string{"write 4KiB", "read 4KiB", "write 64KiB", "read 64KiB", "write 1MiB", "read 1MiB"}
+	if !slices.Equal(got, want) {
+		t.Fatalf("sweep measured %v, want %v", got, want)
+	}
+	// And the Markdown table the README takes.
+	out.Reset()
+	if err := runBench(benchCtx(t), []string{"--sweep", "--quiet", "--duration", "100ms", "--batch-size", "2"}, &out, &errb); err != nil {
+		t.Fatal(err)
+	}
+	if n := strings.Count(out.String(), "\n| "); n != 7 {
+		t.Fatalf("table has %d rows, want header + 6:\n%s", n, out.String())
+	}
+	t.Logf("\n%s", out.String())
+}
+
+func TestBenchCancel(t *testing.T) {
+	defer goleak.VerifyNone(t, goleak.IgnoreCurrent())
+	ctx, cancel := context.WithCancel(context.Background())
+	time.AfterFunc(300*time.Millisecond, cancel)
+	var out, errb bytes.Buffer
+	start := time.Now()
+	err := runBench(ctx, []string{"--duration", "1m", "--quiet", "--batch-size", "8"}, &out, &errb)
+	if !errors.Is(err, context.Canceled) {
+		t.Fatalf("bench = %v, want context.Canceled", err)
+	}
+	if d := time.Since(start); d > 30*time.Second {
+		t.Fatalf("cancel took %v", d)
+	}
+}
+
+// The per-batch loop adds no allocations of its own: what one batch costs
+// is what the engine and transport cost.
+func TestBenchLoopAllocs(t *testing.T) {
+	if testing.Short() {
+		t.Skip("short")
+	}
+	ctx := benchCtx(t)
+	c := &benchConfig{Protocol: "tcp", BatchSize: 32, Threads: 1, Metadata: "p2p://127.0.0.1:0"}
+	env, err := setupBench(ctx, c, 1<<20, 1<<20)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer env.Close()
+	var st workerStats
+	l := newLoop(env, parseOp("write"), 4096, 0, &st)
+	for range 10 {
+		if err := l.step(ctx); err != nil {
+			t.Fatal(err)
+		}
+	}
+	allocs := testing.AllocsPerRun(200, func() {
+		if err := l.step(ctx); err != nil {
+			t.Fatal(err)
+		}
+	})
+	t.Logf("allocations per batch of %d requests (engine + tcp + loop): %.2f", c.BatchSize, allocs)
+	if allocs > 0 {
+		t.Errorf("one batch allocates %.2f times; the loop itself allocates nothing, so engine or tcp does", allocs)
+	}
+}
+
+func TestHistogram(t *testing.T) {
+	var h histogram
+	var xs []time.Duration
+	r := rand.New(rand.NewPCG(1, 2))
+	for range 10000 {
+		d := time.Duration(r.ExpFloat64() * float64(time.Millisecond))
+		xs = append(xs, d)
+		h.record(d)
+	}
+	slices.Sort(xs)
+	for _, q := range []float64{0.5, 0.9, 0.99} {
+		exact := xs[int(q*float64(len(xs)))-1]
+		got := h.quantile(q)
+		if diff := float64(got-exact) / float64(exact); diff > 0.04 || diff < -0.04 {
+			t.Errorf("q%.2f = %v, exact %v (%.1f%% off)", q, got, exact, diff*100)
+		}
+	}
+	if h.max != xs[len(xs)-1] || h.quantile(1) > h.max {
+		t.Errorf("max %v, want %v", h.max, xs[len(xs)-1])
+	}
+	for i := range 64 * histSub / 2 {
+		if lo := histLow(i); histIndex(lo) != i {
+			t.Fatalf("bucket %d: low %d maps back to %d", i, lo, histIndex(lo))
+		}
+	}
+}
+
+func TestParseSize(t *testing.T) {
+	for in, want := range map[string]int64{"4096": 4096, "4KiB": 4096, "64K": 65536, "1MiB": 1 << 20, "256M": 256 << 20, "1GiB": 1 << 30, "1GB": 1e9, "10KB": 10000, "7B": 7} {
+		if got, err := parseSize(in); err != nil || got != want {
+			t.Errorf("parseSize(%q) = %d, %v; want %d", in, got, err, want)
+		}
+	}
+	for _, bad := range []string{"", "x", "-1", "1.5M", "KiB", "99999999999999999G"} {
+		if _, err := parseSize(bad); err == nil {
+			t.Errorf("parseSize(%q) succeeded", bad)
+		}
+	}
+}
+
+// The tests below run the real binary.
+
+var (
+	buildOnce sync.Once
+	binPath   string
+	buildErr  error
+)
+
+func teBinary(t *testing.T) string {
+	t.Helper()
+	buildOnce.Do(func() {
+		dir, err := os.MkdirTemp("", "te-bin-")
+		if err != nil {
+			buildErr = err
+			return
+		}
+		binPath = filepath.Join(dir, "te")
+		cmd := exec.Command("go", "build", "-o", binPath, ".")
+		cmd.Env = append(os.Environ(), "CGO_ENABLED=0")
+		if out, err := cmd.CombinedOutput(); err != nil {
+			buildErr = errors.New(err.Error() + ": " + string(out))
+		}
+	})
+	if buildErr != nil {
+		t.Fatalf("go build: %v", buildErr)
+	}
+	t.Cleanup(func() {}) // the binary is shared by the package's tests
+	return binPath
+}
+
+func TestMain(m *testing.M) {
+	code := m.Run()
+	if binPath != "" {
+		os.RemoveAll(filepath.Dir(binPath))
+	}
+	os.Exit(code)
+}
+
+func runTE(t *testing.T, args ...string) (stdout, stderr string, code int) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	cmd := exec.CommandContext(ctx, teBinary(t), args...)
+	var o, e bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &o, &e
+	err := cmd.Run()
+	var ee *exec.ExitError
+	switch {
+	case err == nil:
+	case errors.As(err, &ee):
+		code = ee.ExitCode()
+	default:
+		t.Fatalf("te %v: %v", args, err)
+	}
+	return o.String(), e.String(), code
+}
+
+func TestBadFlags(t *testing.T) {
+	for _, c := range []struct {
+		args []string
+		msg  string
+	}{
+		{[]string{"bench", "--block-size", "0"}, "--block-size 0"},
+		{[]string{"bench", "--block-size", "lots"}, "is not a size"},
+		{[]string{"bench", "--operation", "copy"}, `"copy" is not one of read, write`},
+		{[]string{"bench", "--protocol", "udp"}, "is not one of tcp, rdma"},
+		{[]string{"bench", "--threads", "-1"}, "--threads -1"},
+		{[]string{"bench", "--batch-size", "0"}, "--batch-size 0"},
+		{[]string{"bench", "--duration", "soon"}, "is not a duration"},
+		{[]string{"bench", "--report-unit", "furlong"}, "is not one of GB"},
+		{[]string{"bench", "--bogus"}, "flag provided but not defined: -bogus"},
+		{[]string{"bench", "extra"}, `unexpected arguments "extra"`},
+		{[]string{"serve", "--buffer-size", "0"}, "--buffer-size must be positive"},
+		{[]string{"serve", "--protocol", "carrier-pigeon"}, "is not one of tcp, rdma"},
+	} {
+		_, stderr, code := runTE(t, c.args...)
+		if code != 2 || !strings.Contains(stderr, c.msg) {
+			t.Errorf("te %v: exit %d, stderr:\n%s\nwant exit 2 and %q", c.args, code, stderr, c.msg)
+		}
+	}
+}
+
+func TestBenchUnreachableSegment(t *testing.T) {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	dead := ln.Addr().String()
+	ln.Close()
+	_, stderr, code := runTE(t, "bench", "--segment", dead, "--duration", "1")
+	if code != 1 || !strings.Contains(stderr, "unavailable") || !strings.Contains(stderr, dead) {
+		t.Fatalf("exit %d, stderr:\n%s\nwant exit 1 naming the unreachable segment", code, stderr)
+	}
+}
+
+// serveProcess starts te serve and returns its segment name.
+func serveProcess(t *testing.T, args ...string) (*exec.Cmd, string, *bytes.Buffer) {
+	t.Helper()
+	cmd := exec.Command(teBinary(t), append([]string{"serve"}, args...)...)
+	stdout, err := cmd.StdoutPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	var stderr bytes.Buffer
+	cmd.Stderr = &stderr
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		if cmd.ProcessState == nil {
+			cmd.Process.Kill()
+			cmd.Wait()
+		}
+	})
+	lines := make(chan string, 1)
+	go func() {
+		sc := bufio.NewScanner(stdout)
+		if sc.Scan() {
+			lines <- sc.Text()
+		}
+		close(lines)
+	}()
+	select {
+	case line, ok := <-lines:
+		name, found := strings.CutPrefix(line, "segment ")
+		if !ok || !found {
+			t.Fatalf("te serve printed %q; stderr:\n%s", line, stderr.String())
+		}
+		return cmd, name, &stderr
+	case <-time.After(30 * time.Second):
+		t.Fatalf("te serve printed no segment name; stderr:\n%s", stderr.String())
+	}
+	return nil, "", nil
+}
+
+func TestServeAndBench(t *testing.T) {
+	srv, name, srvErr := serveProcess(t, "--buffer-size", "64MiB")
+	t.Logf("te serve: segment %s", name)
+	for _, op := range []string{"write", "read"} {
+		stdout, stderr, code := runTE(t, "bench", "--segment", name, "--operation", op, "--duration", "1",
+			"--batch-size", "32", "--threads", "2", "--verify", "--json")
+		if code != 0 {
+			t.Fatalf("te bench %s: exit %d\n%s", op, code, stderr)
+		}
+		var r benchResult
+		if err := json.Unmarshal([]byte(stdout), &r); err != nil {
+			t.Fatalf("JSON: %v\n%s", err, stdout)
+		}
+		if r.InProcess || r.Segment != name || r.Bytes == 0 || r.Verified == nil || !*r.Verified {
+			t.Fatalf("%s against te serve: %+v", op, r)
+		}
+		t.Logf("%s: %.2f GB/s, %d bytes", op, r.GBps, r.Bytes)
+	}
+	// Too small a target is a clear error, not a crash.
+	_, stderr, code := runTE(t, "bench", "--segment", name, "--block-size", "1MiB", "--batch-size", "128", "--duration", "1")
+	if code != 1 || !strings.Contains(stderr, "exposes no buffer") {
+		t.Fatalf("oversized bench: exit %d\n%s", code, stderr)
+	}
+	// SIGTERM stops te serve cleanly.
+	if err := srv.Process.Signal(syscall.SIGTERM); err != nil {
+		t.Fatal(err)
+	}
+	done := make(chan error, 1)
+	go func() { done <- srv.Wait() }()
+	select {
+	case err := <-done:
+		if err != nil {
+			t.Fatalf("te serve after SIGTERM: %v\n%s", err, srvErr.String())
+		}
+	case <-time.After(30 * time.Second):
+		t.Fatalf("te serve did not stop after SIGTERM\n%s", srvErr.String())
+	}
+	if !strings.Contains(srvErr.String(), "stopping") {
+		t.Errorf("te serve stderr:\n%s", srvErr.String())
+	}
+}
