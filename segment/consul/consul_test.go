@@ -35,7 +35,7 @@ var shared struct {
 	err  error
 }
 
-func agent(t *testing.T) *consulagent.Agent {
+func agent(t testing.TB) *consulagent.Agent {
 	t.Helper()
 	bin := consulagent.Require(t)
 	shared.once.Do(func() {
