@@ -288,8 +288,8 @@ func New(ctx context.Context, cfg Config) (*Store, error) {
 // Epoch 0.
 func (s *Store) Epoch() uint64 { return s.epoch }
 
-// Health returns nil while the store's last exchange with Consul succeeded,
-// else an error wrapping segment.ErrUnavailable.
+// Health returns nil while the store's background keeper reaches Consul,
+// else the keeper's last error, which wraps segment.ErrUnavailable.
 func (s *Store) Health() error {
 	s.mu.Lock()
 	defer s.mu.Unlock()
@@ -553,7 +553,11 @@ func (s *Store) sync(octx, parent context.Context, name string, o *owned, sid st
 		case p.Session == sid && bytes.Equal(p.Value, o.sent):
 			o.index = p.ModifyIndex // an earlier write of ours landed unseen
 		case p.Session != "" && p.Session != sid:
-			return fmt.Errorf("consul: publish %s: %w: key %s is held by another store (session %s)", name, segment.ErrConflict, key, p.Session)
+			holder := "session " + p.Session
+			if e, _, err := s.client.Session().Info(p.Session, s.q(octx)); err == nil && e != nil {
+				holder = fmt.Sprintf("%q, session %s, TTL %s", e.Name, e.ID, e.TTL)
+			}
+			return fmt.Errorf("consul: publish %s: %w: key %s is held by another store (%s); if that process is gone, the key expires within twice its TTL", name, segment.ErrConflict, key, holder)
 		default:
 			return fmt.Errorf("consul: publish %s: %w: key %s was changed by another writer (modify index %d, this store wrote %d)", name, segment.ErrConflict, key, p.ModifyIndex, o.index)
 		}
