@@ -295,17 +295,15 @@ func setupBench(ctx context.Context, c *benchConfig, bufSize, localSize int64) (
 	if env.segment == "" {
 		// The target is a second engine with its own embedded store and
 		// listeners on loopback: the same code path as a remote one.
-		env.target, err = openNode(ctx, nodeConfig{metadata: "p2p://127.0.0.1:0", protocol: c.Protocol, listen: "127.0.0.1:0", bufSize: bufSize})
+		// Stores that do not name segments after their owner (Consul) get
+		// distinct names for the two engines.
+		env.target, err = openNode(ctx, nodeConfig{metadata: c.Metadata, name: benchName("target"), protocol: c.Protocol, listen: "127.0.0.1:0", bufSize: bufSize})
 		if err != nil {
 			return nil, fmt.Errorf("in-process target: %w", err)
 		}
 		env.segment = env.target.eng.Name()
 	}
-	metadata := c.Metadata
-	if env.target != nil {
-		metadata = "p2p://127.0.0.1:0"
-	}
-	env.init, err = openNode(ctx, nodeConfig{metadata: metadata, protocol: c.Protocol, bufSize: localSize})
+	env.init, err = openNode(ctx, nodeConfig{metadata: c.Metadata, name: benchName("initiator"), protocol: c.Protocol, bufSize: localSize})
 	if err != nil {
 		return nil, fmt.Errorf("initiator: %w", err)
 	}
@@ -337,6 +335,13 @@ func setupBench(ctx context.Context, c *benchConfig, bufSize, localSize int64) (
 	}
 	return nil, fmt.Errorf("segment %s exposes no buffer of %s (block × batch × threads); its largest is %s: lower --block-size, --batch-size or --threads, or raise the target's --buffer-size",
 		env.segment, formatSize(int64(need)), formatSize(int64(largest)))
+}
+
+// benchName names a bench engine in stores that need a name:
+// te-bench/<host>/<pid>/<role>.
+func benchName(role string) string {
+	host, _ := os.Hostname()
+	return fmt.Sprintf("te-bench/%s/%d/%s", host, os.Getpid(), role)
 }
 
 func (env *benchEnv) Close() error {

@@ -19,6 +19,8 @@ import (
 	"time"
 
 	"go.uber.org/goleak"
+
+	"github.com/rdmago/te/test/consul/consulagent"
 )
 
 func benchCtx(t *testing.T) context.Context {
@@ -375,5 +377,24 @@ func TestServeAndBench(t *testing.T) {
 	}
 	if !strings.Contains(srvErr.String(), "stopping") {
 		t.Errorf("te serve stderr:\n%s", srvErr.String())
+	}
+}
+
+// With Consul metadata and no --segment, both in-process engines publish to
+// and resolve through the real agent under distinct names.
+func TestBenchInProcessConsul(t *testing.T) {
+	a := consulagent.Start(t)
+	var out, errb bytes.Buffer
+	err := runBench(benchCtx(t), []string{"--metadata", a.URI("te-bench-test"), "--duration", "300ms",
+		"--batch-size", "8", "--verify", "--json", "--quiet"}, &out, &errb)
+	if err != nil {
+		t.Fatalf("bench: %v\nstderr:\n%s", err, errb.String())
+	}
+	var r benchResult
+	if err := json.Unmarshal(out.Bytes(), &r); err != nil {
+		t.Fatal(err)
+	}
+	if !strings.HasPrefix(r.Segment, "te-bench/") || !strings.HasSuffix(r.Segment, "/target") || r.Bytes == 0 || r.Verified == nil || !*r.Verified {
+		t.Fatalf("result %+v", r)
 	}
 }
