@@ -1,10 +1,8 @@
 package tcp
 
 import (
-	"bufio"
 	"context"
 	"fmt"
-	"io"
 	"net"
 	"sync"
 	"sync/atomic"
@@ -38,8 +36,7 @@ func newPeer(t *Transport, name, addr string, epoch uint64) *peer {
 		p.lanes[i] = &lane{
 			p:    p,
 			kick: make(chan struct{}, 1),
-			hdrs: make([]byte, maxFramesPerWrite*headerLen),
-			iov:  make([][]byte, 0, 2*maxFramesPerWrite),
+			g:    newGather(maxFramesPerWrite),
 		}
 	}
 	return p
@@ -129,9 +126,7 @@ type lane struct {
 
 	// writer-only
 	spare []*engine.Slice
-	hdrs  []byte
-	iov   [][]byte
-	bufs  net.Buffers
+	g     *gather
 }
 
 func (l *lane) enqueue(ss []*engine.Slice) {
@@ -271,35 +266,27 @@ func (l *lane) send(conn *net.TCPConn, batch []*engine.Slice) {
 	for len(batch) > 0 {
 		k := min(len(batch), maxFramesPerWrite)
 		chunk := batch[:k]
-		iov := l.iov[:0]
 		l.mu.Lock()
 		if l.conn != conn {
 			l.mu.Unlock()
 			doneAll(batch, fmt.Errorf("%w: to %s at %s", ErrConnection, l.p.name, l.p.addr))
 			return
 		}
-		for i, s := range chunk {
+		for _, s := range chunk {
 			id := l.nextID
 			l.nextID++
 			h := header{op: opRead, id: id, addr: s.RemoteAddr, length: uint64(len(s.Local))}
-			hb := l.hdrs[i*headerLen : (i+1)*headerLen]
 			if s.Op == engine.Write {
 				h.op = opWrite
-				h.encode(hb)
-				iov = append(iov, hb, s.Local)
+				l.g.add(&h, s.Local, nil)
 			} else {
-				h.encode(hb)
-				iov = append(iov, hb)
+				l.g.add(&h, nil, nil)
 			}
 			l.ring.push(inflight{s: s, id: id})
 		}
 		l.mu.Unlock()
 		batch = batch[k:]
-		l.bufs = iov
-		_, err := l.bufs.WriteTo(conn)
-		clear(iov)
-		l.iov = iov[:0]
-		if err != nil {
+		if err := l.g.flush(conn); err != nil {
 			werr := fmt.Errorf("%w: write to %s at %s: %v", ErrConnection, l.p.name, l.p.addr, err)
 			l.fail(conn, werr)
 			doneAll(batch, werr)
@@ -317,12 +304,12 @@ func (l *lane) readLoop(c *net.TCPConn) {
 // readReplies completes requests as their replies arrive, until the
 // connection fails; it returns why.
 func (l *lane) readReplies(c *net.TCPConn) error {
-	br := bufio.NewReaderSize(c, connBufSize)
+	fr := newFrameReader(c)
 	var hb [headerLen]byte
 	connErr := func(err error) error {
 		return fmt.Errorf("%w: read from %s at %s: %v", ErrConnection, l.p.name, l.p.addr, err)
 	}
-	if _, err := io.ReadFull(br, hb[:]); err != nil {
+	if err := fr.header(&hb); err != nil {
 		return connErr(err)
 	}
 	h, err := decodeHeader(hb[:])
@@ -333,7 +320,7 @@ func (l *lane) readReplies(c *net.TCPConn) error {
 		return statusErr(h.status)
 	}
 	for {
-		if _, err := io.ReadFull(br, hb[:]); err != nil {
+		if err := fr.header(&hb); err != nil {
 			return connErr(err)
 		}
 		h, err := decodeHeader(hb[:])
@@ -365,7 +352,7 @@ func (l *lane) readReplies(c *net.TCPConn) error {
 		case serr == nil && s.Op == engine.Read:
 			if h.length != uint64(len(s.Local)) {
 				rerr = fmt.Errorf("%w: READ reply of %d bytes for %d from %s", ErrProtocol, h.length, len(s.Local), l.p.addr)
-			} else if _, err := io.ReadFull(br, s.Local); err != nil {
+			} else if err := fr.payload(s.Local); err != nil {
 				rerr = connErr(err)
 			}
 		case h.length != 0:

@@ -1,7 +1,6 @@
 package tcp
 
 import (
-	"bufio"
 	"errors"
 	"io"
 	"net"
@@ -31,12 +30,12 @@ func (t *Transport) acceptLoop() {
 		t.conns[c] = struct{}{}
 		t.wg.Add(1)
 		t.mu.Unlock()
-		go t.serve(c)
+		go t.serve(c.(*net.TCPConn))
 	}
 }
 
 // serve answers one initiator connection's requests, in order.
-func (t *Transport) serve(c net.Conn) {
+func (t *Transport) serve(c *net.TCPConn) {
 	defer t.wg.Done()
 	defer func() {
 		c.Close()
@@ -49,13 +48,17 @@ func (t *Transport) serve(c net.Conn) {
 	}
 }
 
-func (t *Transport) serveConn(c net.Conn) error {
-	br := bufio.NewReaderSize(c, connBufSize)
-	bw := bufio.NewWriterSize(c, connBufSize)
+// flushBytes bounds the reply bytes gathered before a write.
+const flushBytes = 1 << 20
+
+func (t *Transport) serveConn(c *net.TCPConn) error {
+	fr := newFrameReader(c)
+	g := newGather(maxFramesPerWrite)
+	defer g.reset()
 	var hb [headerLen]byte
 
 	// HELLO: refuse initiators that address another incarnation.
-	if _, err := io.ReadFull(br, hb[:]); err != nil {
+	if err := fr.header(&hb); err != nil {
 		return err
 	}
 	h, err := decodeHeader(hb[:])
@@ -78,14 +81,14 @@ func (t *Transport) serveConn(c net.Conn) error {
 	}
 
 	for {
-		// Flush replies before blocking for more requests: replies to a
-		// burst of small requests leave in one write.
-		if br.Buffered() == 0 && bw.Buffered() > 0 {
-			if err := bw.Flush(); err != nil {
+		// Write the gathered replies before blocking for more requests,
+		// so the replies to a burst of requests leave in one writev.
+		if !g.empty() && (fr.buffered() < headerLen || g.full() || g.bytes >= flushBytes) {
+			if err := g.flush(c); err != nil {
 				return err
 			}
 		}
-		if _, err := io.ReadFull(br, hb[:]); err != nil {
+		if err := fr.header(&hb); err != nil {
 			return err
 		}
 		h, err := decodeHeader(hb[:])
@@ -94,47 +97,31 @@ func (t *Transport) serveConn(c net.Conn) error {
 		}
 		switch h.op {
 		case opWrite:
-			st := statusOK
+			reply = header{op: opWrite | opReply, id: h.id, addr: h.addr}
 			mem, r, aerr := t.host.AcquireLocal(h.addr, h.length)
-			if aerr != nil {
-				st = acquireStatus(aerr)
-				// Nothing is written: the payload is consumed and dropped.
-				if _, err := br.Discard(int(h.length)); err != nil {
-					return err
-				}
-			} else {
-				_, err := io.ReadFull(br, mem)
-				r.Release()
-				if err != nil {
-					return err
-				}
-			}
-			reply = header{op: opWrite | opReply, status: st, id: h.id, addr: h.addr}
-			reply.encode(hb[:])
-			if _, err := bw.Write(hb[:]); err != nil {
-				return err
-			}
-		case opRead:
-			mem, r, aerr := t.host.AcquireLocal(h.addr, h.length)
-			reply = header{op: opRead | opReply, id: h.id, addr: h.addr}
 			if aerr != nil {
 				reply.status = acquireStatus(aerr)
-			} else {
-				reply.length = h.length
-			}
-			reply.encode(hb[:])
-			if _, err := bw.Write(hb[:]); err != nil {
-				if r != nil {
-					r.Release()
+				// Nothing is written: the payload is consumed and dropped.
+				if err := fr.discard(int(h.length)); err != nil {
+					return err
 				}
-				return err
-			}
-			if aerr == nil {
-				_, err := bw.Write(mem)
+			} else {
+				err := fr.payload(mem)
 				r.Release()
 				if err != nil {
 					return err
 				}
+			}
+			g.add(&reply, nil, nil)
+		case opRead:
+			reply = header{op: opRead | opReply, id: h.id, addr: h.addr}
+			mem, r, aerr := t.host.AcquireLocal(h.addr, h.length)
+			if aerr != nil {
+				reply.status = acquireStatus(aerr)
+				g.add(&reply, nil, nil)
+			} else {
+				reply.length = h.length
+				g.add(&reply, mem, r) // r is released once written
 			}
 		default:
 			return errProtocolOp

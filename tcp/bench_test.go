@@ -1,0 +1,172 @@
+package tcp
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"net"
+	"testing"
+	"time"
+
+	"github.com/rdmago/te/engine"
+)
+
+const benchBatch = 128
+
+var benchSizes = []struct {
+	name string
+	size int
+}{{"4KiB", 4 << 10}, {"64KiB", 64 << 10}, {"1MiB", 1 << 20}}
+
+// benchEngine runs Mooncake's transfer_engine_bench loop: allocate a batch,
+// submit benchBatch requests of size bytes at distinct offsets, wait, free.
+func benchEngine(b *testing.B, op engine.Op, size int, cfg Config) {
+	p := newPair(b, benchBatch*size, benchBatch*size, cfg)
+	reqs := make([]engine.Request, benchBatch)
+	for i := range reqs {
+		reqs[i] = engine.Request{Op: op, Local: p.ini.buf()[i*size : (i+1)*size], Target: p.seg, TargetAddr: p.tgt.base() + uint64(i*size)}
+	}
+	// Touch the memory once so page faults stay out of the measurement.
+	fill(b, p.ini.buf())
+	fill(b, p.tgt.buf())
+	ctx := context.Background()
+	b.SetBytes(int64(benchBatch * size))
+	b.ReportAllocs()
+	b.ResetTimer()
+	start := time.Now()
+	for b.Loop() {
+		bid, err := p.ini.e.AllocateBatch(benchBatch)
+		if err != nil {
+			b.Fatal(err)
+		}
+		if err := p.ini.e.Submit(bid, reqs); err != nil {
+			b.Fatal(err)
+		}
+		if err := p.ini.e.Wait(ctx, bid); err != nil {
+			b.Fatal(err)
+		}
+		if err := p.ini.e.FreeBatch(bid); err != nil {
+			b.Fatal(err)
+		}
+	}
+	el := time.Since(start).Seconds()
+	b.ReportMetric(float64(b.N*benchBatch)/el, "req/s")
+	b.ReportMetric(float64(b.N*benchBatch*size)/el/1e9, "GB/s")
+}
+
+// BenchmarkEngine: engine + tcp transport over loopback, default config,
+// batch 128.
+//
+//	go test -run '^$' -bench 'Engine|RawLoopback' -benchmem ./tcp
+func BenchmarkEngine(b *testing.B) {
+	for _, op := range []engine.Op{engine.Write, engine.Read} {
+		for _, s := range benchSizes {
+			b.Run(fmt.Sprintf("op=%v/size=%s", op, s.name), func(b *testing.B) {
+				benchEngine(b, op, s.size, Config{})
+			})
+		}
+	}
+}
+
+// BenchmarkLanes sweeps lanes per peer and slice size (how the defaults
+// were chosen).
+func BenchmarkLanes(b *testing.B) {
+	for _, lanes := range []int{1, 2, 4} {
+		for _, op := range []engine.Op{engine.Write, engine.Read} {
+			for _, s := range benchSizes {
+				b.Run(fmt.Sprintf("lanes=%d/op=%v/size=%s", lanes, op, s.name), func(b *testing.B) {
+					benchEngine(b, op, s.size, Config{Lanes: lanes})
+				})
+			}
+		}
+	}
+}
+
+// BenchmarkSliceSize: one 64 MiB request, cut into slices of various
+// sizes, spread over the default lanes.
+func BenchmarkSliceSize(b *testing.B) {
+	for _, ss := range []uint64{256 << 10, 1 << 20, 4 << 20, 16 << 20} {
+		b.Run(fmt.Sprintf("slice=%dKiB", ss>>10), func(b *testing.B) {
+			const size = 64 << 20
+			p := newPair(b, size, size, Config{SliceSize: ss})
+			fill(b, p.ini.buf())
+			fill(b, p.tgt.buf())
+			reqs := []engine.Request{{Op: engine.Write, Local: p.ini.buf(), Target: p.seg, TargetAddr: p.tgt.base()}}
+			b.SetBytes(size)
+			for b.Loop() {
+				bid, _ := p.ini.e.AllocateBatch(1)
+				p.ini.e.Submit(bid, reqs)
+				if err := p.ini.e.Wait(context.Background(), bid); err != nil {
+					b.Fatal(err)
+				}
+				p.ini.e.FreeBatch(bid)
+			}
+		})
+	}
+}
+
+// BenchmarkRawLoopback is the ceiling: one loopback TCP connection, the
+// sender writing 1 MiB per call, the receiver reading it into memory.
+// span=1MiB reuses one cache-warm 1 MiB buffer on each side; span=128MiB
+// walks 128 MiB on each side, the working set of BenchmarkEngine at 1 MiB.
+func BenchmarkRawLoopback(b *testing.B) {
+	for _, span := range []int{1 << 20, benchBatch << 20} {
+		b.Run(fmt.Sprintf("span=%dMiB", span>>20), func(b *testing.B) { benchRaw(b, span) })
+	}
+}
+
+func benchRaw(b *testing.B, span int) {
+	const size = 1 << 20
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer ln.Close()
+	got := make(chan int64, 1)
+	go func() {
+		c, err := ln.Accept()
+		if err != nil {
+			got <- -1
+			return
+		}
+		defer c.Close()
+		dst, _ := engine.Alloc(span)
+		defer dst.Close()
+		fill(b, dst.Bytes())
+		var n int64
+		for off := 0; ; off = (off + size) % span {
+			k, err := io.ReadFull(c, dst.Bytes()[off:off+size])
+			n += int64(k)
+			if err != nil {
+				got <- n
+				return
+			}
+		}
+	}()
+	c, err := net.Dial("tcp", "127.0.0.1:"+fmt.Sprint(ln.Addr().(*net.TCPAddr).Port))
+	if err != nil {
+		b.Fatal(err)
+	}
+	src, _ := engine.Alloc(span)
+	defer src.Close()
+	fill(b, src.Bytes())
+	b.SetBytes(size)
+	b.ResetTimer()
+	start := time.Now()
+	off := 0
+	for b.Loop() {
+		_, err := c.Write(src.Bytes()[off : off+size])
+		off = (off + size) % span
+		if err != nil {
+			b.Fatal(err)
+		}
+	}
+	c.(*net.TCPConn).CloseWrite()
+	n := <-got
+	el := time.Since(start).Seconds()
+	c.Close()
+	if n != int64(b.N)*size {
+		b.Fatalf("received %d of %d bytes", n, int64(b.N)*size)
+	}
+	b.ReportMetric(float64(n)/el/1e9, "GB/s")
+}

@@ -1,0 +1,137 @@
+package tcp
+
+import (
+	"bufio"
+	"io"
+	"net"
+
+	"github.com/rdmago/te/engine"
+)
+
+// directRead is the payload size above which payload bytes bypass the
+// connection's read buffer: what is already buffered is copied, the rest
+// is read by the kernel straight into registered memory.
+const directRead = 16 << 10
+
+// frameReader reads frames from a connection: small frames through a read
+// buffer, so one system call brings in many of them; large payloads
+// straight into registered memory. After a large payload the next header
+// is read exactly (32 bytes) when nothing is buffered, so the payload
+// behind it lands in memory without passing through the buffer.
+type frameReader struct {
+	br     *bufio.Reader
+	c      *net.TCPConn
+	direct bool // the last payload was large
+}
+
+func newFrameReader(c *net.TCPConn) *frameReader {
+	return &frameReader{br: bufio.NewReaderSize(c, connBufSize), c: c}
+}
+
+// buffered reports the bytes already read from the connection.
+func (r *frameReader) buffered() int { return r.br.Buffered() }
+
+func (r *frameReader) header(hb *[headerLen]byte) error {
+	var err error
+	if r.direct && r.br.Buffered() == 0 {
+		_, err = io.ReadFull(r.c, hb[:])
+	} else {
+		_, err = io.ReadFull(r.br, hb[:])
+	}
+	return err
+}
+
+// payload fills dst.
+func (r *frameReader) payload(dst []byte) error {
+	r.direct = len(dst) >= directRead
+	if !r.direct {
+		_, err := io.ReadFull(r.br, dst)
+		return err
+	}
+	n := 0
+	if r.br.Buffered() > 0 {
+		n, _ = r.br.Read(dst) // buffered bytes only: no system call
+	}
+	if n < len(dst) {
+		_, err := io.ReadFull(r.c, dst[n:])
+		return err
+	}
+	return nil
+}
+
+// discard drops n payload bytes.
+func (r *frameReader) discard(n int) error {
+	_, err := r.br.Discard(n)
+	return err
+}
+
+// gather collects frames for one writev: headers in a fixed arena (runs of
+// adjacent headers become one iovec) and payloads straight from
+// registered memory, with the regions to release once written.
+type gather struct {
+	hdrs  []byte
+	nh    int
+	iov   [][]byte
+	bufs  net.Buffers
+	pins  []*engine.Region
+	bytes int
+}
+
+func newGather(frames int) *gather {
+	return &gather{
+		hdrs: make([]byte, frames*headerLen),
+		iov:  make([][]byte, 0, 2*frames),
+		pins: make([]*engine.Region, 0, frames),
+	}
+}
+
+// full reports whether no further frame fits.
+func (g *gather) full() bool { return g.nh*headerLen == len(g.hdrs) }
+
+// add appends a frame; pin (may be nil) is released after the write.
+func (g *gather) add(h *header, payload []byte, pin *engine.Region) {
+	hb := g.hdrs[g.nh*headerLen : (g.nh+1)*headerLen : (g.nh+1)*headerLen]
+	h.encode(hb)
+	if k := len(g.iov); k > 0 && g.nh > 0 && len(g.iov[k-1]) > 0 &&
+		&g.iov[k-1][len(g.iov[k-1])-1] == &g.hdrs[g.nh*headerLen-1] {
+		// Extends the previous header run.
+		g.iov[k-1] = g.hdrs[(g.nh*headerLen)-len(g.iov[k-1]) : (g.nh+1)*headerLen]
+	} else {
+		g.iov = append(g.iov, hb)
+	}
+	g.nh++
+	g.bytes += headerLen
+	if len(payload) > 0 {
+		g.iov = append(g.iov, payload)
+		g.bytes += len(payload)
+	}
+	if pin != nil {
+		g.pins = append(g.pins, pin)
+	}
+}
+
+func (g *gather) empty() bool { return g.nh == 0 }
+
+// flush writes everything gathered and releases the pins.
+func (g *gather) flush(c *net.TCPConn) error {
+	if g.nh == 0 {
+		return nil
+	}
+	g.bufs = g.iov
+	_, err := g.bufs.WriteTo(c)
+	g.reset()
+	return err
+}
+
+// reset drops what was gathered (after a write, or when it failed).
+func (g *gather) reset() {
+	for _, r := range g.pins {
+		r.Release()
+	}
+	clear(g.pins)
+	g.pins = g.pins[:0]
+	clear(g.iov)
+	g.iov = g.iov[:0]
+	g.bufs = nil
+	g.nh, g.bytes = 0, 0
+}
