@@ -127,22 +127,19 @@ func TestConsulRestart(t *testing.T) {
 	if s := owner.Session(); s == "" || s == oldSession {
 		t.Fatalf("owner session %q after re-registration, old %q", s, oldSession)
 	}
-	for {
-		select {
-		case d, ok := <-watch:
-			if !ok {
-				t.Fatal("watch closed during outage")
-			}
-			if d == nil {
-				t.Fatal("watch reported the segment gone although its owner re-registered within the grace")
-			}
-			if d.Version != 2 {
-				t.Fatalf("watch reported %+v, want version 2", d)
-			}
-		case <-time.After(15 * time.Second):
-			t.Fatal("watch did not report the re-registered segment")
+	select {
+	case d, ok := <-watch:
+		if !ok {
+			t.Fatal("watch closed during outage")
 		}
-		break
+		if d == nil {
+			t.Fatal("watch reported the segment gone although its owner re-registered within the grace")
+		}
+		if d.Version != 2 {
+			t.Fatalf("watch reported %+v, want version 2", d)
+		}
+	case <-time.After(15 * time.Second):
+		t.Fatal("watch did not report the re-registered segment")
 	}
 	select {
 	case d := <-doomedWatch:
