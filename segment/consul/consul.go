@@ -559,6 +559,15 @@ func (s *Store) sync(octx, parent context.Context, name string, o *owned, sid st
 			}
 			return fmt.Errorf("consul: publish %s: %w: key %s is held by another store (%s); if that process is gone, the key expires within twice its TTL", name, segment.ErrConflict, key, holder)
 		default:
+			if p.Session == sid {
+				// A plain write keeps our lock on the other writer's
+				// value; let go of it, value untouched, so that our
+				// session's end does not delete what they wrote.
+				s.kv.Txn(api.KVTxnOps{
+					{Verb: api.KVCheckIndex, Key: key, Index: p.ModifyIndex},
+					{Verb: api.KVUnlock, Key: key, Value: p.Value, Flags: p.Flags, Session: sid},
+				}, s.q(octx))
+			}
 			return fmt.Errorf("consul: publish %s: %w: key %s was changed by another writer (modify index %d, this store wrote %d)", name, segment.ErrConflict, key, p.ModifyIndex, o.index)
 		}
 	}

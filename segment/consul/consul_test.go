@@ -236,6 +236,15 @@ func TestCheckAndSet(t *testing.T) {
 	if err != nil || got.Epoch != 3 || got.Version != 9 {
 		t.Fatalf("the other writer's value was overwritten: %+v, %v", got, err)
 	}
+	// The owner gave up the key: its Close must not delete the other
+	// writer's value.
+	if err := s1.Close(); err != nil {
+		t.Fatal(err)
+	}
+	got, err = s2.Get(ctx, name)
+	if err != nil || got.Epoch != 3 || got.Version != 9 {
+		t.Fatalf("after the former owner closed: %+v, %v; want the other writer's value", got, err)
+	}
 }
 
 // A restarted process (a new store) publishes a new epoch; watchers see it.
