@@ -66,16 +66,16 @@ func parseBench(args []string, stderr io.Writer) (*benchConfig, error) {
 	block, buf := sizeFlag(64<<10), sizeFlag(256<<20)
 	dur := secondsFlag(5 * time.Second)
 	c := &benchConfig{}
-	fs.Var(op, "operation", "read (target to local) or write (local to target)")
-	fs.Var(proto, "protocol", "transport: tcp or rdma")
-	fs.Var(&block, "block-size", "bytes per request (4096, 64KiB, 1MiB, ...)")
+	fs.Var(op, "operation", "the `op`: read (target to local) or write (local to target)")
+	fs.Var(proto, "protocol", "the `transport`: tcp or rdma")
+	fs.Var(&block, "block-size", "`bytes` per request (4096, 64KiB, 1MiB, ...)")
 	fs.IntVar(&c.BatchSize, "batch-size", 128, "requests per batch")
 	fs.IntVar(&c.Threads, "threads", 1, "initiator goroutines, each with its own batches")
-	fs.Var(&dur, "duration", "how long to measure each configuration (seconds, or 500ms, 2s, ...)")
-	fs.Var(&buf, "buffer-size", "bytes registered on each side (raised to block × batch × threads)")
+	fs.Var(&dur, "duration", "`time` to measure each configuration (seconds, or 500ms, 2s, ...)")
+	fs.Var(&buf, "buffer-size", "`bytes` registered on each side (raised to block × batch × threads)")
 	fs.StringVar(&c.Segment, "segment", "", "target segment to open (with p2p: the te serve's host:port); default: start a target in this process")
-	fs.StringVar(&c.Metadata, "metadata", def, "metadata store: p2p (embedded, no server) or consul://host:port[/prefix] (default $TE_METADATA, else p2p)")
-	fs.Var(unit, "report-unit", "bandwidth unit: GB (1e9 bytes), GiB, Gb, MB, MiB, Mb, KB, KiB, Kb")
+	fs.StringVar(&c.Metadata, "metadata", def, "metadata store: p2p (embedded, no server) or consul://host:port[/prefix] ($TE_METADATA sets the default)")
+	fs.Var(unit, "report-unit", "bandwidth `unit`: GB (1e9 bytes), GiB, Gb, MB, MiB, Mb, KB, KiB, Kb")
 	fs.IntVar(&c.Precision, "report-precision", 2, "digits after the point in reported bandwidths")
 	fs.BoolVar(&c.JSON, "json", false, "print the results as JSON on stdout")
 	fs.BoolVar(&c.Baseline, "baseline", false, "also measure raw TCP over one loopback connection at the same block size, and print engine/baseline")
@@ -96,7 +96,7 @@ func parseBench(args []string, stderr io.Writer) (*benchConfig, error) {
 			"wait for all, free the batch. GB/s counts 1e9 bytes; latency is per batch,\n"+
 			"submit to all complete. With no --segment a target runs in this process\n"+
 			"over loopback. Start a separate target with te serve.\n\nflags:\n")
-		fs.PrintDefaults()
+		printFlags(fs)
 	}
 	if err := fs.Parse(args); err != nil {
 		return nil, usageErr(err)

@@ -116,11 +116,41 @@ var reportUnits = map[string]float64{
 	"KB": 1e3, "KiB": 1 << 10, "Kb": 1e3 / 8,
 }
 
+// aliasUsage marks the usage text of alias flags, so printFlags can leave
+// them out of the listing.
+const aliasUsage = "alias for --"
+
 // alias makes --old (Mooncake's spelling, e.g. block_size) set the same
 // value as --name.
 func alias(fs *flag.FlagSet, name, old string) {
 	f := fs.Lookup(name)
-	fs.Var(f.Value, old, "alias for --"+name)
+	fs.Var(f.Value, old, aliasUsage+name)
+}
+
+// printFlags lists fs's flags like flag.PrintDefaults, with two dashes and
+// without the aliases, which it names on one line at the end.
+func printFlags(fs *flag.FlagSet) {
+	w := fs.Output()
+	var aliases []string
+	fs.VisitAll(func(f *flag.Flag) {
+		if strings.HasPrefix(f.Usage, aliasUsage) {
+			aliases = append(aliases, "--"+f.Name)
+			return
+		}
+		kind, usage := flag.UnquoteUsage(f)
+		line := "  --" + f.Name
+		if kind != "" {
+			line += " " + kind
+		}
+		line += "\n    \t" + strings.ReplaceAll(usage, "\n", "\n    \t")
+		if d := f.DefValue; d != "" && d != "false" && d != "0" {
+			line += fmt.Sprintf(" (default %s)", d)
+		}
+		fmt.Fprintln(w, line)
+	})
+	if len(aliases) > 0 {
+		fmt.Fprintf(w, "\nMooncake's spellings are accepted too: %s\n", strings.Join(aliases, ", "))
+	}
 }
 
 // metadataURI maps Mooncake's spellings of the embedded store to ours.

@@ -23,11 +23,11 @@ func runServe(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	if def == "" {
 		def = "p2p"
 	}
-	metadata := fs.String("metadata", def, "metadata store: p2p[://host:port?ports=lo-hi] (embedded, no server) or consul://host:port[/prefix] (default $TE_METADATA, else p2p on 127.0.0.1)")
+	metadata := fs.String("metadata", def, "metadata store: p2p[://host:port?ports=lo-hi] (embedded, no server) or consul://host:port[/prefix] ($TE_METADATA sets the default; p2p listens on 127.0.0.1)")
 	protocol := &choiceFlag{v: "tcp", ok: []string{"tcp", "rdma"}}
-	fs.Var(protocol, "protocol", "transport to serve: tcp or rdma")
+	fs.Var(protocol, "protocol", "the `transport` to serve: tcp or rdma")
 	bufSize := sizeFlag(256 << 20)
-	fs.Var(&bufSize, "buffer-size", "bytes of memory to expose (mmap'd, touched lazily)")
+	fs.Var(&bufSize, "buffer-size", "`bytes` of memory to expose (mmap'd, touched lazily)")
 	listen := fs.String("listen", "", "the transport's data listener, host:port (default: the p2p store's host, else all interfaces, any port)")
 	name := fs.String("name", "", "segment name for stores that do not assign one (default hostname/pid; p2p names the segment host:port)")
 	alias(fs, "metadata", "metadata_server")
@@ -37,7 +37,7 @@ func runServe(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 			"Registers a buffer, publishes it as a segment and serves transfers to it\n"+
 			"until SIGINT or SIGTERM. Prints the segment name for te bench --segment.\n"+
 			"To be reached from other hosts: --metadata 'p2p://0.0.0.0?ports=15000-17000'.\n\nflags:\n")
-		fs.PrintDefaults()
+		printFlags(fs)
 	}
 	if err := fs.Parse(args); err != nil {
 		return usageErr(err)
