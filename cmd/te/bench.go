@@ -452,9 +452,13 @@ func (env *benchEnv) run(ctx context.Context, op string, block int64, progress i
 		stats[t] = workerStats{}
 	}
 
-	var stop atomic.Bool
-	errs := make([]error, c.Threads)
-	var wg sync.WaitGroup
+	var (
+		stop     atomic.Bool
+		errs     = make([]error, c.Threads)
+		wg       sync.WaitGroup
+		failed   = make(chan struct{}) // closed by the first thread that fails
+		failOnce sync.Once
+	)
 	start := time.Now()
 	for t := range loops {
 		wg.Go(func() {
@@ -462,6 +466,7 @@ func (env *benchEnv) run(ctx context.Context, op string, block int64, progress i
 				if err := loops[t].step(ctx); err != nil {
 					errs[t] = err
 					stop.Store(true)
+					failOnce.Do(func() { close(failed) })
 					return
 				}
 			}
@@ -474,6 +479,7 @@ func (env *benchEnv) run(ctx context.Context, op string, block int64, progress i
 	select {
 	case <-timer.C:
 	case <-ctx.Done():
+	case <-failed:
 	}
 	timer.Stop()
 	stop.Store(true)

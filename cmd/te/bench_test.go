@@ -398,3 +398,19 @@ func TestBenchInProcessConsul(t *testing.T) {
 		t.Fatalf("result %+v", r)
 	}
 }
+
+// A target killed mid-run fails the bench with a clear error, promptly.
+func TestBenchTargetDies(t *testing.T) {
+	srv, name, _ := serveProcess(t, "--buffer-size", "16MiB")
+	time.AfterFunc(time.Second, func() { srv.Process.Kill() })
+	start := time.Now()
+	_, stderr, code := runTE(t, "bench", "--segment", name, "--duration", "30", "--batch-size", "16", "--quiet")
+	if code != 1 || !strings.Contains(stderr, "te bench: ") {
+		t.Fatalf("exit %d, stderr:\n%s\nwant exit 1 with an error", code, stderr)
+	}
+	if d := time.Since(start); d > 25*time.Second {
+		t.Fatalf("bench took %v to notice the target died", d)
+	}
+	t.Logf("after %v: %s", time.Since(start).Round(time.Millisecond), strings.TrimSpace(stderr))
+	srv.Wait()
+}
