@@ -455,6 +455,9 @@ func (s *Store) exchange(ctx context.Context, addr, name string) (frameType, []b
 			c, err := d.DialContext(dctx, "tcp", addr)
 			cancel()
 			if err != nil {
+				if cerr := ctxErr(ctx); cerr != nil {
+					err = fmt.Errorf("%w (%w)", cerr, err)
+				}
 				return 0, nil, fmt.Errorf("%w: p2p: get %s: %w", segment.ErrUnavailable, name, err)
 			}
 			if !s.track(c) {
@@ -472,13 +475,25 @@ func (s *Store) exchange(ctx context.Context, addr, name string) (frameType, []b
 		if s.isClosing() {
 			return 0, nil, segment.ErrClosed
 		}
-		if fresh || ctx.Err() != nil || time.Now().After(deadline) {
-			if ctx.Err() != nil {
-				err = fmt.Errorf("%w (%w)", ctx.Err(), err)
+		if fresh || ctx.Err() != nil || !time.Now().Before(deadline) {
+			if cerr := ctxErr(ctx); cerr != nil {
+				err = fmt.Errorf("%w (%w)", cerr, err)
 			}
 			return 0, nil, fmt.Errorf("%w: p2p: get %s from %s: %w", segment.ErrUnavailable, name, addr, err)
 		}
 	}
+}
+
+// ctxErr is ctx.Err(), or DeadlineExceeded once ctx's deadline has passed:
+// a socket deadline set from ctx can fire a moment before ctx notices.
+func ctxErr(ctx context.Context) error {
+	if err := ctx.Err(); err != nil {
+		return err
+	}
+	if d, ok := ctx.Deadline(); ok && !time.Now().Before(d) {
+		return context.DeadlineExceeded
+	}
+	return nil
 }
 
 // roundTrip writes req and reads one response frame, within deadline and
