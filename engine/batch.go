@@ -451,18 +451,9 @@ func (e *Engine) resolve(t *task, r *Request, ts *transportSet) error {
 	if err != nil {
 		return fmt.Errorf("%w: %s [%#x, %#x)", ErrOutOfRange, s.name, r.TargetAddr, r.TargetAddr+n)
 	}
-	slot := st.dflt
-	if r.Transport != "" {
-		slot = ts.byName(r.Transport)
-		if slot < 0 {
-			return fmt.Errorf("%w: %q is not installed", ErrNoTransport, r.Transport)
-		}
-		if _, ok := st.desc.Protocol(r.Transport); !ok {
-			return fmt.Errorf("%w: %s does not offer %q", ErrNoTransport, s.name, r.Transport)
-		}
-	}
-	if slot < 0 || ts.slots[slot] == nil {
-		return fmt.Errorf("%w: %s", ErrNoTransport, s.name)
+	slot, err := pickSlot(ts, st.desc, r.Transport, s.force)
+	if err != nil {
+		return err
 	}
 	p, err := e.peerFor(s, st, slot)
 	if err != nil {
@@ -482,6 +473,32 @@ func (e *Engine) resolve(t *task, r *Request, ts *transportSet) error {
 	}
 	t.nslices = int64((n + t.sliceMax - 1) / t.sliceMax)
 	return nil
+}
+
+// pickSlot chooses the transport for a request: the request's hint, else
+// the segment's OpenOptions.Transport, else the first protocol the target
+// offers that is installed here (so uninstalling a transport falls back to
+// the next one). It does not allocate unless it fails.
+func pickSlot(ts *transportSet, d *segment.Descriptor, hint, force string) (int, error) {
+	if hint == "" {
+		hint = force
+	}
+	if hint != "" {
+		slot := ts.byName(hint)
+		if slot < 0 {
+			return -1, fmt.Errorf("%w: %q is not installed", ErrNoTransport, hint)
+		}
+		if _, ok := d.Protocol(hint); !ok {
+			return -1, fmt.Errorf("%w: %s does not offer %q", ErrNoTransport, d.Name, hint)
+		}
+		return slot, nil
+	}
+	for i := range d.Protocols {
+		if slot := ts.byName(d.Protocols[i].Name); slot >= 0 {
+			return slot, nil
+		}
+	}
+	return -1, fmt.Errorf("%w: %s offers %v", ErrNoTransport, d.Name, protoNames(d))
 }
 
 // peerFor is peer with the engine's own bounded context, for connections

@@ -41,7 +41,8 @@ type remoteSegment struct {
 type segState struct {
 	desc *segment.Descriptor
 	gone bool
-	// dflt is the slot of the transport used when a request names none.
+	// dflt is the transport slot OpenSegment connects eagerly; requests
+	// choose per request (pickSlot).
 	dflt  int
 	peers [maxTransports]atomic.Pointer[peerRef]
 }
@@ -207,26 +208,11 @@ func (e *Engine) OpenSegment(ctx context.Context, name string, opts *OpenOptions
 // newState makes the state for descriptor d and picks its default
 // transport.
 func (e *Engine) newState(s *remoteSegment, d *segment.Descriptor) (*segState, error) {
-	ts := e.transports.Load()
-	st := &segState{desc: d, dflt: -1}
-	if s.force != "" {
-		slot := ts.byName(s.force)
-		if slot < 0 {
-			return nil, fmt.Errorf("%w: %q is not installed", ErrNoTransport, s.force)
-		}
-		if _, ok := d.Protocol(s.force); !ok {
-			return nil, fmt.Errorf("%w: %s does not offer %q", ErrNoTransport, d.Name, s.force)
-		}
-		st.dflt = slot
-		return st, nil
+	slot, err := pickSlot(e.transports.Load(), d, "", s.force)
+	if err != nil {
+		return nil, err
 	}
-	for _, p := range d.Protocols {
-		if slot := ts.byName(p.Name); slot >= 0 {
-			st.dflt = slot
-			return st, nil
-		}
-	}
-	return nil, fmt.Errorf("%w: %s offers %v, installed %v", ErrNoTransport, d.Name, protoNames(d), e.Transports())
+	return &segState{desc: d, dflt: slot}, nil
 }
 
 func protoNames(d *segment.Descriptor) []string {
@@ -285,7 +271,7 @@ func (e *Engine) refresh(s *remoteSegment, d *segment.Descriptor) {
 	ns, err := e.newState(s, d.Clone())
 	if err != nil {
 		e.log.Warn("engine: segment update unusable", "segment", s.name, "err", err)
-		ns = &segState{desc: d.Clone(), gone: true, dflt: old.dflt}
+		ns = &segState{desc: d.Clone(), dflt: -1}
 	}
 	if same && !old.gone {
 		for i := range old.peers {

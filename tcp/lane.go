@@ -55,15 +55,25 @@ func (p *peer) Close() error {
 	return nil
 }
 
-// submit spreads ss over the lanes in contiguous runs, starting at a
-// rotating lane so single-slice submissions use every lane.
+// laneShare is the bytes of one submission that justify one more lane:
+// spreading a small burst over many connections costs more wake-ups than
+// it gains, a large one gains parallel copies on both sides.
+const laneShare = 1 << 20
+
+// submit spreads ss over the lanes in contiguous runs (one lane per
+// laneShare bytes, at most all of them), starting at a rotating lane so
+// that small submissions still use every lane over time.
 func (p *peer) submit(ss []*engine.Slice) {
-	n := len(p.lanes)
+	var total int
+	for _, s := range ss {
+		total += len(s.Local)
+	}
+	n := min(len(p.lanes), max(1, total/laneShare), len(ss))
 	start := int(p.rr.Add(1))
 	per := (len(ss) + n - 1) / n
 	for i := 0; len(ss) > 0; i++ {
 		k := min(per, len(ss))
-		p.lanes[(start+i)%n].enqueue(ss[:k])
+		p.lanes[(start+i)%len(p.lanes)].enqueue(ss[:k])
 		ss = ss[k:]
 	}
 }

@@ -14,12 +14,22 @@ import (
 	"github.com/rdmago/te/segment"
 )
 
-// Defaults, chosen by measurement on the 2-core loopback VM (see
-// BenchmarkEngine in tcp_bench_test.go; GB/s at batch 128):
+// Defaults, chosen by measurement (go test -bench 'Lanes|SliceSize' ./tcp)
+// on the 2-core loopback VM, batch 128, GB/s (two runs each, busy machine):
 //
-// Lanes: 1 lane vs 2 vs 4 ... (filled in below from measurements)
+//	lanes  WRITE 4KiB  64KiB     1MiB      READ 4KiB  64KiB     1MiB
+//	1      3.10-3.47   1.96-2.14 2.45-2.74      3.14-3.37  2.47-2.52 2.53-2.93
+//	2      2.85-3.00   2.37-2.60 3.88-3.91      2.85-2.96  2.16-2.37 2.67-3.20
+//	4      1.84-2.01   1.79-2.16 3.31-4.20      1.65-2.44  4.40-4.49 4.34-4.79
+//
+// Small bursts do best on one connection, large ones on four, so a
+// submission uses one lane per MiB it carries (laneShare), up to Lanes = 4.
+// With that rule, 4 lanes measured 3.4-3.5 / 2.4-2.5 / 4.0-4.2 GB/s (WRITE)
+// and 2.4-3.1 / 3.8-4.6 / 4.8-5.0 GB/s (READ). One 64 MiB request cut into
+// slices of 256 KiB, 1 MiB, 4 MiB, 16 MiB moved 3.4, 3.3, 2.9, 2.4 GB/s:
+// 1 MiB slices keep per-slice overhead low and still spread over lanes.
 const (
-	DefaultLanes       = 2
+	DefaultLanes       = 4
 	DefaultSliceSize   = 1 << 20
 	DefaultDialTimeout = 5 * time.Second
 	DefaultIOTimeout   = 10 * time.Second
