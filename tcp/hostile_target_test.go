@@ -1,0 +1,151 @@
+package tcp
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"io"
+	"net"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/rdmago/te/engine"
+	"github.com/rdmago/te/engine/enginetest"
+	"github.com/rdmago/te/segment"
+)
+
+// fakeTarget accepts one connection at a time, answers HELLO, then
+// answers each request with what misbehave returns (raw bytes).
+func fakeTarget(t *testing.T, st *enginetest.MemStore, name string, misbehave func(req header) []byte) segment.Buffer {
+	t.Helper()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var wg sync.WaitGroup
+	var mu sync.Mutex
+	var conns []net.Conn
+	t.Cleanup(func() {
+		ln.Close()
+		mu.Lock()
+		for _, c := range conns {
+			c.Close()
+		}
+		mu.Unlock()
+		wg.Wait()
+	})
+	wg.Go(func() {
+		for {
+			c, err := ln.Accept()
+			if err != nil {
+				return
+			}
+			mu.Lock()
+			conns = append(conns, c)
+			mu.Unlock()
+			wg.Go(func() {
+				defer c.Close()
+				var hb [headerLen]byte
+				for first := true; ; first = false {
+					if _, err := io.ReadFull(c, hb[:]); err != nil {
+						return
+					}
+					h, err := decodeHeader(hb[:])
+					if err != nil {
+						return
+					}
+					if first {
+						r := header{op: opHello | opReply, addr: h.addr}
+						r.encode(hb[:])
+						c.Write(hb[:])
+						continue
+					}
+					if h.op == opWrite {
+						io.CopyN(io.Discard, c, int64(h.length))
+					}
+					c.Write(misbehave(h))
+				}
+			})
+		}
+	})
+	buf := segment.Buffer{Addr: 1 << 40, Length: 1 << 20}
+	st.Publish(context.Background(), &segment.Descriptor{Name: name, Epoch: 5, Version: 1,
+		Protocols: []segment.Protocol{{Name: segment.ProtoTCP, Endpoint: ln.Addr().String()}},
+		Buffers:   []segment.Buffer{buf}})
+	return buf
+}
+
+func frame(h header, payload []byte) []byte {
+	b := make([]byte, headerLen, headerLen+len(payload))
+	h.encode(b)
+	return append(b, payload...)
+}
+
+// TestHostileTarget: replies that break the protocol fail the tasks with
+// ErrProtocol and never write local memory outside the slice.
+func TestHostileTarget(t *testing.T) {
+	cases := []struct {
+		name string
+		op   engine.Op
+		resp func(h header) []byte
+		want error
+	}{
+		{"wrong id", engine.Write, func(h header) []byte {
+			return frame(header{op: opWrite | opReply, id: h.id + 7}, nil)
+		}, ErrProtocol},
+		{"wrong op", engine.Write, func(h header) []byte {
+			return frame(header{op: opRead | opReply, id: h.id}, nil)
+		}, ErrProtocol},
+		{"bad magic", engine.Read, func(h header) []byte {
+			b := frame(header{op: opRead | opReply, id: h.id, length: h.length}, make([]byte, h.length))
+			b[0] = 'Z'
+			return b
+		}, ErrProtocol},
+		{"oversized READ reply", engine.Read, func(h header) []byte {
+			return frame(header{op: opRead | opReply, id: h.id, length: h.length + 64}, bytes.Repeat([]byte{0xEE}, int(h.length)+64))
+		}, ErrProtocol},
+		{"payload on a WRITE reply", engine.Write, func(h header) []byte {
+			return frame(header{op: opWrite | opReply, id: h.id, length: 4}, []byte("junk"))
+		}, ErrProtocol},
+		{"refusal", engine.Read, func(h header) []byte {
+			return frame(header{op: opRead | opReply, status: statusOutOfRange, id: h.id}, nil)
+		}, engine.ErrOutOfRange},
+		{"unknown status", engine.Write, func(h header) []byte {
+			return frame(header{op: opWrite | opReply, status: 999, id: h.id}, nil)
+		}, ErrProtocol},
+		{"hang up", engine.Read, func(h header) []byte { return nil }, ErrTimeout},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			st := enginetest.NewMemStore()
+			defer st.Close()
+			buf := fakeTarget(t, st, "evil", c.resp)
+			n := newNode(t, st, "ini", 1<<16, Config{Lanes: 1, IOTimeout: 200 * time.Millisecond})
+			seg, err := n.e.OpenSegment(ctxT(t, 5*time.Second), "evil", nil)
+			if err != nil {
+				t.Fatal(err)
+			}
+			fill(t, n.buf())
+			want := bytes.Clone(n.buf())
+			b, _ := n.e.AllocateBatch(1)
+			defer n.e.FreeBatch(b)
+			if err := n.e.Submit(b, []engine.Request{{Op: c.op, Local: n.buf()[4096:8192], Target: seg, TargetAddr: buf.Addr}}); err != nil {
+				t.Fatal(err)
+			}
+			err = n.e.Wait(ctxT(t, 10*time.Second), b)
+			if !errors.Is(err, c.want) {
+				t.Fatalf("got %v, want %v", err, c.want)
+			}
+			if st, _ := n.e.Status(b, 0); st.State != engine.StateFailed || st.Transferred != 0 {
+				t.Fatalf("status %+v", st)
+			}
+			if !bytes.Equal(n.buf()[:4096], want[:4096]) || !bytes.Equal(n.buf()[8192:], want[8192:]) {
+				t.Fatal("memory outside the slice changed")
+			}
+			if c.name == "oversized READ reply" && !bytes.Equal(n.buf(), want) {
+				t.Fatal("a refused READ reply wrote the slice")
+			}
+		})
+	}
+}
