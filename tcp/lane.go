@@ -128,6 +128,13 @@ type lane struct {
 	conn    *net.TCPConn
 	ring    ring   // requests on conn awaiting replies
 	reading bool   // the reader owns a popped request (payload in progress)
+	// writing is set while the writer's writev may still read the payloads
+	// of requests in the ring; fail then leaves completing them to the
+	// writer (deferred), so no task finishes — and no memory is unpinned —
+	// while the kernel may still read its memory.
+	writing  bool
+	deferred []*engine.Slice
+	deferErr error
 	nextID  uint64 // ids grow across connections
 	done    uint64 // replies received: progress for the watchdog
 	// watchdog state, also under mu
@@ -294,12 +301,22 @@ func (l *lane) send(conn *net.TCPConn, batch []*engine.Slice) {
 			}
 			l.ring.push(inflight{s: s, id: id})
 		}
+		l.writing = true
 		l.mu.Unlock()
 		batch = batch[k:]
-		if err := l.g.flush(conn); err != nil {
-			werr := fmt.Errorf("%w: write to %s at %s: %v", ErrConnection, l.p.name, l.p.addr, err)
-			l.fail(conn, werr)
-			doneAll(batch, werr)
+		err := l.g.flush(conn)
+		if err != nil {
+			err = fmt.Errorf("%w: write to %s at %s: %v", ErrConnection, l.p.name, l.p.addr, err)
+			l.fail(conn, err)
+		}
+		l.mu.Lock()
+		l.writing = false
+		deferred, derr := l.deferred, l.deferErr
+		l.deferred, l.deferErr = nil, nil
+		l.mu.Unlock()
+		doneAll(deferred, derr)
+		if err != nil {
+			doneAll(batch, err)
 			return
 		}
 	}
@@ -406,6 +423,14 @@ func (l *lane) fail(c *net.TCPConn, err error) {
 		}
 		l.ring.pop()
 		failed = append(failed, e.s)
+	}
+	if l.writing {
+		// The writer completes them once its writev has returned.
+		l.deferred = append(l.deferred, failed...)
+		if l.deferErr == nil {
+			l.deferErr = err
+		}
+		failed = nil
 	}
 	l.mu.Unlock()
 	if len(failed) > 0 {
