@@ -126,8 +126,8 @@ type lane struct {
 	started bool // writer running
 	pending []*engine.Slice
 	conn    *net.TCPConn
-	ring    ring   // requests on conn awaiting replies
-	reading bool   // the reader owns a popped request (payload in progress)
+	ring    ring // requests on conn awaiting replies
+	reading bool // the reader owns a popped request (payload in progress)
 	// writing is set while the writer's writev may still read the payloads
 	// of requests in the ring; fail then leaves completing them to the
 	// writer (deferred), so no task finishes — and no memory is unpinned —
@@ -135,8 +135,8 @@ type lane struct {
 	writing  bool
 	deferred []*engine.Slice
 	deferErr error
-	nextID  uint64 // ids grow across connections
-	done    uint64 // replies received: progress for the watchdog
+	nextID   uint64 // ids grow across connections
+	done     uint64 // replies received: progress for the watchdog
 	// watchdog state, also under mu
 	lastDone uint64
 	stall    int
