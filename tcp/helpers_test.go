@@ -3,7 +3,6 @@ package tcp
 import (
 	"context"
 	"crypto/rand"
-	"hash/crc64"
 	"testing"
 	"time"
 
@@ -80,10 +79,6 @@ func fill(t testing.TB, b []byte) {
 		t.Fatal(err)
 	}
 }
-
-var crcTab = crc64.MakeTable(crc64.ECMA)
-
-func sum(b []byte) uint64 { return crc64.Checksum(b, crcTab) }
 
 func ctxT(t testing.TB, d time.Duration) context.Context {
 	ctx, cancel := context.WithTimeout(context.Background(), d)
