@@ -603,3 +603,35 @@ func (e *Engine) Wait(ctx context.Context, id BatchID) error {
 	}
 	return nil
 }
+
+// Transfer submits reqs as one batch, waits for it and frees it: the
+// synchronous form of AllocateBatch, Submit, Wait and FreeBatch. If ctx
+// ends first it returns ctx's error and the batch is freed in the
+// background once its tasks have finished — never while a completion may
+// still write it.
+func (e *Engine) Transfer(ctx context.Context, reqs []Request) error {
+	b, err := e.AllocateBatch(max(len(reqs), 1))
+	if err != nil {
+		return err
+	}
+	if err := e.Submit(b, reqs); err != nil {
+		e.FreeBatch(b)
+		return err
+	}
+	werr := e.Wait(ctx, b)
+	if ferr := e.FreeBatch(b); ferr != nil {
+		// Still in flight (ctx ended): free it when it finishes. Close
+		// fails whatever is in flight, so this goroutine ends with it.
+		e.bgMu.Lock()
+		if !e.closed.Load() {
+			e.bg.Add(1)
+			go func() {
+				defer e.bg.Done()
+				e.Wait(context.Background(), b)
+				e.FreeBatch(b)
+			}()
+		}
+		e.bgMu.Unlock()
+	}
+	return werr
+}

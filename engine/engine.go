@@ -54,6 +54,8 @@ type Engine struct {
 	ctx       context.Context // cancelled by Close; parents watches
 	cancel    context.CancelFunc
 	wg        sync.WaitGroup
+	bgMu      sync.Mutex     // orders bg.Add against Close
+	bg        sync.WaitGroup // Transfer's background frees
 
 	// tmu serialises Install and Uninstall; transports is the snapshot the
 	// data path reads.
@@ -153,6 +155,14 @@ func (e *Engine) Close() error {
 		}
 		e.tmu.Unlock()
 		e.wg.Wait()
+		// Transfer adds to bg only under bgMu with closed unset, so
+		// after this barrier nothing is added while bg.Wait runs.
+		e.bgMu.Lock()
+		closing := e.closed.Load()
+		e.bgMu.Unlock()
+		if closing {
+			e.bg.Wait()
+		}
 		e.pubMu.Lock()
 		if e.cfg.Store != nil && e.published {
 			ctx, cancel := context.WithTimeout(context.Background(), e.cfg.MetadataTimeout)

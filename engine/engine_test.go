@@ -669,3 +669,24 @@ func TestWaitContext(t *testing.T) {
 	}
 	n.e.FreeBatch(b)
 }
+
+func TestTransfer(t *testing.T) {
+	p := newPair(t, 1<<20, 1<<20, tcp.Config{})
+	fill(t, p.ini.buf()[:8192])
+	err := p.ini.e.Transfer(ctxT(t, 5*time.Second), []engine.Request{
+		{Op: engine.Write, Local: p.ini.buf()[:8192], Target: p.seg, TargetAddr: p.tgt.base()},
+	})
+	if err != nil || !bytes.Equal(p.tgt.buf()[:8192], p.ini.buf()[:8192]) {
+		t.Fatalf("transfer: %v", err)
+	}
+	if err := p.ini.e.Transfer(ctxT(t, time.Second), []engine.Request{{Op: engine.Write, Local: p.ini.buf()[:1], Target: 77}}); !errors.Is(err, engine.ErrSegmentNotFound) {
+		t.Fatalf("transfer to an unknown segment: %v", err)
+	}
+	// A context that ends first: the batch finishes and is freed later.
+	ctx, cancel := context.WithCancel(context.Background())
+	cancel()
+	err = p.ini.e.Transfer(ctx, []engine.Request{{Op: engine.Read, Local: p.ini.buf()[:1<<20], Target: p.seg, TargetAddr: p.tgt.base()}})
+	if err != nil && !errors.Is(err, context.Canceled) {
+		t.Fatalf("cancelled transfer: %v", err)
+	}
+}
