@@ -14,7 +14,8 @@ import (
 //	  2   1 version  1
 //	  3   1 op       1 HELLO, 2 WRITE, 3 READ; replies set bit 0x80
 //	  4   2 status   0 in requests; the outcome in replies
-//	  6   2 flags    0 (reserved; receivers reject other values)
+//	  6   2 flags    requests: bit 0 More; all other bits (and any bit
+//	                 in replies) are reserved and rejected
 //	  8   8 id       request id, echoed by the reply
 //	 16   8 addr     target address (HELLO: the epoch the initiator expects)
 //	 24   8 length   payload or requested bytes, see below
@@ -33,12 +34,16 @@ import (
 //	READ|reply   header; status 0: length bytes of payload follow,
 //	             otherwise length is 0.
 //
+// More is a hint from the initiator: further requests follow at once in
+// the same burst. The target holds its replies while More is set (up to a
+// bound) and writes them together after the burst's last request.
+//
 // The target serves the requests of one connection in order, so replies
 // come back in request order; ids let the initiator check that. Every
 // range is checked against the target's registered memory before it is
 // touched: a WRITE outside it has its payload read and discarded and gets
 // status OutOfRange; nothing is written. A header that fails to decode
-// (bad magic, unknown version or op, non-zero flags, oversized length)
+// (bad magic, unknown version or op, unknown flags, oversized length)
 // means the framing cannot be trusted: the receiver closes the connection.
 const (
 	headerLen   = 32
@@ -56,6 +61,9 @@ const (
 	opReply op = 0x80
 )
 
+// flagMore marks a request followed at once by more of the same burst.
+const flagMore uint16 = 1
+
 type status uint16
 
 const (
@@ -70,6 +78,7 @@ const (
 type header struct {
 	op     op
 	status status
+	flags  uint16
 	id     uint64
 	addr   uint64
 	length uint64
@@ -89,7 +98,7 @@ func (h *header) encode(b []byte) {
 	_ = b[headerLen-1]
 	b[0], b[1], b[2], b[3] = 'T', 'E', wireVersion, byte(h.op)
 	binary.LittleEndian.PutUint16(b[4:], uint16(h.status))
-	binary.LittleEndian.PutUint16(b[6:], 0)
+	binary.LittleEndian.PutUint16(b[6:], h.flags)
 	binary.LittleEndian.PutUint64(b[8:], h.id)
 	binary.LittleEndian.PutUint64(b[16:], h.addr)
 	binary.LittleEndian.PutUint64(b[24:], h.length)
@@ -109,6 +118,7 @@ func decodeHeader(b []byte) (header, error) {
 	h := header{
 		op:     op(b[3]),
 		status: status(binary.LittleEndian.Uint16(b[4:])),
+		flags:  binary.LittleEndian.Uint16(b[6:]),
 		id:     binary.LittleEndian.Uint64(b[8:]),
 		addr:   binary.LittleEndian.Uint64(b[16:]),
 		length: binary.LittleEndian.Uint64(b[24:]),
@@ -118,7 +128,7 @@ func decodeHeader(b []byte) (header, error) {
 	default:
 		return header{}, errOp
 	}
-	if binary.LittleEndian.Uint16(b[6:]) != 0 {
+	if h.op&opReply != 0 && h.flags != 0 || h.flags&^flagMore != 0 {
 		return header{}, errFlags
 	}
 	if h.op&opReply == 0 && h.status != statusOK {
@@ -131,5 +141,5 @@ func decodeHeader(b []byte) (header, error) {
 }
 
 func (h header) String() string {
-	return fmt.Sprintf("op=%#x status=%d id=%d addr=%#x len=%d", uint8(h.op), h.status, h.id, h.addr, h.length)
+	return fmt.Sprintf("op=%#x status=%d flags=%#x id=%d addr=%#x len=%d", uint8(h.op), h.status, h.flags, h.id, h.addr, h.length)
 }

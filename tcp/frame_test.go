@@ -10,6 +10,7 @@ func TestHeaderRoundTrip(t *testing.T) {
 	for _, h := range []header{
 		{op: opHello, addr: 0xdeadbeef},
 		{op: opWrite, id: 1, addr: 1 << 40, length: 4096},
+		{op: opWrite, flags: flagMore, id: 2, addr: 1 << 40, length: 4096},
 		{op: opRead, id: 1<<64 - 1, addr: 42, length: maxPayload},
 		{op: opWrite | opReply, status: statusOutOfRange, id: 3},
 		{op: opRead | opReply, id: 9, length: 17},
@@ -40,6 +41,8 @@ func TestHeaderRejects(t *testing.T) {
 		{"op", func(b []byte) []byte { b[3] = 9; return b }, errOp},
 		{"reply op", func(b []byte) []byte { b[3] = 0x80; return b }, errOp},
 		{"flags", func(b []byte) []byte { b[7] = 1; return b }, errFlags},
+		{"unknown flag", func(b []byte) []byte { b[6] = 2; return b }, errFlags},
+		{"flag on a reply", func(b []byte) []byte { b[3] |= byte(opReply); b[6] = 1; return b }, errFlags},
 		{"status in request", func(b []byte) []byte { b[4] = 1; return b }, errStatus},
 		{"length", func(b []byte) []byte { b[24+4] = 0x40; return b }, errLength},
 		{"hello payload", func(b []byte) []byte { b[3] = byte(opHello); b[24] = 1; return b }, errLength},

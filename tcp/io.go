@@ -28,9 +28,6 @@ func newFrameReader(c *net.TCPConn) *frameReader {
 	return &frameReader{br: bufio.NewReaderSize(c, connBufSize), c: c}
 }
 
-// buffered reports the bytes already read from the connection.
-func (r *frameReader) buffered() int { return r.br.Buffered() }
-
 func (r *frameReader) header(hb *[headerLen]byte) error {
 	var err error
 	if r.direct && r.br.Buffered() == 0 {

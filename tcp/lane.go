@@ -289,10 +289,13 @@ func (l *lane) send(conn *net.TCPConn, batch []*engine.Slice) {
 			doneAll(batch, fmt.Errorf("%w: to %s at %s", ErrConnection, l.p.name, l.p.addr))
 			return
 		}
-		for _, s := range chunk {
+		for i, s := range chunk {
 			id := l.nextID
 			l.nextID++
 			h := header{op: opRead, id: id, addr: s.RemoteAddr, length: uint64(len(s.Local))}
+			if i < len(chunk)-1 {
+				h.flags = flagMore
+			}
 			if s.Op == engine.Write {
 				h.op = opWrite
 				l.g.add(&h, s.Local, nil)

@@ -80,10 +80,11 @@ func (t *Transport) serveConn(c *net.TCPConn) error {
 		return errRemoteStale
 	}
 
+	more := false
 	for {
-		// Write the gathered replies before blocking for more requests,
-		// so the replies to a burst of requests leave in one writev.
-		if !g.empty() && (fr.buffered() < headerLen || g.full() || g.bytes >= flushBytes) {
+		// Write the gathered replies once a burst of requests ends (or
+		// the gather is full), so they leave in one writev.
+		if !g.empty() && (!more || g.full() || g.bytes >= flushBytes) {
 			if err := g.flush(c); err != nil {
 				return err
 			}
@@ -95,6 +96,7 @@ func (t *Transport) serveConn(c *net.TCPConn) error {
 		if err != nil {
 			return err // framing cannot be trusted: drop the connection
 		}
+		more = h.flags&flagMore != 0
 		switch h.op {
 		case opWrite:
 			reply = header{op: opWrite | opReply, id: h.id, addr: h.addr}

@@ -157,7 +157,7 @@ func TestHostileFrames(t *testing.T) {
 		{"future version", true, n.e.Epoch(), func(b []byte) { b[2] = 9 }},
 		{"unknown op", true, n.e.Epoch(), func(b []byte) { b[3] = 0x7f }},
 		{"reply from initiator", true, n.e.Epoch(), func(b []byte) { b[3] = byte(opWrite | opReply) }},
-		{"flags", true, n.e.Epoch(), func(b []byte) { b[6] = 1 }},
+		{"flags", true, n.e.Epoch(), func(b []byte) { b[6] = 4 }},
 		{"oversized", true, n.e.Epoch(), func(b []byte) { b[24+7] = 1 }},
 		{"no hello", false, 0, nil},
 		{"second hello", true, n.e.Epoch(), func(b []byte) { b[3] = byte(opHello); clear(b[24:]) }},
