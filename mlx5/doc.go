@@ -1,0 +1,32 @@
+// Package mlx5 is the verbs provider for NVIDIA ConnectX-4 and later
+// (kernel driver mlx5_ib): the direct data path, in Go, without cgo.
+//
+// The kernel does only the control path. This package allocates the CQ
+// ring, the QP work queues and the doorbell records in mmap'd memory the
+// kernel pins, maps the UAR pages of the uverbs fd, writes send and receive
+// WQEs in the device's format, rings doorbells, and polls CQEs by owner bit,
+// byte-compatible with rdma-core's mlx5 provider (checked against
+// infiniband/mlx5dv.h by the tests).
+//
+// Choices and their reasons:
+//   - CQE version 1: CQEs name their QP by a per-context user index, looked
+//     up in a lock-free two-level table; indexes are never reused, so a late
+//     CQE of a destroyed QP is dropped rather than misattributed.
+//   - Static 4 KiB UARs: no driver ioctl is needed; the kernel assigns each
+//     QP a bfreg. Dedicated (low-latency) bfregs are rung without a lock,
+//     shared ones under a per-register mutex. Pages are mapped
+//     write-combining (REGULAR) only when the device reports BlueFlame
+//     registers (bf_reg_size > 0), uncached otherwise.
+//   - No scatter-to-CQE: every payload lands in the posted buffers.
+//   - The send doorbell is: doorbell record, SFENCE, one 64-bit MOVQ to the
+//     register, SFENCE, then the register half alternates; a single small
+//     inline WQE is copied whole (BlueFlame) with 64-bit stores. These live
+//     in mmio_amd64.s; the only other code that makes pointers from memory
+//     is mem_unsafe.go.
+//   - RC only; no SRQ, memory windows or UMR, so a one-SGE WQE fits one
+//     64-byte block (rdma-core reserves 4 for memory-window binds).
+//
+// Concurrency: a QP's PostSend, PostRecv and the polling of its CQs belong
+// to one goroutine at a time (the uverbs core enforces it per queue); the
+// uverbs.Context may be shared.
+package mlx5

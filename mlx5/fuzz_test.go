@@ -1,0 +1,49 @@
+//go:build amd64
+
+package mlx5
+
+import (
+	"testing"
+
+	"github.com/rdmago/te/uverbs"
+)
+
+// FuzzPollCQE feeds arbitrary CQE bytes (written by a device we do not
+// control) through the poller: it must never panic, must consume exactly
+// the entries whose owner bit and opcode make them valid, and must report unknown QPs as errors.
+func FuzzPollCQE(f *testing.F) {
+	for _, c := range cqeCases() {
+		var b [cqeSize]byte
+		c.put(b[:])
+		f.Add(b[:])
+	}
+	f.Add(make([]byte, cqeSize))
+	f.Fuzz(func(t *testing.T, data []byte) {
+		if len(data) < cqeSize {
+			return
+		}
+		buf := mapped(t, 4*cqeSize)
+		initInvalid(buf)
+		copy(buf, data[:cqeSize])
+		qp := &qpRings{uidx: 1}
+		qp.sq = sendQueue{cnt: 8, maxPost: 8, wrid: make([]uint64, 8), wqeHead: make([]uint32, 8)}
+		qp.rq = recvQueue{cnt: 4, wrid: make([]uint64, 4)}
+		cq := &cqRing{buf: buf, cnt: 4, setCI: word32(mapped(t, 64), 0)}
+		var wc [4]uverbs.WC
+		n := cq.poll(wc[:], singleQP{qp})
+		op := data[cqeOpOwn]
+		valid := op>>4 != cqeInvalid && op&1 == 0
+		if !valid && (n != 0 || cq.ci != 0) {
+			t.Fatalf("consumed an invalid entry (op_own %#x): n %d ci %d", op, n, cq.ci)
+		}
+		if valid && cq.ci != 1 {
+			t.Fatalf("valid entry (op_own %#x) not consumed: ci %d", op, cq.ci)
+		}
+		if n > 1 {
+			t.Fatalf("%d completions from one entry", n)
+		}
+		if n == 1 && be.Uint32(data[cqeSRQNUIdx:])&0xffffff != 1 && wc[0].Status != uverbs.WCGeneralErr {
+			t.Fatalf("completion for an unknown user index: %+v", wc[0])
+		}
+	})
+}
