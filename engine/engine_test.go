@@ -690,3 +690,42 @@ func TestTransfer(t *testing.T) {
 		t.Fatalf("cancelled transfer: %v", err)
 	}
 }
+
+// TestPeerReinstall: the target reinstalls its tcp transport (a new
+// listener, same process and epoch); the initiator drops the old
+// connections with the changed endpoint and reaches the new one.
+func TestPeerReinstall(t *testing.T) {
+	p := newPair(t, 1<<16, 1<<16, tcp.Config{})
+	ctx := ctxT(t, 10*time.Second)
+	req := []engine.Request{{Op: engine.Write, Local: p.ini.buf()[:4096], Target: p.seg, TargetAddr: p.tgt.base()}}
+	if err := p.ini.e.Transfer(ctx, req); err != nil {
+		t.Fatal(err)
+	}
+	if err := p.tgt.e.Uninstall("tcp"); err != nil {
+		t.Fatal(err)
+	}
+	tr := tcp.New(tcp.Config{})
+	if err := p.tgt.e.Install(tr); err != nil {
+		t.Fatal(err)
+	}
+	for {
+		d, err := p.ini.e.SegmentDescriptor(p.seg)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if pr, ok := d.Protocol("tcp"); ok && pr.Endpoint == tr.Endpoint() {
+			break
+		}
+		if ctx.Err() != nil {
+			t.Fatal("new endpoint never seen")
+		}
+		time.Sleep(time.Millisecond)
+	}
+	fill(t, p.ini.buf()[:4096])
+	if err := p.ini.e.Transfer(ctx, req); err != nil {
+		t.Fatal(err)
+	}
+	if !bytes.Equal(p.tgt.buf()[:4096], p.ini.buf()[:4096]) {
+		t.Fatal("data differs")
+	}
+}

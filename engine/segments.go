@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"maps"
 	"sync"
 	"sync/atomic"
 
@@ -274,17 +275,36 @@ func (e *Engine) refresh(s *remoteSegment, d *segment.Descriptor) {
 		ns = &segState{desc: d.Clone(), dflt: -1}
 	}
 	if same && !old.gone {
+		// Same process: keep the connections of every transport whose
+		// protocol entry (endpoint, attributes) did not change.
+		ts := e.transports.Load()
+		var stale []*peerRef
 		for i := range old.peers {
-			if ref := old.peers[i].Load(); ref != nil {
+			ref := old.peers[i].Load()
+			if ref == nil {
+				continue
+			}
+			if t := ts.slots[i]; t != nil && sameProtocol(old.desc, d, t.Name()) {
 				ns.peers[i].Store(ref)
+			} else {
+				stale = append(stale, ref)
 			}
 		}
 		s.state.Store(ns)
+		for _, ref := range stale {
+			ref.p.Close()
+		}
 		return
 	}
 	s.state.Store(ns)
 	closePeers(old, -1)
 	e.log.Info("engine: segment restarted; endpoints dropped", "segment", s.name, "epoch", d.Epoch)
+}
+
+func sameProtocol(a, b *segment.Descriptor, name string) bool {
+	pa, oka := a.Protocol(name)
+	pb, okb := b.Protocol(name)
+	return oka && okb && pa.Endpoint == pb.Endpoint && maps.Equal(pa.Attrs, pb.Attrs)
 }
 
 // SyncSegment fetches the segment's descriptor from the store now, instead
