@@ -114,7 +114,10 @@ func TestHostileTarget(t *testing.T) {
 		{"unknown status", engine.Write, func(h header) []byte {
 			return frame(header{op: opWrite | opReply, status: 999, id: h.id}, nil)
 		}, ErrProtocol},
-		{"hang up", engine.Read, func(h header) []byte { return nil }, ErrTimeout},
+		{"silence", engine.Read, func(h header) []byte { return nil }, ErrTimeout},
+		{"stall mid-payload", engine.Read, func(h header) []byte {
+			return frame(header{op: opRead | opReply, id: h.id, length: h.length}, make([]byte, h.length/2))
+		}, ErrTimeout},
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
@@ -136,6 +139,9 @@ func TestHostileTarget(t *testing.T) {
 			err = n.e.Wait(ctxT(t, 10*time.Second), b)
 			if !errors.Is(err, c.want) {
 				t.Fatalf("got %v, want %v", err, c.want)
+			}
+			if c.name == "stall mid-payload" {
+				return // half the slice was legitimately written
 			}
 			if st, _ := n.e.Status(b, 0); st.State != engine.StateFailed || st.Transferred != 0 {
 				t.Fatalf("status %+v", st)

@@ -135,6 +135,10 @@ type lane struct {
 	writing  bool
 	deferred []*engine.Slice
 	deferErr error
+	// why the last connection was failed (fail), so a reader interrupted
+	// by that failure reports the cause rather than "closed connection".
+	failedConn *net.TCPConn
+	failedErr  error
 	nextID   uint64 // ids grow across connections
 	done     uint64 // replies received: progress for the watchdog
 	// watchdog state, also under mu
@@ -337,6 +341,15 @@ func (l *lane) readReplies(c *net.TCPConn) error {
 	fr := newFrameReader(c)
 	var hb [headerLen]byte
 	connErr := func(err error) error {
+		l.mu.Lock()
+		cause := l.failedErr
+		if l.failedConn != c {
+			cause = nil
+		}
+		l.mu.Unlock()
+		if cause != nil {
+			return cause
+		}
 		return fmt.Errorf("%w: read from %s at %s: %v", ErrConnection, l.p.name, l.p.addr, err)
 	}
 	if err := fr.header(&hb); err != nil {
@@ -417,6 +430,7 @@ func (l *lane) fail(c *net.TCPConn, err error) {
 	if l.closed {
 		err = fmt.Errorf("%w (%v)", errPeerClosed, err)
 	}
+	l.failedConn, l.failedErr = c, err
 	c.Close()
 	failed := make([]*engine.Slice, 0, l.ring.n)
 	for {
