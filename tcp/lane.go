@@ -139,8 +139,8 @@ type lane struct {
 	// by that failure reports the cause rather than "closed connection".
 	failedConn *net.TCPConn
 	failedErr  error
-	nextID   uint64 // ids grow across connections
-	done     uint64 // replies received: progress for the watchdog
+	nextID     uint64 // ids grow across connections
+	done       uint64 // replies received: progress for the watchdog
 	// watchdog state, also under mu
 	lastDone uint64
 	stall    int
