@@ -8,6 +8,8 @@ import (
 	"sort"
 	"strconv"
 	"strings"
+
+	"github.com/rdmago/te/internal/rdmanl"
 )
 
 // sysfs is the root of the sysfs tree; tests point it at fixtures.
@@ -23,9 +25,12 @@ type Device struct {
 	Path       string   // /dev/infiniband/uverbsN
 	DriverID   DriverID // from the driver binding (rxe: parent netdev; mlx5: PCI driver)
 	ABIVersion int      // driver uverbs ABI version (rxe 2, mlx5 1)
-	Parent     string   // rxe: the netdev it is bound to
-	NodeGUID   string
-	Ports      int
+	// DriverIDFrom says where DriverID came from: "netlink" (RDMA netlink
+	// GET_CHARDEV, authoritative) or "sysfs" (the fallback rule).
+	DriverIDFrom string
+	Parent       string // rxe: the netdev it is bound to
+	NodeGUID     string
+	Ports        int
 }
 
 // Devices lists the RDMA devices that have a uverbs char device, sorted by name.
@@ -34,9 +39,10 @@ func Devices() ([]Device, error) {
 	if err != nil {
 		return nil, err
 	}
+	idx, nlErr := rdmanl.Indexes() // one netlink dump for all devices
 	var out []Device
 	for _, m := range ms {
-		d, err := deviceFromUverbs(m)
+		d, err := deviceFromUverbs(m, idx, nlErr == nil)
 		if err != nil {
 			return nil, err
 		}
@@ -48,13 +54,14 @@ func Devices() ([]Device, error) {
 
 // LookupDevice finds the device with the given ib name.
 func LookupDevice(name string) (Device, error) {
-	ds, err := Devices()
+	ms, err := filepath.Glob(filepath.Join(sysfs, "class/infiniband_verbs/uverbs*"))
 	if err != nil {
 		return Device{}, err
 	}
-	for _, d := range ds {
-		if d.Name == name {
-			return d, nil
+	for _, m := range ms {
+		if ib, err := readStr(filepath.Join(m, "ibdev")); err == nil && ib == name {
+			idx, nlErr := rdmanl.Indexes()
+			return deviceFromUverbs(m, idx, nlErr == nil)
 		}
 	}
 	return Device{}, fmt.Errorf("%w: %q", ErrNoDevice, name)
@@ -68,7 +75,7 @@ func readStr(p string) (string, error) {
 	return strings.TrimSpace(string(b)), nil
 }
 
-func deviceFromUverbs(m string) (Device, error) {
+func deviceFromUverbs(m string, nlIndex map[string]uint32, useNL bool) (Device, error) {
 	ib, err := readStr(filepath.Join(m, "ibdev"))
 	if err != nil {
 		return Device{}, fmt.Errorf("uverbs: read %s/ibdev: %w", m, err)
@@ -84,8 +91,25 @@ func deviceFromUverbs(m string) (Device, error) {
 		d.Ports = len(ps)
 	}
 	d.Parent, _ = readStr(filepath.Join(ibdir, "parent"))
-	d.DriverID = driverFromSysfs(ibdir, d.Parent)
+	if id, ok := netlinkDriverID(ib, nlIndex, useNL); ok {
+		d.DriverID, d.DriverIDFrom = id, "netlink"
+	} else {
+		d.DriverID, d.DriverIDFrom = driverFromSysfs(ibdir, d.Parent), "sysfs"
+	}
 	return d, nil
+}
+
+// netlinkDriverID asks RDMA netlink for the driver id; tests replace it.
+var netlinkDriverID = func(ibdev string, index map[string]uint32, ok bool) (DriverID, bool) {
+	i, found := index[ibdev]
+	if !ok || !found {
+		return 0, false
+	}
+	c, err := rdmanl.UverbsChardevByIndex(i)
+	if err != nil || c.DriverID == 0 {
+		return 0, false
+	}
+	return DriverID(c.DriverID), true
 }
 
 // driverFromSysfs applies the sysfs rule: a device with a parent netdev

@@ -52,9 +52,10 @@ func fakeSysfs(t *testing.T) string {
 	if err := os.Symlink("../../../../bus/pci/drivers/mlx5_core", filepath.Join(root, mlx, "device/driver")); err != nil {
 		t.Fatal(err)
 	}
-	old := sysfs
+	old, oldNL := sysfs, netlinkDriverID
 	sysfs = root
-	t.Cleanup(func() { sysfs = old })
+	netlinkDriverID = func(string, map[string]uint32, bool) (DriverID, bool) { return 0, false }
+	t.Cleanup(func() { sysfs, netlinkDriverID = old, oldNL })
 	return root
 }
 
@@ -71,7 +72,7 @@ func TestDiscoveryFromSysfs(t *testing.T) {
 	if m.DriverID != DriverMLX5 || m.ABIVersion != 1 || m.Uverbs != "uverbs0" || m.Path != "/dev/infiniband/uverbs0" {
 		t.Errorf("mlx5 %+v", m)
 	}
-	if r.DriverID != DriverRXE || r.ABIVersion != 2 || r.Parent != "veth0" || r.Ports != 1 || r.Uverbs != "uverbs1" {
+	if r.DriverIDFrom != "sysfs" || r.DriverID != DriverRXE || r.ABIVersion != 2 || r.Parent != "veth0" || r.Ports != 1 || r.Uverbs != "uverbs1" {
 		t.Errorf("rxe %+v", r)
 	}
 	if s, err := r.PortState(1); err != nil || s != PortActive || s.String() != "ACTIVE" {

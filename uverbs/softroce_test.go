@@ -41,8 +41,8 @@ func TestDiscovery(t *testing.T) {
 		if err != nil {
 			t.Fatalf("%s: %v (have %v)", want.Name, err, devs)
 		}
-		if d.DriverID != uverbs.DriverRXE || d.ABIVersion != 2 || d.Ports != 1 {
-			t.Errorf("%s: driver %s abi %d ports %d, want rxe/2/1", d.Name, d.DriverID, d.ABIVersion, d.Ports)
+		if d.DriverID != uverbs.DriverRXE || d.DriverIDFrom != "netlink" || d.ABIVersion != 2 || d.Ports != 1 {
+			t.Errorf("%s: driver %s (from %s) abi %d ports %d, want rxe from netlink, abi 2, 1 port", d.Name, d.DriverID, d.DriverIDFrom, d.ABIVersion, d.Ports)
 		}
 		if d.Parent == "" {
 			t.Errorf("%s: no parent netdev", d.Name)
