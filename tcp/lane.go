@@ -233,7 +233,8 @@ func (l *lane) writeLoop() {
 				l.mu.Unlock()
 			}
 			if conn == nil {
-				doneAll(batch, errPeerClosed)
+				// Failed at once (e.g. the HELLO was refused).
+				doneAll(batch, l.cause(nil, errPeerClosed))
 			} else {
 				l.send(conn, batch)
 			}
@@ -290,7 +291,7 @@ func (l *lane) send(conn *net.TCPConn, batch []*engine.Slice) {
 		l.mu.Lock()
 		if l.conn != conn {
 			l.mu.Unlock()
-			doneAll(batch, fmt.Errorf("%w: to %s at %s", ErrConnection, l.p.name, l.p.addr))
+			doneAll(batch, l.cause(conn, fmt.Errorf("%w: to %s at %s", ErrConnection, l.p.name, l.p.addr)))
 			return
 		}
 		for i, s := range chunk {
@@ -341,16 +342,7 @@ func (l *lane) readReplies(c *net.TCPConn) error {
 	fr := newFrameReader(c)
 	var hb [headerLen]byte
 	connErr := func(err error) error {
-		l.mu.Lock()
-		cause := l.failedErr
-		if l.failedConn != c {
-			cause = nil
-		}
-		l.mu.Unlock()
-		if cause != nil {
-			return cause
-		}
-		return fmt.Errorf("%w: read from %s at %s: %v", ErrConnection, l.p.name, l.p.addr, err)
+		return l.cause(c, fmt.Errorf("%w: read from %s at %s: %v", ErrConnection, l.p.name, l.p.addr, err))
 	}
 	if err := fr.header(&hb); err != nil {
 		return connErr(err)
@@ -415,6 +407,17 @@ func (l *lane) readReplies(c *net.TCPConn) error {
 			s.Done(uint64(len(s.Local)), nil)
 		}
 	}
+}
+
+// cause returns why c (nil: the lane's last connection) was failed, or
+// otherwise.
+func (l *lane) cause(c *net.TCPConn, otherwise error) error {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if l.failedErr != nil && (c == nil || l.failedConn == c) {
+		return l.failedErr
+	}
+	return otherwise
 }
 
 // fail closes c and fails every request in flight on it, once: only while

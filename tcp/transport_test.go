@@ -416,3 +416,32 @@ func TestPeerKilled(t *testing.T) {
 		t.Fatalf("submit to a dead peer: %v", err)
 	}
 }
+
+// TestStaleEpoch: a descriptor whose epoch is not the target's (the target
+// restarted on the same address and the store is behind) gets every
+// transfer refused with engine.ErrPeerReset; nothing is written.
+func TestStaleEpoch(t *testing.T) {
+	p := newPair(t, 1<<16, 1<<16, Config{})
+	real, _ := p.ini.e.SegmentDescriptor(p.seg)
+	liar := real.Clone()
+	liar.Name = "liar"
+	liar.Epoch++
+	if err := p.st.Publish(context.Background(), liar); err != nil {
+		t.Fatal(err)
+	}
+	seg, err := p.ini.e.OpenSegment(ctxT(t, 5*time.Second), "liar", nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	fill(t, p.tgt.buf())
+	want := bytes.Clone(p.tgt.buf())
+	for range 3 { // the first on the HELLO'd lane, later ones after redials
+		err := p.ini.e.Transfer(ctxT(t, 5*time.Second), []engine.Request{{Op: engine.Write, Local: p.ini.buf()[:4096], Target: seg, TargetAddr: p.tgt.base()}})
+		if !errors.Is(err, engine.ErrPeerReset) {
+			t.Fatalf("write to a stale incarnation: %v", err)
+		}
+	}
+	if !bytes.Equal(p.tgt.buf(), want) {
+		t.Fatal("a stale incarnation's transfer wrote memory")
+	}
+}
