@@ -99,8 +99,9 @@ func (c *cqRing) poll(wcs []WC, qps qpLookup) int {
 			n++
 			continue
 		}
-		decodeCQE(cqe, op, qp, &wcs[n])
-		n++
+		if decodeCQE(cqe, op, qp, &wcs[n]) {
+			n++
+		}
 	}
 	if consumed {
 		c.updateCI()
@@ -112,9 +113,20 @@ func (c *cqRing) poll(wcs []WC, qps qpLookup) int {
 var retired = new(qpRings)
 
 // decodeCQE fills wc from a valid CQE of the given QP and retires the
-// work request it completes.
-func decodeCQE(cqe []byte, op uint8, qp *qpRings, wc *WC) {
+// work request it completes. A CQE for a queue with nothing outstanding
+// (left over from before the QP was reset) is dropped: it returns false.
+func decodeCQE(cqe []byte, op uint8, qp *qpRings, wc *WC) bool {
 	_ = cqe[cqeSize-1]
+	switch op {
+	case cqeReq, cqeReqErr:
+		if qp.sq.head == qp.sq.tail {
+			return false
+		}
+	case cqeRespWrImm, cqeRespSend, cqeRespSendImm, cqeRespSendInv, cqeRespErr:
+		if qp.rq.head == qp.rq.tail {
+			return false
+		}
+	}
 	sop := be.Uint32(cqe[cqeSopDropQPN:])
 	*wc = WC{QPN: uverbs.QPN(sop & 0xffffff)}
 	switch op {
@@ -178,6 +190,7 @@ func decodeCQE(cqe []byte, op uint8, qp *qpRings, wc *WC) {
 		// offload never produces.
 		wc.Status = uverbs.WCGeneralErr
 	}
+	return true
 }
 
 // syndromeStatus maps an error CQE syndrome to a completion status, as

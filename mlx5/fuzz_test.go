@@ -27,7 +27,8 @@ func FuzzPollCQE(f *testing.F) {
 		copy(buf, data[:cqeSize])
 		qp := &qpRings{uidx: 1}
 		qp.sq = sendQueue{cnt: 8, maxPost: 8, wrid: make([]uint64, 8), wqeHead: make([]uint32, 8)}
-		qp.rq = recvQueue{cnt: 4, wrid: make([]uint64, 4)}
+		qp.sq.head = 3 // three WQEs outstanding
+		qp.rq = recvQueue{cnt: 4, wrid: make([]uint64, 4), head: 2}
 		cq := &cqRing{buf: buf, cnt: 4, setCI: word32(mapped(t, 64), 0)}
 		var wc [4]uverbs.WC
 		n := cq.poll(wc[:], singleQP{qp})
