@@ -22,7 +22,7 @@ var opts = &uverbs.Options{Providers: []uverbs.Provider{rxe.Provider()}}
 // CQ with completion channel, QP, and one MR split into a send half [0,maxMsg)
 // and a receive half [maxMsg, 2*maxMsg).
 type side struct {
-	t   *testing.T
+	t   testing.TB
 	dev srenv.Dev
 	ctx *uverbs.Context
 	pd  *uverbs.PD
@@ -34,7 +34,11 @@ type side struct {
 	psn uverbs.PSN
 }
 
-func newSide(t *testing.T, dev srenv.Dev, bufSize int) *side {
+func newSide(t *testing.T, dev srenv.Dev, bufSize int) *side { return newSideTB(t, dev, bufSize) }
+
+func newBenchSide(b *testing.B, dev srenv.Dev) *side { return newSideTB(b, dev, 1<<20) }
+
+func newSideTB(t testing.TB, dev srenv.Dev, bufSize int) *side {
 	t.Helper()
 	s := &side{t: t, dev: dev}
 	var err error
