@@ -75,7 +75,7 @@ var (
 	errRemoteStale = fmt.Errorf("tcp: target has a new epoch: %w", engine.ErrPeerReset)
 	errRemoteBad   = fmt.Errorf("tcp: target refused a bad request: %w", ErrProtocol)
 	errTooLarge    = fmt.Errorf("tcp: slice larger than %d bytes: %w", maxPayload, engine.ErrInvalidRequest)
-	errPeerClosed  = fmt.Errorf("tcp: peer closed: %w", engine.ErrClosed)
+	errPeerClosed  = fmt.Errorf("tcp: lanes closed (segment closed, gone or restarted, or engine closed): %w", engine.ErrClosed)
 )
 
 func statusErr(s status) error {
