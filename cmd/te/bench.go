@@ -78,7 +78,7 @@ func parseBench(args []string, stderr io.Writer) (*benchConfig, error) {
 	fs.Var(unit, "report-unit", "bandwidth `unit`: GB (1e9 bytes), GiB, Gb, MB, MiB, Mb, KB, KiB, Kb")
 	fs.IntVar(&c.Precision, "report-precision", 2, "digits after the point in reported bandwidths")
 	fs.BoolVar(&c.JSON, "json", false, "print the results as JSON on stdout")
-	fs.BoolVar(&c.Baseline, "baseline", false, "also measure raw TCP over one loopback connection at the same block size, and print engine/baseline")
+	fs.BoolVar(&c.Baseline, "baseline", false, "also measure raw TCP over one loopback connection at the same block size, taking turns with the engine (about a second each), and print engine/baseline")
 	fs.BoolVar(&c.Sweep, "sweep", false, "measure the table: 4KiB, 64KiB, 1MiB blocks × write, read (other flags apply)")
 	fs.BoolVar(&c.Verify, "verify", false, "after each measurement, write a pattern, read it back and compare")
 	fs.BoolVar(&c.Quiet, "quiet", false, "no progress lines on stderr")
@@ -195,7 +195,6 @@ func runBench(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 		blocksLabel(c), c.BatchSize, c.Threads, c.Duration, formatSize(bufSize))
 
 	var results []*benchResult
-	baselines := map[int64]*baselineResult{}
 	blocks, ops := []int64{c.BlockSize}, []string{c.Operation}
 	if c.Sweep {
 		blocks, ops = sweepBlocks, sweepOps
@@ -214,22 +213,6 @@ func runBench(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 				r.Verified = &ok
 				if !ok {
 					return fmt.Errorf("verify %s: data read back differs from what was written", formatSize(block))
-				}
-			}
-			if c.Baseline {
-				b := baselines[block]
-				if b == nil {
-					fmt.Fprintf(progress, "te bench: baseline: raw TCP, one loopback connection, %s writes, %v\n", formatSize(block), c.Duration)
-					res, err := runBaseline(ctx, int(block), int(r.footprint), c.Duration)
-					if err != nil {
-						return err
-					}
-					b = &res
-					baselines[block] = b
-				}
-				r.Baseline = b
-				if b.GBps > 0 {
-					r.VsBaseline = r.GBps / b.GBps
 				}
 			}
 			results = append(results, r)
@@ -438,6 +421,7 @@ func (l *loop) step(ctx context.Context) error {
 func (env *benchEnv) run(ctx context.Context, op string, block int64, progress io.Writer) (*benchResult, error) {
 	c := env.cfg
 	label := fmt.Sprintf("%s %s", op, formatSize(block))
+	footprint := block * int64(c.BatchSize) * int64(c.Threads)
 	stats := make([]workerStats, c.Threads)
 	loops := make([]*loop, c.Threads)
 	for t := range loops {
@@ -452,9 +436,82 @@ func (env *benchEnv) run(ctx context.Context, op string, block int64, progress i
 		stats[t] = workerStats{}
 	}
 
+	// With --baseline the engine and the raw copy take turns, a second
+	// or so each, so both see the same load on a shared machine and the
+	// ratio means something.
+	rounds := 1
+	if c.Baseline {
+		rounds = min(max(int(c.Duration/time.Second), 1), 10)
+	}
+	slice := c.Duration / time.Duration(rounds)
+	var (
+		elapsed   time.Duration
+		base      *baselineResult
+		lastBytes uint64
+	)
+	for round := range rounds {
+		w := progress
+		if rounds > 1 {
+			w = io.Discard // one line per round instead
+		}
+		el, err := env.measure(ctx, loops, stats, slice, w, label)
+		if err != nil {
+			return nil, err
+		}
+		elapsed += el
+		if !c.Baseline {
+			continue
+		}
+		b, err := runBaseline(ctx, int(block), int(footprint), slice)
+		if err != nil {
+			return nil, err
+		}
+		if base == nil {
+			base = &baselineResult{BlockSize: b.BlockSize}
+		}
+		base.Bytes += b.Bytes
+		base.Seconds += b.Seconds
+		var bytes uint64
+		for t := range stats {
+			bytes += stats[t].bytes.Load()
+		}
+		fmt.Fprintf(progress, "te bench: round %d/%d  %-12s engine %s  baseline %s\n", round+1, rounds, label,
+			rate(float64(bytes-lastBytes)/el.Seconds(), c), rate(float64(b.Bytes)/b.Seconds, c))
+		lastBytes = bytes
+	}
+
+	r := &benchResult{
+		Operation: op, Protocol: c.Protocol, BlockSize: block, BatchSize: c.BatchSize, Threads: c.Threads,
+		Segment: env.segment, InProcess: env.target != nil, Seconds: elapsed.Seconds(),
+		Unit: c.ReportUnit, footprint: footprint, elapsedWall: elapsed,
+	}
+	var h histogram
+	for t := range stats {
+		r.Bytes += stats[t].bytes.Load()
+		r.Batches += stats[t].batches.Load()
+		h.merge(&stats[t].hist)
+	}
+	r.Requests = r.Batches * uint64(c.BatchSize)
+	r.GBps = float64(r.Bytes) / elapsed.Seconds() / 1e9
+	r.Rate = float64(r.Bytes) / elapsed.Seconds() / reportUnits[c.ReportUnit]
+	r.OpsPerSec = float64(r.Requests) / elapsed.Seconds()
+	r.P50Micros = micros(h.quantile(0.50))
+	r.P99Micros = micros(h.quantile(0.99))
+	r.MaxMicros = micros(h.max)
+	if base != nil && base.Seconds > 0 {
+		base.GBps = float64(base.Bytes) / base.Seconds / 1e9
+		r.Baseline = base
+		r.VsBaseline = r.GBps / base.GBps
+	}
+	return r, nil
+}
+
+// measure runs every thread's loop for d (or until one fails or ctx ends)
+// and returns the time it took; the counters accumulate in stats.
+func (env *benchEnv) measure(ctx context.Context, loops []*loop, stats []workerStats, d time.Duration, progress io.Writer, label string) (time.Duration, error) {
 	var (
 		stop     atomic.Bool
-		errs     = make([]error, c.Threads)
+		errs     = make([]error, len(loops))
 		wg       sync.WaitGroup
 		failed   = make(chan struct{}) // closed by the first thread that fails
 		failOnce sync.Once
@@ -474,8 +531,8 @@ func (env *benchEnv) run(ctx context.Context, op string, block int64, progress i
 	}
 	done := make(chan struct{})
 	var pwg sync.WaitGroup
-	pwg.Go(func() { printProgress(progress, c, label, stats, start, done) })
-	timer := time.NewTimer(c.Duration)
+	pwg.Go(func() { printProgress(progress, env.cfg, label, stats, start, done) })
+	timer := time.NewTimer(d)
 	select {
 	case <-timer.C:
 	case <-ctx.Done():
@@ -488,31 +545,12 @@ func (env *benchEnv) run(ctx context.Context, op string, block int64, progress i
 	close(done)
 	pwg.Wait()
 	if err := errors.Join(errs...); err != nil {
-		return nil, err
+		return 0, err
 	}
 	if err := ctx.Err(); err != nil {
-		return nil, err
+		return 0, err
 	}
-
-	r := &benchResult{
-		Operation: op, Protocol: c.Protocol, BlockSize: block, BatchSize: c.BatchSize, Threads: c.Threads,
-		Segment: env.segment, InProcess: env.target != nil, Seconds: elapsed.Seconds(),
-		Unit: c.ReportUnit, footprint: block * int64(c.BatchSize) * int64(c.Threads), elapsedWall: elapsed,
-	}
-	var h histogram
-	for t := range stats {
-		r.Bytes += stats[t].bytes.Load()
-		r.Batches += stats[t].batches.Load()
-		h.merge(&stats[t].hist)
-	}
-	r.Requests = r.Batches * uint64(c.BatchSize)
-	r.GBps = float64(r.Bytes) / elapsed.Seconds() / 1e9
-	r.Rate = float64(r.Bytes) / elapsed.Seconds() / reportUnits[c.ReportUnit]
-	r.OpsPerSec = float64(r.Requests) / elapsed.Seconds()
-	r.P50Micros = micros(h.quantile(0.50))
-	r.P99Micros = micros(h.quantile(0.99))
-	r.MaxMicros = micros(h.max)
-	return r, nil
+	return elapsed, nil
 }
 
 func micros(d time.Duration) float64 { return float64(d) / float64(time.Microsecond) }
