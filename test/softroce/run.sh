@@ -430,6 +430,10 @@ main() {
 	WORK=$(mktemp -d /tmp/softroce.XXXXXX)
 	trap 'rm -rf "${WORK:-}"' EXIT
 	build_tests ./test/softroce/selftest "$@"
+	# the te CLI goes along as /usr/bin/te (CLI tests and benchmarks run it)
+	mkdir -p "$WORK/p/usr/bin"
+	(cd "$ROOT" && CGO_ENABLED=0 nice go build -o "$WORK/p/usr/bin/te" ./cmd/te) >&2 ||
+		log "WARNING: go build ./cmd/te failed; tests that run te will fail"
 	mkdir -p "$WORK/p/payload"
 	cp "$HERE/guest/init" "$WORK/p/init"
 	chmod 755 "$WORK/p/init"
