@@ -176,3 +176,117 @@ func benchRaw(b *testing.B, span int) {
 	}
 	b.ReportMetric(float64(n)/el/1e9, "GB/s")
 }
+
+// rawPipe is one loopback TCP connection whose receiver reads into a
+// registered-size span of memory, for side-by-side ceilings.
+type rawPipe struct {
+	c      net.Conn
+	src    *engine.Memory
+	done   chan int64
+	want   chan int64
+	ln     net.Listener
+	span   int
+	srcOff int
+}
+
+func newRawPipe(b *testing.B, span int) *rawPipe {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		b.Fatal(err)
+	}
+	r := &rawPipe{ln: ln, span: span, done: make(chan int64), want: make(chan int64)}
+	dst, _ := engine.Alloc(span)
+	fill(b, dst.Bytes())
+	go func() {
+		defer dst.Close()
+		c, err := ln.Accept()
+		if err != nil {
+			return
+		}
+		defer c.Close()
+		off := 0
+		for n := range r.want {
+			for got := int64(0); got < n; {
+				k := min(int(n-got), span-off, 1<<20)
+				if _, err := io.ReadFull(c, dst.Bytes()[off:off+k]); err != nil {
+					r.done <- -1
+					return
+				}
+				got += int64(k)
+				off = (off + k) % span
+			}
+			r.done <- n
+		}
+	}()
+	if r.c, err = net.Dial("tcp", ln.Addr().String()); err != nil {
+		b.Fatal(err)
+	}
+	r.src, _ = engine.Alloc(span)
+	fill(b, r.src.Bytes())
+	return r
+}
+
+// copy sends n bytes (1 MiB writes) and waits until the receiver has them.
+func (r *rawPipe) copy(b *testing.B, n int64) {
+	r.want <- n
+	for sent := int64(0); sent < n; {
+		k := min(int(n-sent), r.span-r.srcOff, 1<<20)
+		if _, err := r.c.Write(r.src.Bytes()[r.srcOff : r.srcOff+k]); err != nil {
+			b.Fatal(err)
+		}
+		sent += int64(k)
+		r.srcOff = (r.srcOff + k) % r.span
+	}
+	if <-r.done != n {
+		b.Fatal("raw receiver failed")
+	}
+}
+
+func (r *rawPipe) close() {
+	close(r.want)
+	r.c.Close()
+	r.ln.Close()
+	r.src.Close()
+}
+
+// BenchmarkVersusRaw alternates, iteration by iteration, one engine batch
+// (128 × 1 MiB, the working set of BenchmarkEngine) with a raw copy of the
+// same 128 MiB over one loopback connection walking a 128 MiB span, so
+// both see the same machine load. It reports both rates and their ratio.
+func BenchmarkVersusRaw(b *testing.B) {
+	for _, op := range []engine.Op{engine.Write, engine.Read} {
+		b.Run(fmt.Sprintf("op=%v/size=1MiB", op), func(b *testing.B) {
+			const size = 1 << 20
+			p := newPair(b, benchBatch*size, benchBatch*size, Config{})
+			fill(b, p.ini.buf())
+			fill(b, p.tgt.buf())
+			reqs := make([]engine.Request, benchBatch)
+			for i := range reqs {
+				reqs[i] = engine.Request{Op: op, Local: p.ini.buf()[i*size : (i+1)*size], Target: p.seg, TargetAddr: p.tgt.base() + uint64(i*size)}
+			}
+			raw := newRawPipe(b, benchBatch*size)
+			defer raw.close()
+			ctx := context.Background()
+			for range 2 {
+				p.ini.e.Transfer(ctx, reqs)
+				raw.copy(b, benchBatch*size)
+			}
+			var te, tr time.Duration
+			b.SetBytes(benchBatch * size)
+			for b.Loop() {
+				t0 := time.Now()
+				if err := p.ini.e.Transfer(ctx, reqs); err != nil {
+					b.Fatal(err)
+				}
+				t1 := time.Now()
+				raw.copy(b, benchBatch*size)
+				te += t1.Sub(t0)
+				tr += time.Since(t1)
+			}
+			bytes := float64(b.N) * benchBatch * size
+			b.ReportMetric(bytes/te.Seconds()/1e9, "engine-GB/s")
+			b.ReportMetric(bytes/tr.Seconds()/1e9, "raw-GB/s")
+			b.ReportMetric(tr.Seconds()/te.Seconds(), "engine/raw")
+		})
+	}
+}
