@@ -295,8 +295,10 @@ func (e *Engine) FreeBatch(id BatchID) error {
 // target's buffers (ErrOutOfRange), unknown or gone segment
 // (ErrSegmentNotFound), no usable transport (ErrNoTransport), batch
 // capacity exceeded (ErrBatchFull), malformed request (ErrInvalidRequest).
-// Submit does not wait for the transfers; on the steady-state path it does
-// not allocate.
+// Submit does not wait for the transfers, except that a transport used
+// for the first time with a segment (a request's Transport hint) is
+// connected here, bounded by Config.MetadataTimeout. On the steady-state
+// path it does not allocate.
 func (e *Engine) Submit(id BatchID, reqs []Request) error {
 	if e.closed.Load() {
 		return ErrClosed

@@ -22,6 +22,9 @@
 //	e.Wait(ctx, b)
 //	e.FreeBatch(b)
 //
+// (Transfer does the last four steps in one call.) Tests of a new
+// Transport start with engine/transporttest.Run.
+//
 // Requests are validated completely before anything moves: the local range
 // must lie in registered memory, the target range inside one buffer of the
 // target's descriptor, the batch must have room. The engine cuts each
