@@ -106,6 +106,7 @@ func BenchmarkPollCQ(b *testing.B) {
 	r := newSimRig(b, uverbs.QPCaps{MaxSendWR: 1 << 15, MaxSendSGE: 1, MaxRecvWR: 1, MaxRecvSGE: 1}, 1<<16-1, 0)
 	_, cq := driverObjects(r)
 	ring := r.cq
+	r.qp.sq.head = 1 << 31 // plenty of work "outstanding" for the CQEs to complete
 	fill := func() {
 		for i := range ring.cnt {
 			c := fakeCQE{opcode: cqeReq, sop: opcodeRDMAWrite, qpn: r.qp.sq.qpn, uidx: r.qp.uidx, wqeCounter: uint16(ring.ci + i)}
