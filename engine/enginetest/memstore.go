@@ -1,25 +1,21 @@
 // Package enginetest holds helpers for testing the engine and its
-// transports: an in-process segment.Store, and fixtures that build engines
-// on loopback.
+// transports: an in-process segment.Store.
 package enginetest
 
 import (
 	"context"
+	"fmt"
 	"sync"
 
 	"github.com/rdmago/te/segment"
 )
 
-// MemStore is a segment.Store kept in process memory, shared by all
-// engines of a test. Descriptors go through the codec on the way in and
-// out, as they would over the wire.
-type MemStore struct {
+// memBackend is the namespace shared by all views of one MemStore.
+type memBackend struct {
 	mu       sync.Mutex
 	m        map[string][]byte
+	owner    map[string]*MemStore
 	watchers map[*watcher]struct{}
-	ctx      context.Context
-	cancel   context.CancelFunc
-	wg       sync.WaitGroup
 }
 
 type watcher struct {
@@ -27,17 +23,39 @@ type watcher struct {
 	poke chan struct{}
 }
 
+// MemStore is a segment.Store kept in process memory. A MemStore and the
+// stores made by its Process method share one namespace, as processes
+// share a central store; each is one "process": Close unpublishes what it
+// published and ends its watches. Descriptors go through the codec on the
+// way in and out, as they would over the wire. Several engines of a test
+// may also share one MemStore.
+type MemStore struct {
+	b      *memBackend
+	ctx    context.Context
+	cancel context.CancelFunc
+	wg     sync.WaitGroup
+	closed bool // under b.mu
+}
+
 var _ segment.Store = (*MemStore)(nil)
 
-// NewMemStore returns an empty store.
+// NewMemStore returns a store with an empty namespace of its own.
 func NewMemStore() *MemStore {
-	s := &MemStore{m: map[string][]byte{}, watchers: map[*watcher]struct{}{}}
+	return newView(&memBackend{m: map[string][]byte{}, owner: map[string]*MemStore{}, watchers: map[*watcher]struct{}{}})
+}
+
+func newView(b *memBackend) *MemStore {
+	s := &MemStore{b: b}
 	s.ctx, s.cancel = context.WithCancel(context.Background())
 	return s
 }
 
-func (s *MemStore) pokeLocked(name string) {
-	for w := range s.watchers {
+// Process returns another store over the same namespace, standing for
+// another process.
+func (s *MemStore) Process() *MemStore { return newView(s.b) }
+
+func (b *memBackend) pokeLocked(name string) {
+	for w := range b.watchers {
 		if w.name == name {
 			select {
 			case w.poke <- struct{}{}:
@@ -47,93 +65,123 @@ func (s *MemStore) pokeLocked(name string) {
 	}
 }
 
-// Publish stores d.
+// Publish stores d. Another live store owning the name makes it fail with
+// segment.ErrConflict.
 func (s *MemStore) Publish(ctx context.Context, d *segment.Descriptor) error {
-	b, err := segment.Marshal(d)
+	if err := ctx.Err(); err != nil {
+		return fmt.Errorf("memstore: %w", err)
+	}
+	enc, err := segment.Marshal(d)
 	if err != nil {
 		return err
 	}
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	if s.ctx.Err() != nil {
+	s.b.mu.Lock()
+	defer s.b.mu.Unlock()
+	if s.closed {
 		return segment.ErrClosed
 	}
-	s.m[d.Name] = b
-	s.pokeLocked(d.Name)
+	if o := s.b.owner[d.Name]; o != nil && o != s {
+		return fmt.Errorf("%w: %s is published by another store", segment.ErrConflict, d.Name)
+	}
+	s.b.m[d.Name] = enc
+	s.b.owner[d.Name] = s
+	s.b.pokeLocked(d.Name)
 	return nil
 }
 
-// Unpublish removes name.
+// Unpublish removes a name this store published.
 func (s *MemStore) Unpublish(ctx context.Context, name string) error {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	if _, ok := s.m[name]; !ok {
-		return segment.ErrNotFound
+	s.b.mu.Lock()
+	defer s.b.mu.Unlock()
+	if s.closed {
+		return segment.ErrClosed
 	}
-	delete(s.m, name)
-	s.pokeLocked(name)
+	if s.b.owner[name] != s {
+		return fmt.Errorf("%w: %s was not published by this store", segment.ErrNotFound, name)
+	}
+	delete(s.b.m, name)
+	delete(s.b.owner, name)
+	s.b.pokeLocked(name)
 	return nil
 }
 
-func (s *MemStore) get(name string) (*segment.Descriptor, error) {
-	s.mu.Lock()
-	b, ok := s.m[name]
-	s.mu.Unlock()
+func (b *memBackend) get(name string) (*segment.Descriptor, error) {
+	b.mu.Lock()
+	enc, ok := b.m[name]
+	b.mu.Unlock()
 	if !ok {
-		return nil, segment.ErrNotFound
+		return nil, fmt.Errorf("%w: %s", segment.ErrNotFound, name)
 	}
-	return segment.Unmarshal(b)
+	return segment.Unmarshal(enc)
+}
+
+func (s *MemStore) check(ctx context.Context) error {
+	if err := ctx.Err(); err != nil {
+		return fmt.Errorf("memstore: %w", err)
+	}
+	s.b.mu.Lock()
+	defer s.b.mu.Unlock()
+	if s.closed {
+		return segment.ErrClosed
+	}
+	return nil
 }
 
 // Get returns name's descriptor or segment.ErrNotFound.
 func (s *MemStore) Get(ctx context.Context, name string) (*segment.Descriptor, error) {
-	if s.ctx.Err() != nil {
-		return nil, segment.ErrClosed
+	if err := s.check(ctx); err != nil {
+		return nil, err
 	}
-	return s.get(name)
+	return s.b.get(name)
 }
 
-// List returns every descriptor.
+// List returns every descriptor of the namespace.
 func (s *MemStore) List(ctx context.Context) ([]*segment.Descriptor, error) {
-	s.mu.Lock()
-	names := make([]string, 0, len(s.m))
-	for n := range s.m {
+	if err := s.check(ctx); err != nil {
+		return nil, err
+	}
+	s.b.mu.Lock()
+	names := make([]string, 0, len(s.b.m))
+	for n := range s.b.m {
 		names = append(names, n)
 	}
-	s.mu.Unlock()
-	var out []*segment.Descriptor
+	s.b.mu.Unlock()
+	out := []*segment.Descriptor{}
 	for _, n := range names {
-		if d, err := s.get(n); err == nil {
+		if d, err := s.b.get(n); err == nil {
 			out = append(out, d)
 		}
 	}
 	return out, nil
 }
 
-// Watch reports changes of name until ctx ends or the store closes.
+// Watch reports name's descriptor now (nil if absent) and after every
+// change, until ctx ends or the store closes.
 func (s *MemStore) Watch(ctx context.Context, name string) (<-chan *segment.Descriptor, error) {
+	if err := s.check(ctx); err != nil {
+		return nil, err
+	}
 	w := &watcher{name: name, poke: make(chan struct{}, 1)}
-	out := make(chan *segment.Descriptor)
-	s.mu.Lock()
-	if s.ctx.Err() != nil {
-		s.mu.Unlock()
+	out := make(chan *segment.Descriptor, 1)
+	s.b.mu.Lock()
+	if s.closed {
+		s.b.mu.Unlock()
 		return nil, segment.ErrClosed
 	}
-	s.watchers[w] = struct{}{}
+	s.b.watchers[w] = struct{}{}
 	s.wg.Add(1)
-	s.mu.Unlock()
-	// The first report is the current descriptor, so nothing published
-	// between a Get and this Watch is missed.
-	var last *segment.Descriptor
+	s.b.mu.Unlock()
 	w.poke <- struct{}{}
 	go func() {
 		defer s.wg.Done()
 		defer close(out)
 		defer func() {
-			s.mu.Lock()
-			delete(s.watchers, w)
-			s.mu.Unlock()
+			s.b.mu.Lock()
+			delete(s.b.watchers, w)
+			s.b.mu.Unlock()
 		}()
+		var last *segment.Descriptor
+		first := true
 		for {
 			select {
 			case <-ctx.Done():
@@ -142,16 +190,13 @@ func (s *MemStore) Watch(ctx context.Context, name string) (<-chan *segment.Desc
 				return
 			case <-w.poke:
 			}
-			cur, _ := s.get(name)
-			if cur == nil && last == nil {
-				continue
-			}
-			if cur != nil && last != nil && cur.Epoch == last.Epoch && cur.Version == last.Version {
+			cur, _ := s.b.get(name)
+			if !first && (cur == nil) == (last == nil) && (cur == nil || cur.Epoch == last.Epoch && cur.Version == last.Version) {
 				continue
 			}
 			select {
 			case out <- cur:
-				last = cur
+				last, first = cur, false
 			case <-ctx.Done():
 				return
 			case <-s.ctx.Done():
@@ -162,8 +207,23 @@ func (s *MemStore) Watch(ctx context.Context, name string) (<-chan *segment.Desc
 	return out, nil
 }
 
-// Close ends every watch. It is idempotent.
+// Close unpublishes what this store published and ends its watches. It is
+// idempotent.
 func (s *MemStore) Close() error {
+	s.b.mu.Lock()
+	if s.closed {
+		s.b.mu.Unlock()
+		return nil
+	}
+	s.closed = true
+	for name, o := range s.b.owner {
+		if o == s {
+			delete(s.b.m, name)
+			delete(s.b.owner, name)
+			s.b.pokeLocked(name)
+		}
+	}
+	s.b.mu.Unlock()
 	s.cancel()
 	s.wg.Wait()
 	return nil
