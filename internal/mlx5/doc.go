@@ -9,7 +9,7 @@
 // compiles a C program with gcc against /usr/include/rdma/mlx5-abi.h and
 // compares every offset and size with unsafe.Offsetof/Sizeof.
 //
-// The package also wraps the few memory syscalls the mlx5 provider needs
-// (anonymous mappings for queues and doorbell records, UAR page mappings of
-// the uverbs fd), since only internal/ packages may import x/sys/unix.
+// The package also maps UAR pages of the uverbs fd for the provider, since
+// only internal/ packages may import x/sys/unix (queue memory comes from
+// internal/dma).
 package mlx5

@@ -192,26 +192,32 @@ func TestUAROffset(t *testing.T) {
 	}
 }
 
-func TestMapAnon(t *testing.T) {
-	b, err := MapAnon(100)
+func TestMapUAR(t *testing.T) {
+	f, err := os.CreateTemp(t.TempDir(), "uar")
 	if err != nil {
 		t.Fatal(err)
 	}
-	if len(b) != PageSize {
-		t.Errorf("len %d, want one page", len(b))
+	defer f.Close()
+	off := UAROffset(MmapNCPage, 1, PageSize)
+	if err := f.Truncate(off + int64(PageSize)); err != nil {
+		t.Fatal(err)
 	}
-	for i, v := range b {
-		if v != 0 {
-			t.Fatalf("byte %d = %d, want zeroed", i, v)
-		}
+	b, err := MapUAR(int(f.Fd()), off, PageSize)
+	if err != nil {
+		t.Fatal(err)
 	}
+	b[0x800] = 0x5a // write-only mapping, like a UAR
 	if err := Unmap(b); err != nil {
 		t.Fatal(err)
+	}
+	got := make([]byte, 1)
+	if _, err := f.ReadAt(got, off+0x800); err != nil || got[0] != 0x5a {
+		t.Fatalf("store through the mapping not in the file: %v %x", err, got)
 	}
 	if err := Unmap(nil); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := MapAnon(0); err == nil {
-		t.Fatal("MapAnon(0) succeeded")
+	if _, err := MapUAR(-1, 0, PageSize); err == nil {
+		t.Fatal("MapUAR on a bad fd succeeded")
 	}
 }
