@@ -1,7 +1,7 @@
 package mlx5
 
 import (
-	"errors"
+	"fmt"
 
 	"github.com/rdmago/te/uverbs"
 )
@@ -30,4 +30,5 @@ var (
 // provider needs. It matches uverbs.ErrNotSupported.
 var ErrNotSupported = uverbs.ErrNotSupported
 
-var errClosed = errors.New("mlx5: object already destroyed")
+// errClosed matches uverbs.ErrClosed (os.ErrClosed) with errors.Is.
+var errClosed = fmt.Errorf("mlx5: context or queue already released: %w", uverbs.ErrClosed)
