@@ -159,6 +159,7 @@ const sliceChunk = 256
 // batch holds preallocated task and slice state, reused across
 // FreeBatch/AllocateBatch.
 type batch struct {
+	e         *Engine
 	id        BatchID
 	mu        sync.Mutex // serialises Submit and FreeBatch
 	tasks     []task
@@ -225,7 +226,7 @@ func (e *Engine) AllocateBatch(capacity int) (BatchID, error) {
 		}
 	}
 	if b == nil {
-		b = &batch{notify: make(chan struct{}, 1)}
+		b = &batch{e: e, notify: make(chan struct{}, 1)}
 		b.tasks = make([]task, capacity)
 	}
 	b.tasks = b.tasks[:capacity]

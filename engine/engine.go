@@ -35,6 +35,10 @@ type Config struct {
 	// SliceSize caps the bytes of one slice for every transport; 0 uses
 	// each transport's own SliceSize.
 	SliceSize uint64
+	// Retries is how many times a slice that failed with an error
+	// wrapping ErrTransient is submitted again before its task fails.
+	// Default 1; negative means never.
+	Retries int
 	// MetadataTimeout bounds each store operation the engine starts on its
 	// own (publishing after a registration, connecting a transport on first
 	// use). Default 5s.
@@ -101,6 +105,12 @@ func New(cfg Config) (*Engine, error) {
 	}
 	if cfg.Name == "" {
 		cfg.Name = "local"
+	}
+	switch {
+	case cfg.Retries == 0:
+		cfg.Retries = 1
+	case cfg.Retries < 0:
+		cfg.Retries = 0
 	}
 	if cfg.MetadataTimeout <= 0 {
 		cfg.MetadataTimeout = 5 * time.Second

@@ -50,6 +50,10 @@ var (
 	// ErrPeerReset: the remote segment restarted (new epoch) or went away
 	// while a transfer was in flight.
 	ErrPeerReset = errors.New("engine: peer restarted or went away")
+	// ErrTransient marks a slice failure worth one more try on a fresh
+	// connection (a connection that broke). Transports wrap it; the
+	// engine retries such slices up to Config.Retries times.
+	ErrTransient = errors.New("engine: transient transport failure")
 	// ErrNotSupported: the operation is not available on this platform.
 	ErrNotSupported = errors.New("engine: not supported")
 )

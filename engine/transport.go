@@ -2,6 +2,7 @@ package engine
 
 import (
 	"context"
+	"errors"
 	"log/slog"
 
 	"github.com/rdmago/te/segment"
@@ -129,17 +130,32 @@ type Slice struct {
 	// Peer is what this transport's Connect returned for the target.
 	Peer Peer
 
-	task *task
+	task  *task
+	tries int
+	self  [1]*Slice // resubmission without allocating
 }
 
 // Done completes the slice with the number of bytes moved and an error
-// (nil on success). It does not allocate on success.
+// (nil on success). An error wrapping ErrTransient is retried (submitted
+// again to the same transport and peer) up to Config.Retries times before
+// it fails the task; the transport must treat the retry as a new slice.
+// Done does not allocate on success.
 func (s *Slice) Done(n uint64, err error) {
 	t := s.task
-	s.task = nil
 	if t == nil {
 		panic("engine: Slice.Done called twice")
 	}
+	if err != nil {
+		if e := t.b.e; t.slot >= 0 && s.tries < e.cfg.Retries && !e.closed.Load() && errors.Is(err, ErrTransient) {
+			if tr := e.transports.Load().slots[t.slot]; tr != nil {
+				s.tries++
+				s.self[0] = s
+				tr.Submit(s.self[:])
+				return
+			}
+		}
+	}
+	s.task = nil
 	if err != nil {
 		t.setErr(err)
 	}

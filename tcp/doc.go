@@ -20,9 +20,11 @@
 // write whenever it has no further request buffered.
 //
 // Failures: a broken connection fails every slice in flight on it with an
-// error wrapping ErrConnection; a lane whose oldest request saw no reply
-// for Config.IOTimeout is closed the same way, so a hung or dead peer fails
-// tasks within a bounded time. A submission after a failure dials again. A
+// error wrapping ErrConnection (and engine.ErrTransient: the engine tries
+// such a slice again, on a new connection, up to its Retries); a lane whose
+// oldest request saw no reply for Config.IOTimeout is closed and its
+// slices fail with ErrTimeout, so a hung or dead peer fails tasks within a
+// bounded time. A submission after a failure dials again. A
 // target that restarted (a new epoch) refuses the connection's HELLO and
 // the slices fail with engine.ErrPeerReset.
 //

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"errors"
+	"fmt"
 	"io"
 	"net"
 	"sync"
@@ -151,6 +152,87 @@ func TestHostileTarget(t *testing.T) {
 			}
 			if c.name == "oversized READ reply" && !bytes.Equal(n.buf(), want) {
 				t.Fatal("a refused READ reply wrote the slice")
+			}
+		})
+	}
+}
+
+// flakyTarget drops its first connection right after the first request
+// arrives, and serves WRITEs properly on every later connection.
+func flakyTarget(t *testing.T, st *enginetest.MemStore, name string) segment.Buffer {
+	t.Helper()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var wg sync.WaitGroup
+	t.Cleanup(func() { ln.Close(); wg.Wait() })
+	wg.Go(func() {
+		for first := true; ; first = false {
+			c, err := ln.Accept()
+			if err != nil {
+				return
+			}
+			wg.Go(func() {
+				defer c.Close()
+				c.SetDeadline(time.Now().Add(10 * time.Second))
+				var hb [headerLen]byte
+				for n := 0; ; n++ {
+					if _, err := io.ReadFull(c, hb[:]); err != nil {
+						return
+					}
+					h, _ := decodeHeader(hb[:])
+					if n == 0 {
+						c.Write(frame(header{op: opHello | opReply, addr: h.addr}, nil))
+						continue
+					}
+					if first {
+						return // drop the connection with the request unanswered
+					}
+					io.CopyN(io.Discard, c, int64(h.length))
+					c.Write(frame(header{op: opWrite | opReply, id: h.id}, nil))
+				}
+			})
+		}
+	})
+	buf := segment.Buffer{Addr: 1 << 40, Length: 1 << 20}
+	st.Publish(context.Background(), &segment.Descriptor{Name: name, Epoch: 5, Version: 1,
+		Protocols: []segment.Protocol{{Name: segment.ProtoTCP, Endpoint: ln.Addr().String()}},
+		Buffers:   []segment.Buffer{buf}})
+	return buf
+}
+
+// TestRetry: a request lost with its connection is retried on a new one
+// (engine.Config.Retries, default 1); with retries off it fails.
+func TestRetry(t *testing.T) {
+	for _, c := range []struct {
+		retries int
+		want    error
+	}{{0, nil}, {-1, ErrConnection}} {
+		t.Run(fmt.Sprint("retries=", c.retries), func(t *testing.T) {
+			st := enginetest.NewMemStore()
+			defer st.Close()
+			buf := flakyTarget(t, st, "flaky")
+			e, err := engine.New(engine.Config{Name: "ini", Store: st, Retries: c.retries})
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer e.Close()
+			if err := e.Install(New(Config{Lanes: 1})); err != nil {
+				t.Fatal(err)
+			}
+			mem, _ := engine.Alloc(4096)
+			defer mem.Close()
+			if err := e.RegisterLocalMemory(mem.Bytes(), ""); err != nil {
+				t.Fatal(err)
+			}
+			seg, err := e.OpenSegment(ctxT(t, 5*time.Second), "flaky", nil)
+			if err != nil {
+				t.Fatal(err)
+			}
+			err = e.Transfer(ctxT(t, 10*time.Second), []engine.Request{{Op: engine.Write, Local: mem.Bytes(), Target: seg, TargetAddr: buf.Addr}})
+			if c.want == nil && err != nil || c.want != nil && !errors.Is(err, c.want) {
+				t.Fatalf("got %v, want %v", err, c.want)
 			}
 		})
 	}

@@ -56,11 +56,15 @@ type Config struct {
 
 // Errors; compare with errors.Is.
 var (
-	// ErrConnection: the lane's connection failed or timed out; every
-	// slice in flight on it failed. The next submission redials.
-	ErrConnection = errors.New("tcp: connection lost")
-	// ErrTimeout: no reply within Config.IOTimeout. It wraps ErrConnection.
-	ErrTimeout = fmt.Errorf("%w: no reply within the I/O timeout", ErrConnection)
+	// ErrConnection: the lane's connection could not be made or broke;
+	// every slice in flight on it failed with it. It wraps
+	// engine.ErrTransient, so the engine retries such slices (Config.Retries)
+	// on a fresh connection.
+	ErrConnection = fmt.Errorf("tcp: connection lost: %w", engine.ErrTransient)
+	// ErrTimeout: a lane saw no reply within Config.IOTimeout; its
+	// connection was closed and its slices failed. A silent peer is not
+	// retried.
+	ErrTimeout = errors.New("tcp: no reply within the I/O timeout")
 	// ErrProtocol: the peer sent a frame that breaks the protocol.
 	ErrProtocol = errors.New("tcp: protocol violation")
 	// ErrNoEndpoint: the remote descriptor has no usable tcp endpoint.

@@ -180,15 +180,16 @@ func TestHostileFrames(t *testing.T) {
 	unchanged("stale epoch")
 }
 
-// TestReconnect: when the target drops every connection, what was in
-// flight fails with ErrConnection and later submissions redial.
+// TestReconnect: when the target drops every connection, the next
+// submissions redial, and requests caught on a dead connection are retried
+// by the engine: every round succeeds.
 func TestReconnect(t *testing.T) {
 	p := newPair(t, 1<<20, 1<<20, Config{Lanes: 2})
 	ctx := ctxT(t, 10*time.Second)
 	fill(t, p.ini.buf())
 	b, _ := p.ini.e.AllocateBatch(64)
 	reqs := []engine.Request{{Op: engine.Write, Local: p.ini.buf()[:4096], Target: p.seg, TargetAddr: p.tgt.base()}}
-	for round := range 3 {
+	for round := range 20 {
 		if err := p.ini.e.Submit(b, reqs); err != nil {
 			t.Fatal(err)
 		}
@@ -200,35 +201,14 @@ func TestReconnect(t *testing.T) {
 			c.Close()
 		}
 		p.tgt.tr.mu.Unlock()
-		// Requests written before the initiator sees the EOF fail (tested
-		// by TestPeerKilled); wait until every lane noticed.
-		for !lanesDown(p.ini.tr) {
-			if ctx.Err() != nil {
-				t.Fatal("lanes never noticed the closed connections")
-			}
-			time.Sleep(time.Millisecond)
-		}
+		// Requests written on a connection that the target has already
+		// dropped fail with ErrConnection (engine.ErrTransient); the
+		// engine tries them again on a fresh connection.
 	}
 	p.ini.e.FreeBatch(b)
 	if !bytes.Equal(p.tgt.buf()[:4096], p.ini.buf()[:4096]) {
 		t.Fatal("data differs")
 	}
-}
-
-func lanesDown(t *Transport) bool {
-	t.mu.Lock()
-	defer t.mu.Unlock()
-	for p := range t.peers {
-		for _, l := range p.lanes {
-			l.mu.Lock()
-			up := l.conn != nil
-			l.mu.Unlock()
-			if up {
-				return false
-			}
-		}
-	}
-	return true
 }
 
 // TestDialFailure: a segment whose endpoint refuses connections fails at
