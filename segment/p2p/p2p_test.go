@@ -636,3 +636,48 @@ func TestFrameRoundTrip(t *testing.T) {
 		}
 	}
 }
+
+// Connections beyond MaxConns are refused at accept, idle ones are dropped
+// after IdleTimeout, and the freed slots serve again.
+func TestConnectionBounds(t *testing.T) {
+	ctx := ctxT(t)
+	a := newStore(t, Options{MaxConns: 2, IdleTimeout: 300 * time.Millisecond})
+	if err := a.Publish(ctx, desc(a.Name(), 1, 1)); err != nil {
+		t.Fatal(err)
+	}
+	var idle []net.Conn
+	for range 2 {
+		c, err := net.Dial("tcp", a.ListenAddr().String())
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer c.Close()
+		idle = append(idle, c)
+	}
+	// Let the server accept both before the next client arrives.
+	waitFor(t, func() bool { a.mu.Lock(); defer a.mu.Unlock(); return len(a.conns) == 2 })
+	b := newStore(t, Options{})
+	if _, err := b.Get(ctx, a.Name()); !errors.Is(err, segment.ErrUnavailable) {
+		t.Fatalf("Get beyond MaxConns = %v, want ErrUnavailable", err)
+	}
+	// The idle connections time out and are closed by the server.
+	for _, c := range idle {
+		c.SetReadDeadline(time.Now().Add(5 * time.Second))
+		if _, err := c.Read(make([]byte, 1)); err != io.EOF {
+			t.Fatalf("idle connection: read %v, want EOF from the server", err)
+		}
+	}
+	if _, err := b.Get(ctx, a.Name()); err != nil {
+		t.Fatalf("Get after idle connections were dropped: %v", err)
+	}
+}
+
+func waitFor(t *testing.T, cond func() bool) {
+	t.Helper()
+	for deadline := time.Now().Add(5 * time.Second); time.Now().Before(deadline); time.Sleep(5 * time.Millisecond) {
+		if cond() {
+			return
+		}
+	}
+	t.Fatal("condition not met within 5s")
+}
