@@ -172,3 +172,45 @@ func (UnimplementedProvider) ContextRequest() ([]byte, int) { return nil, 0 }
 func (UnimplementedProvider) NewContext(Kernel, []byte) (DriverContext, error) {
 	return nil, ErrNotSupported
 }
+
+// UnimplementedDriverCQ can be embedded by DriverCQ implementations and fakes.
+type UnimplementedDriverCQ struct{}
+
+// Request implements DriverCQ.
+func (UnimplementedDriverCQ) Request() (uint32, []byte, int) { return 0, nil, 0 }
+
+// Created implements DriverCQ.
+func (UnimplementedDriverCQ) Created(Handle, uint32, []byte) error { return ErrNotSupported }
+
+// Poll implements DriverCQ.
+func (UnimplementedDriverCQ) Poll([]WC) int { return 0 }
+
+// Arm implements DriverCQ.
+func (UnimplementedDriverCQ) Arm(bool) error { return ErrNotSupported }
+
+// EventConsumed implements DriverCQ.
+func (UnimplementedDriverCQ) EventConsumed() {}
+
+// Destroyed implements DriverCQ.
+func (UnimplementedDriverCQ) Destroyed() error { return nil }
+
+// UnimplementedDriverQP can be embedded by DriverQP implementations and fakes.
+type UnimplementedDriverQP struct{}
+
+// Request implements DriverQP.
+func (UnimplementedDriverQP) Request() (QPCaps, []byte, int) { return QPCaps{}, nil, 0 }
+
+// Created implements DriverQP.
+func (UnimplementedDriverQP) Created(QPCreated, []byte) error { return ErrNotSupported }
+
+// PostSend implements DriverQP.
+func (UnimplementedDriverQP) PostSend([]SendWR) (int, error) { return 0, ErrNotSupported }
+
+// PostRecv implements DriverQP.
+func (UnimplementedDriverQP) PostRecv([]RecvWR) (int, error) { return 0, ErrNotSupported }
+
+// StateChanged implements DriverQP.
+func (UnimplementedDriverQP) StateChanged(QPState) {}
+
+// Destroyed implements DriverQP.
+func (UnimplementedDriverQP) Destroyed() error { return nil }

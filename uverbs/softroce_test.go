@@ -207,6 +207,20 @@ func TestObjectLifecycle(t *testing.T) {
 	if err := c.Close(); err != nil {
 		t.Fatal("second close:", err)
 	}
+	for closed := false; !closed; {
+		select {
+		case ev, ok := <-c.Events():
+			if ok {
+				t.Logf("event %s", ev)
+			}
+			closed = !ok
+		case <-time.After(5 * time.Second):
+			t.Fatal("Events channel still open after Close")
+		}
+	}
+	if _, err := c.AllocPD(); !errors.Is(err, uverbs.ErrClosed) {
+		t.Errorf("alloc_pd on a closed context: %v", err)
+	}
 	if live := uverbs.LiveObjects(); len(live) != 0 {
 		t.Errorf("live objects after close: %v", live)
 	}
