@@ -20,6 +20,7 @@ import (
 )
 
 // Device names one RDMA device port and the GID index to use on it.
+// InfiniBand ports are addressed by LID and need no GID.
 type Device struct {
 	Name     string
 	Port     uint8 // default 1
@@ -47,6 +48,8 @@ type side struct {
 	mr  *uverbs.MR
 	gid uverbs.GID
 	psn uverbs.PSN
+	ib  bool   // InfiniBand link layer: LID routing
+	lid uint16 // the port's LID (InfiniBand)
 }
 
 const (
@@ -69,18 +72,25 @@ func newSide(t testing.TB, tg Target, d Device, bufSize int) *side {
 			t.Errorf("%s: context close: %v", d.Name, err)
 		}
 	})
-	ents, err := s.ctx.QueryGIDTable()
+	pa, err := s.ctx.QueryPort(d.Port)
 	if err != nil {
 		t.Fatal(err)
 	}
-	found := false
-	for _, e := range ents {
-		if e.Port == int(d.Port) && e.Index == d.GIDIndex {
-			s.gid, found = e.GID, true
+	s.ib, s.lid = pa.LinkLayer == uverbs.LinkLayerInfiniBand, pa.LID
+	if !s.ib {
+		ents, err := s.ctx.QueryGIDTable()
+		if err != nil {
+			t.Fatal(err)
 		}
-	}
-	if !found {
-		t.Fatalf("%s port %d has no GID %d", d.Name, d.Port, d.GIDIndex)
+		found := false
+		for _, e := range ents {
+			if e.Port == int(d.Port) && e.Index == d.GIDIndex {
+				s.gid, found = e.GID, true
+			}
+		}
+		if !found {
+			t.Fatalf("%s port %d has no GID %d", d.Name, d.Port, d.GIDIndex)
+		}
 	}
 	if s.pd, err = s.ctx.AllocPD(); err != nil {
 		t.Fatal(err)
@@ -122,15 +132,44 @@ func (s *side) endpoint() uverbs.Endpoint {
 	return uverbs.Endpoint{QPN: s.qp.QPN(), PSN: s.psn, GID: s.gid, MTU: pa.ActiveMTU}
 }
 
-func (s *side) connect(peer uverbs.Endpoint, tweak func(*uverbs.ConnectConfig)) {
+func (s *side) connect(peer *side, tweak func(*uverbs.ConnectConfig)) {
 	s.t.Helper()
-	cfg := uverbs.ConnectConfig{Port: s.dev.Port, SGIDIndex: uint8(s.dev.GIDIndex), LocalPSN: s.psn, Remote: peer}
+	cfg := uverbs.ConnectConfig{Port: s.dev.Port, SGIDIndex: uint8(s.dev.GIDIndex), LocalPSN: s.psn, Remote: peer.endpoint()}
 	if tweak != nil {
 		tweak(&cfg)
+	}
+	if s.ib {
+		if err := s.connectIB(peer, cfg); err != nil {
+			s.t.Fatalf("%s: connect by LID: %v", s.dev.Name, err)
+		}
+		return
 	}
 	if err := s.qp.Connect(cfg); err != nil {
 		s.t.Fatalf("%s: connect: %v", s.dev.Name, err)
 	}
+}
+
+// connectIB brings the QP to RTS addressing the peer by LID (no GRH), with
+// the same defaults uverbs.QP.Connect uses for RoCE.
+func (s *side) connectIB(peer *side, cfg uverbs.ConnectConfig) error {
+	def := func(v, d uint8) uint8 {
+		if v == 0 {
+			return d
+		}
+		return v
+	}
+	if err := s.qp.ToInit(s.dev.Port, uverbs.AccessRemoteWrite|uverbs.AccessRemoteRead|uverbs.AccessRemoteAtomic); err != nil {
+		return err
+	}
+	rtr := uverbs.QPAttr{State: uverbs.QPStateRTR, PathMTU: min(cfg.Remote.MTU, s.endpoint().MTU), DestQPN: peer.qp.QPN(),
+		RQPSN: peer.psn, MaxDestRdAtomic: 16, MinRNRTimer: def(cfg.MinRNRTimer, 12),
+		AV: uverbs.AddressVector{DLID: peer.lid, Port: s.dev.Port}}
+	if err := s.qp.Modify(&rtr, uverbs.MaskRC2RTR); err != nil {
+		return err
+	}
+	rts := uverbs.QPAttr{State: uverbs.QPStateRTS, Timeout: 14, RetryCnt: 6, RNRRetry: def(cfg.RNRRetry, 7),
+		SQPSN: s.psn, MaxRdAtomic: 16}
+	return s.qp.Modify(&rts, uverbs.MaskRC2RTS)
 }
 
 func (s *side) buf() []byte         { return s.mr.Bytes() }
@@ -193,9 +232,8 @@ func (s *side) postSend(wr uverbs.SendWR) {
 func pair(t testing.TB, tg Target, bufSize int, tweak func(*uverbs.ConnectConfig)) (*side, *side) {
 	a := newSide(t, tg, tg.A, bufSize)
 	b := newSide(t, tg, tg.B, bufSize)
-	ea, eb := a.endpoint(), b.endpoint()
-	a.connect(eb, tweak)
-	b.connect(ea, tweak)
+	a.connect(b, tweak)
+	b.connect(a, tweak)
 	return a, b
 }
 
