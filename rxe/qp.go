@@ -97,7 +97,15 @@ func (q *qp) PostSend(wrs []uverbs.SendWR) (int, error) {
 
 func (q *qp) PostRecv(wrs []uverbs.RecvWR) (int, error) { return q.rq.post(wrs) }
 
-func (q *qp) StateChanged(uverbs.QPState) {}
+// StateChanged resynchronizes the producer indices after a move to RESET:
+// the kernel may keep or reset the shared indices, so re-read what it
+// published rather than trusting our copies.
+func (q *qp) StateChanged(s uverbs.QPState) {
+	if s == uverbs.QPStateReset {
+		q.sq.prod = q.sq.r.producer()
+		q.rq.prod = q.rq.r.producer()
+	}
+}
 
 func (q *qp) Destroyed() error {
 	e1 := q.sqReg.Unmap()

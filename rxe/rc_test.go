@@ -87,12 +87,22 @@ func (s *side) close() {
 	}
 }
 
+// endpoint returns the side's endpoint as its peer receives it: encoded,
+// sent "over the wire", decoded.
 func (s *side) endpoint() uverbs.Endpoint {
-	pa, err := s.ctx.QueryPort(1)
+	e, err := s.qp.LocalEndpoint(1, s.gid.GID, s.psn)
 	if err != nil {
 		s.t.Fatal(err)
 	}
-	return uverbs.Endpoint{QPN: s.qp.QPN(), PSN: s.psn, GID: s.gid.GID, MTU: pa.ActiveMTU}
+	wire, err := e.MarshalBinary()
+	if err != nil {
+		s.t.Fatal(err)
+	}
+	var got uverbs.Endpoint
+	if err := got.UnmarshalBinary(wire); err != nil || got != e {
+		s.t.Fatalf("endpoint round trip: %+v %v", got, err)
+	}
+	return got
 }
 
 func (s *side) connect(peer uverbs.Endpoint, tweak func(*uverbs.ConnectConfig)) {
