@@ -135,6 +135,11 @@ type Slice struct {
 	self  [1]*Slice // resubmission without allocating
 }
 
+// Attempt is 0 for a slice's first submission and counts its retries
+// after transient failures; a transport may route retries differently
+// (to a fresh connection).
+func (s *Slice) Attempt() int { return s.tries }
+
 // Done completes the slice with the number of bytes moved and an error
 // (nil on success). An error wrapping ErrTransient is retried (submitted
 // again to the same transport and peer) up to Config.Retries times before

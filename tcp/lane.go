@@ -24,6 +24,7 @@ type peer struct {
 	epoch uint64
 	lanes []*lane
 	rr    atomic.Uint32
+	gens  atomic.Uint64 // connections made
 
 	closeOnce sync.Once
 	wg        sync.WaitGroup // lane goroutines
@@ -64,6 +65,12 @@ const laneShare = 1 << 20
 // laneShare bytes, at most all of them), starting at a rotating lane so
 // that small submissions still use every lane over time.
 func (p *peer) submit(ss []*engine.Slice) {
+	if len(ss) == 1 && ss[0].Attempt() > 0 {
+		// A retry after a broken connection: other lanes may be broken
+		// too without knowing it yet, so use the freshest one.
+		p.freshLane().enqueue(ss)
+		return
+	}
 	var total int
 	for _, s := range ss {
 		total += len(s.Local)
@@ -76,6 +83,25 @@ func (p *peer) submit(ss []*engine.Slice) {
 		p.lanes[(start+i)%len(p.lanes)].enqueue(ss[:k])
 		ss = ss[k:]
 	}
+}
+
+// freshLane returns a lane that will dial anew, or else the one connected
+// most recently.
+func (p *peer) freshLane() *lane {
+	var best *lane
+	var bestGen uint64
+	for _, l := range p.lanes {
+		l.mu.Lock()
+		c, g := l.conn, l.gen
+		l.mu.Unlock()
+		if c == nil {
+			return l
+		}
+		if best == nil || g > bestGen {
+			best, bestGen = l, g
+		}
+	}
+	return best
 }
 
 // inflight is a request written (or being written) on a lane's connection.
@@ -140,6 +166,7 @@ type lane struct {
 	failedConn *net.TCPConn
 	failedErr  error
 	nextID     uint64 // ids grow across connections
+	gen        uint64 // when conn was made (peer.gens), for freshLane
 	done       uint64 // replies received: progress for the watchdog
 	// watchdog state, also under mu
 	lastDone uint64
@@ -277,6 +304,7 @@ func (l *lane) connect(ctx context.Context) error {
 		return errPeerClosed
 	}
 	l.conn = tc
+	l.gen = l.p.gens.Add(1)
 	l.stall = 0
 	l.p.wg.Add(1)
 	go l.readLoop(tc)
