@@ -238,39 +238,43 @@ func sqCases(t *testing.T) []sqCase {
 			write(1, one, uverbs.SendSignaled), write(2, one, 0), write(3, one, 0),
 		}},
 	}
-	// Many laps of mixed requests over a small ring.
+	// Many laps of random requests over rings of several sizes, starting
+	// at several producer positions (including across the 16-bit wrap).
 	rng := rand.New(rand.NewPCG(1, 2))
-	mixed := sqCase{name: "random-laps", cnt: 8, start: 0xfff0, qpn: 0x31337}
-	for i := range 120 {
-		var wr uverbs.SendWR
-		wr.ID = uint64(i)
-		wr.Flags = uverbs.SendFlags(rng.IntN(8)) // fence, signaled, solicited
-		wr.RemoteAddr = rng.Uint64() &^ 7
-		wr.RKey = uverbs.RKey(rng.Uint32())
-		wr.Imm = rng.Uint32()
-		switch k := rng.IntN(7); k {
-		case 5, 6:
-			wr.Opcode = uverbs.WROpcode(k)
-			wr.CompareAdd, wr.Swap = rng.Uint64(), rng.Uint64()
-			wr.SGL = []uverbs.SGE{sge(rng.Uint64(), 8, rng.Uint32())}
-		default:
-			wr.Opcode = uverbs.WROpcode(k)
-			if k != 4 && rng.IntN(3) == 0 {
-				wr.Flags |= uverbs.SendInline
-				var ns []int
-				for range rng.IntN(3) + 1 {
-					ns = append(ns, rng.IntN(60))
-				}
-				wr.SGL = inl(ns...)
-			} else {
-				for range rng.IntN(5) {
-					wr.SGL = append(wr.SGL, sge(rng.Uint64(), uint32(rng.IntN(3))*uint32(rng.IntN(70000)), rng.Uint32()))
+	for g, geo := range []struct{ cnt, start uint32 }{{4, 0}, {8, 0xfff0}, {16, 5}, {64, 0xffffffc0}} {
+		mixed := sqCase{name: fmt.Sprintf("random-laps-%d", geo.cnt), cnt: geo.cnt, start: geo.start, qpn: 0x31337 + uint32(g)}
+		for i := range 300 {
+			var wr uverbs.SendWR
+			wr.ID = uint64(i)
+			wr.Flags = uverbs.SendFlags(rng.IntN(8)) // fence, signaled, solicited
+			wr.RemoteAddr = rng.Uint64() &^ 7
+			wr.RKey = uverbs.RKey(rng.Uint32())
+			wr.Imm = rng.Uint32()
+			switch k := rng.IntN(7); k {
+			case 5, 6:
+				wr.Opcode = uverbs.WROpcode(k)
+				wr.CompareAdd, wr.Swap = rng.Uint64(), rng.Uint64()
+				wr.SGL = []uverbs.SGE{sge(rng.Uint64(), 8, rng.Uint32())}
+			default:
+				wr.Opcode = uverbs.WROpcode(k)
+				if k != 4 && rng.IntN(3) == 0 {
+					wr.Flags |= uverbs.SendInline
+					var ns []int
+					for range rng.IntN(3) + 1 {
+						ns = append(ns, rng.IntN(60))
+					}
+					wr.SGL = inl(ns...)
+				} else {
+					for range rng.IntN(5) {
+						wr.SGL = append(wr.SGL, sge(rng.Uint64(), uint32(rng.IntN(3))*uint32(rng.IntN(70000)), rng.Uint32()))
+					}
 				}
 			}
+			mixed.wrs = append(mixed.wrs, wr)
 		}
-		mixed.wrs = append(mixed.wrs, wr)
+		cases = append(cases, mixed)
 	}
-	return append(cases, mixed)
+	return cases
 }
 
 func cSendWR(s *strings.Builder, name string, wr *uverbs.SendWR) {
