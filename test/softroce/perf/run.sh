@@ -7,7 +7,8 @@
 N=${BENCH_N:-1000}
 RUNS=${BENCH_RUNS:-3}
 PORT=18900
-FAILS=0
+FAILF=/tmp/bench.fails # the helpers run in $(...) subshells: count failures in a file
+: > $FAILF
 OUT=${SR_OUT:-/tmp}/bench.txt
 : > "$OUT"
 
@@ -28,7 +29,7 @@ perftest() {
 		# under TCG perftest's CPU-MHz calibration sometimes fails; it then reports 0 or inf
 		grep -q 'Correlation coefficient' /tmp/pt-cli.log || break
 	done
-	[ $rc = 0 ] || { echo "perftest $tool failed (rc $rc):" >&2; cat /tmp/pt-cli.log /tmp/pt-srv.log >&2; FAILS=$((FAILS + 1)); return 1; }
+	[ $rc = 0 ] || { echo "perftest $tool failed (rc $rc):" >&2; cat /tmp/pt-cli.log /tmp/pt-srv.log >&2; echo x >> $FAILF; return 1; }
 	awk '$1 ~ /^[0-9]+$/ && NF >= 5 {print; exit}' /tmp/pt-cli.log
 }
 
@@ -42,7 +43,7 @@ teperf() {
 	timeout 120 te perf -d $cd -connect 127.0.0.1:$PORT -json -timeout 100s "$@" > /tmp/te-cli.log 2>&1
 	rc=$?
 	wait $sp
-	[ $rc = 0 ] || { echo "te perf failed (rc $rc):" >&2; cat /tmp/te-cli.log /tmp/te-srv.log >&2; FAILS=$((FAILS + 1)); return 1; }
+	[ $rc = 0 ] || { echo "te perf failed (rc $rc):" >&2; cat /tmp/te-cli.log /tmp/te-srv.log >&2; echo x >> $FAILF; return 1; }
 	cat /tmp/te-cli.log
 }
 
@@ -94,4 +95,6 @@ bench "send_bw 64KiB rail2" $SR_DEV3 $SR_GID3 $SR_DEV2 $SR_GID2 bw ib_send_bw -o
 bench "write_bw 64KiB loopback" $SR_DEVLO $SR_GIDLO $SR_DEVLO $SR_GIDLO bw ib_write_bw -n $N -s 65536 -- -n $N -s 65536
 echo "---- summary (also in $OUT)"
 cat "$OUT"
+FAILS=$(wc -l < $FAILF)
+[ "$FAILS" = 0 ] || echo "$FAILS tool runs failed (see above)"
 exit $FAILS
