@@ -79,7 +79,7 @@ func encodeKick(b []byte, qpHandle uint32) ([]byte, error) {
 		return nil, fmt.Errorf("rxe: kick buffer of %d bytes", len(b))
 	}
 	hdr := dma.View[uapi.CmdHdr](b, 0)
-	*hdr = uapi.CmdHdr{Command: uapi.CmdPostSend, InWords: 32 / 4, OutWords: 4 / 4}
+	*hdr = uapi.CmdHdr{Command: uapi.CmdPostSend, InWords: 8, OutWords: 1} // 32 request bytes, 4 response bytes
 	ps := dma.View[uapi.PostSend](b, 8)
 	*ps = uapi.PostSend{Response: dma.Addr(b) + 32, QPHandle: qpHandle, WQESize: uapi.SendWRSize}
 	return b[:32], nil

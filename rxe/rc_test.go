@@ -119,7 +119,6 @@ func (s *side) connect(peer uverbs.Endpoint, tweak func(*uverbs.ConnectConfig)) 
 }
 
 func (s *side) buf() []byte         { return s.mr.Bytes() }
-func (s *side) sendOff() int        { return 0 }
 func (s *side) recvOff() int        { return s.mr.Len() / 2 }
 func (s *side) addr(off int) uint64 { return s.mr.Addr() + uint64(off) }
 

@@ -47,6 +47,3 @@ func (r *ring) consumer() uint32 { return dma.LoadAcquire32(r.b, offConsumer) & 
 
 func (r *ring) publishProducer(v uint32) { dma.StoreRelease32(r.b, offProducer, v&r.mask) }
 func (r *ring) publishConsumer(v uint32) { dma.StoreRelease32(r.b, offConsumer, v&r.mask) }
-
-// capacity is the number of usable slots.
-func (r *ring) capacity() int { return int(r.mask) }
