@@ -50,7 +50,9 @@ type Config struct {
 	// DialTimeout bounds connecting a lane (and its HELLO write).
 	DialTimeout time.Duration
 	// IOTimeout fails a lane whose oldest outstanding request saw no
-	// reply for this long.
+	// reply for this long. It must exceed the time one slice (SliceSize,
+	// or the engine's) takes on the wire; accepted connections are
+	// watched by TCP keepalive instead.
 	IOTimeout time.Duration
 }
 
