@@ -585,3 +585,62 @@ func TestDataPathAllocs(t *testing.T) {
 		t.Errorf("empty Poll: %v allocations per run", allocs)
 	}
 }
+
+// TestCompletionEvents: an armed CQ raises one event for the next completion
+// (woken through the channel, not by polling); a solicited-only arm ignores
+// unsolicited completions.
+func TestCompletionEvents(t *testing.T) {
+	for _, tp := range topologies(t) {
+		t.Run(tp.name, func(t *testing.T) {
+			a, b := pair(t, tp, 1<<16, nil)
+			send := func(id uint64, flags uverbs.SendFlags) {
+				a.postSend(uverbs.SendWR{ID: id, Opcode: uverbs.WRSend, Flags: uverbs.SendSignaled | flags, SGL: []uverbs.SGE{a.mr.SGE(0, 16)}})
+				a.wait1(id, uverbs.WCSuccess)
+			}
+			waitEvent := func(d time.Duration) (*uverbs.CQ, error) {
+				ctx, cancel := context.WithTimeout(context.Background(), d)
+				defer cancel()
+				return b.ch.Wait(ctx)
+			}
+			// Next-completion arm: the event names b's CQ.
+			b.postRecv(1, b.mr.SGE(0, 64))
+			if err := b.cq.ReqNotify(false); err != nil {
+				t.Fatal(err)
+			}
+			got := make(chan *uverbs.CQ, 1)
+			go func() {
+				cq, err := waitEvent(20 * time.Second)
+				if err != nil {
+					t.Error(err)
+				}
+				got <- cq
+			}()
+			send(10, 0)
+			if cq := <-got; cq != b.cq {
+				t.Fatalf("event for %v, want b's CQ", cq)
+			}
+			b.wait1(1, uverbs.WCSuccess)
+			before := b.cq.CompEvents()
+			// Solicited-only arm: an unsolicited SEND completes without an event ...
+			b.postRecv(2, b.mr.SGE(0, 64))
+			b.postRecv(3, b.mr.SGE(0, 64))
+			if err := b.cq.ReqNotify(true); err != nil {
+				t.Fatal(err)
+			}
+			send(11, 0)
+			b.wait1(2, uverbs.WCSuccess)
+			if cq, err := waitEvent(300 * time.Millisecond); !errors.Is(err, context.DeadlineExceeded) {
+				t.Fatalf("event %v / %v for an unsolicited completion under a solicited-only arm", cq, err)
+			}
+			// ... and a solicited one raises it.
+			send(12, uverbs.SendSolicited)
+			if cq, err := waitEvent(20 * time.Second); err != nil || cq != b.cq {
+				t.Fatalf("solicited completion: event %v, %v", cq, err)
+			}
+			b.wait1(3, uverbs.WCSuccess)
+			if n := b.cq.CompEvents() - before; n != 1 {
+				t.Errorf("%d completion events counted, want 1", n)
+			}
+		})
+	}
+}

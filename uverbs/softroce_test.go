@@ -3,6 +3,9 @@ package uverbs_test
 import (
 	"context"
 	"errors"
+	"os"
+	"strconv"
+	"strings"
 	"syscall"
 	"testing"
 	"time"
@@ -259,4 +262,73 @@ func ipOf(t *testing.T, d srenv.Dev) netip.Addr {
 		t.Fatalf("%s: bad IP %v", d.Name, d.IP)
 	}
 	return a.Unmap()
+}
+
+// TestWaitersParkWithoutThreads: goroutines blocked on completion channels
+// wait in the Go netpoller, not in read(2) on an OS thread each.
+func TestWaitersParkWithoutThreads(t *testing.T) {
+	topo := srenv.Require(t)
+	c := open(t, topo.Lo.Name)
+	const n = 64
+	threads := func() int {
+		b, err := os.ReadFile("/proc/self/status")
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, l := range strings.Split(string(b), "\n") {
+			if v, ok := strings.CutPrefix(l, "Threads:"); ok {
+				k, _ := strconv.Atoi(strings.TrimSpace(v))
+				return k
+			}
+		}
+		t.Fatal("no Threads line")
+		return 0
+	}
+	var cqs []*uverbs.CQ
+	var chs []*uverbs.CompChannel
+	for i := 0; i < n; i++ {
+		ch, err := c.CreateCompChannel()
+		if err != nil {
+			t.Fatal(err)
+		}
+		cq, err := c.CreateCQ(uverbs.CQConfig{Entries: 4, Channel: ch})
+		if err != nil {
+			t.Fatal(err)
+		}
+		chs, cqs = append(chs, ch), append(cqs, cq)
+	}
+	base := threads()
+	ctx, cancel := context.WithCancel(context.Background())
+	errs := make(chan error, n)
+	for _, cq := range cqs {
+		go func() {
+			_, err := cq.Wait(ctx, make([]uverbs.WC, 1))
+			errs <- err
+		}()
+	}
+	time.Sleep(300 * time.Millisecond)
+	during := threads()
+	cancel()
+	for i := 0; i < n; i++ {
+		select {
+		case err := <-errs:
+			if !errors.Is(err, context.Canceled) {
+				t.Errorf("waiter: %v", err)
+			}
+		case <-time.After(10 * time.Second):
+			t.Fatal("a waiter did not return after cancel")
+		}
+	}
+	t.Logf("threads: %d before, %d with %d blocked waiters", base, during, n)
+	if during-base >= n/2 {
+		t.Errorf("%d blocked waiters used %d extra OS threads", n, during-base)
+	}
+	for i := range cqs {
+		if err := cqs[i].Close(); err != nil {
+			t.Error(err)
+		}
+		if err := chs[i].Close(); err != nil {
+			t.Error(err)
+		}
+	}
 }
