@@ -12,11 +12,15 @@
 //   - CQE version 1: CQEs name their QP by a per-context user index, looked
 //     up in a lock-free two-level table; indexes are never reused, so a late
 //     CQE of a destroyed QP is dropped rather than misattributed.
-//   - Static 4 KiB UARs: no driver ioctl is needed; the kernel assigns each
-//     QP a bfreg. Dedicated (low-latency) bfregs are rung without a lock,
-//     shared ones under a per-register mutex. Pages are mapped
-//     write-combining (REGULAR) only when the device reports BlueFlame
-//     registers (bf_reg_size > 0), uncached otherwise.
+//   - Static 4 KiB UARs by default: no driver ioctl is needed; the kernel
+//     assigns each QP a bfreg. Dedicated (low-latency) bfregs are rung
+//     without a lock, shared ones under a per-register mutex. Pages are
+//     mapped write-combining (REGULAR) only when the device reports
+//     BlueFlame registers (bf_reg_size > 0), uncached otherwise.
+//     Options.DynamicUAR instead allocates a UAR page per QP (and one for
+//     CQ arms) with the driver's UAR_OBJ_ALLOC ioctl: BlueFlame type only
+//     with bf_reg_size > 0, never a shared register. Kernels without
+//     dynamic UARs ignore the request and the static path is used.
 //   - No scatter-to-CQE: every payload lands in the posted buffers.
 //   - The send doorbell is: doorbell record, SFENCE, one 64-bit MOVQ to the
 //     register, SFENCE, then the register half alternates; a single small

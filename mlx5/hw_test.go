@@ -26,7 +26,14 @@ func TestHardwareConformance(t *testing.T) {
 	dev, gid := findMLX5(t)
 	t.Logf("running the verbs conformance suite on %s port 1, GID index %d", dev.Name, gid)
 	d := verbstest.Device{Name: dev.Name, Port: 1, GIDIndex: gid}
-	verbstest.Run(t, verbstest.Target{A: d, B: d, Options: &uverbs.Options{Providers: []uverbs.Provider{mlx5.Provider()}}})
+	for _, p := range []struct {
+		name string
+		p    uverbs.Provider
+	}{{"static-uar", mlx5.Provider()}, {"dynamic-uar", mlx5.NewProvider(mlx5.Options{DynamicUAR: true})}} {
+		t.Run(p.name, func(t *testing.T) {
+			verbstest.Run(t, verbstest.Target{A: d, B: d, Options: &uverbs.Options{Providers: []uverbs.Provider{p.p}}})
+		})
+	}
 }
 
 func findMLX5(t *testing.T) (uverbs.Device, int) {

@@ -43,6 +43,10 @@ func (c *Context) NewCQ(cfg uverbs.DriverCQConfig) (uverbs.DriverCQ, error) {
 	initInvalid(buf)
 	cq.ring = cqRing{buf: buf, cnt: n, setCI: word32(rec, cqRecSetCI*4), armRec: word32(rec, cqRecArm*4)}
 	cq.req = abi.CreateCQ{BufAddr: addrOf(buf), DBAddr: addrOf(rec), CQESize: cqeSize}
+	if c.dyn {
+		cq.req.Flags = abi.CQFlagUARPageIndex
+		cq.req.UARPageIndex = uint16(c.cqUAR.pageID)
+	}
 	return cq, nil
 }
 
@@ -58,9 +62,7 @@ func (cq *CQ) Created(h uverbs.Handle, cqe uint32, out []byte) error {
 	if cqe+1 != cq.ring.cnt {
 		return fmt.Errorf("mlx5: kernel made a CQ of %d entries for a ring of %d: %w", cqe+1, cq.ring.cnt, uverbs.ErrNotSupported)
 	}
-	cq.ctx.mu.Lock()
-	page := cq.ctx.uars[0]
-	cq.ctx.mu.Unlock()
+	page := cq.ctx.cqArmPage()
 	if page == nil {
 		return errClosed
 	}
@@ -105,6 +107,7 @@ type QP struct {
 	r    qpRings
 	mem  *dma.Region
 	rec  []byte
+	uar  *dynUAR // the QP's own doorbell page (Options.DynamicUAR)
 	caps uverbs.QPCaps
 	req  abi.CreateQP
 	done bool
@@ -149,6 +152,18 @@ func (c *Context) NewQP(cfg uverbs.DriverQPConfig) (uverbs.DriverQP, error) {
 		SQWQECount: sl.cnt, RQWQECount: rl.cnt, RQWQEShift: uint32(rl.shift),
 		UIdx: uidx, // no SCATTER_CQE: every payload lands in the posted buffers
 	}
+	if c.dyn {
+		typ := uint64(abi.UARAllocTypeBF)
+		if c.resp.BFRegSize == 0 {
+			typ = abi.UARAllocTypeNC // no write-combining: doorbells only
+		}
+		if q.uar, err = c.allocUAR(typ); err != nil {
+			q.Destroyed()
+			return nil, err
+		}
+		q.req.Flags |= abi.QPFlagUARPageIndex
+		q.req.BFRegIndex = q.uar.pageID
+	}
 	return q, nil
 }
 
@@ -180,11 +195,15 @@ func (q *QP) Request() (uverbs.QPCaps, []byte, int) {
 func (q *QP) Created(c uverbs.QPCreated, out []byte) error {
 	var resp abi.CreateQPResp
 	copy(abi.Bytes(&resp), out)
-	db, err := q.ctx.bfreg(resp.BFRegIndex)
-	if err != nil {
-		return err
+	if q.uar != nil {
+		q.r.db = q.uar.bfreg(q.ctx.resp.BFRegSize)
+	} else {
+		db, err := q.ctx.bfreg(resp.BFRegIndex)
+		if err != nil {
+			return err
+		}
+		q.r.db = db
 	}
-	q.r.db = db
 	q.r.sq.qpn = uint32(c.QPN)
 	q.ctx.mu.Lock()
 	q.ctx.qps.set(q.r.uidx, &q.r)
@@ -224,5 +243,9 @@ func (q *QP) Destroyed() error {
 	}
 	q.ctx.mu.Unlock()
 	q.ctx.dbs.put(q.rec)
-	return errors.Join(q.mem.Unmap())
+	var err error
+	if q.uar != nil {
+		err = q.ctx.freeUAR(q.uar)
+	}
+	return errors.Join(err, q.mem.Unmap())
 }

@@ -16,23 +16,39 @@ const (
 	defaultLowLatency  = 4
 )
 
-type provider struct{}
+// Options tune the provider. The zero value is the default.
+type Options struct {
+	// DynamicUAR gives every QP its own doorbell page, allocated with the
+	// driver's UAR_OBJ_ALLOC ioctl (kernel 5.7 and later), so no QP ever
+	// shares a doorbell register or its lock. By default the kernel's 16
+	// static registers are used: 4 dedicated, the rest shared under a lock.
+	DynamicUAR bool
+}
 
-// Provider returns the mlx5 (ConnectX-4 and later) provider. Pass it in
-// uverbs.Options.Providers or to uverbs.Register.
+type provider struct{ opts Options }
+
+// Provider returns the mlx5 (ConnectX-4 and later) provider with default
+// options. Pass it in uverbs.Options.Providers or to uverbs.Register.
 func Provider() uverbs.Provider { return provider{} }
+
+// NewProvider returns the mlx5 provider with the given options.
+func NewProvider(o Options) uverbs.Provider { return provider{opts: o} }
 
 func (provider) Name() string              { return "mlx5" }
 func (provider) DriverID() uverbs.DriverID { return uverbs.DriverMLX5 }
 
 // ContextRequest asks for CQE version 1 (CQEs name QPs by user index) and
-// static 4 KiB UARs, which need no driver ioctl.
-func (provider) ContextRequest() ([]byte, int) {
+// 4 KiB UARs: static ones, which need no driver ioctl, or with
+// Options.DynamicUAR dynamic ones.
+func (p provider) ContextRequest() ([]byte, int) {
 	req := &abi.AllocUcontextReqV2{
 		TotalNumBFRegs:      defaultTotalBFRegs,
 		NumLowLatencyBFRegs: defaultLowLatency,
 		MaxCQEVersion:       1,
 		LibCaps:             abi.LibCap4KUAR,
+	}
+	if p.opts.DynamicUAR {
+		req.LibCaps |= abi.LibCapDynUAR
 	}
 	return abi.Bytes(req), abi.SizeAllocUcontextResp
 }
@@ -40,17 +56,22 @@ func (provider) ContextRequest() ([]byte, int) {
 func (provider) NewContext(k uverbs.Kernel, out []byte) (uverbs.DriverContext, error) {
 	var resp abi.AllocUcontextResp
 	copy(abi.Bytes(&resp), out)
-	return newContext(k.FD(), &resp)
+	return newContext(k, &resp)
 }
 
 // Context is the mlx5 state of a verbs context: mapped UAR pages, the send
 // doorbell registers (bfregs), doorbell records and the user-index table
 // that routes CQEs to QPs.
 type Context struct {
+	k    uverbs.Kernel
 	fd   int
 	resp abi.AllocUcontextResp
 	qps  uidxTable
 	dbs  dbPool
+	// dyn: the kernel gave no static UARs (the library asked for dynamic
+	// ones); cqUAR is then the page every CQ is armed through.
+	dyn   bool
+	cqUAR *dynUAR
 
 	mu       sync.Mutex // guards the fields below
 	closed   bool
@@ -59,25 +80,45 @@ type Context struct {
 	nextUIdx uint32
 }
 
-func newContext(fd int, resp *abi.AllocUcontextResp) (*Context, error) {
+func newContext(k uverbs.Kernel, resp *abi.AllocUcontextResp) (*Context, error) {
 	if !mmioSupported {
 		return nil, fmt.Errorf("mlx5: doorbells are implemented for amd64 only: %w", ErrNotSupported)
 	}
 	if resp.CQEVersion != 1 {
 		return nil, fmt.Errorf("mlx5: device offers CQE version %d, need 1: %w", resp.CQEVersion, ErrNotSupported)
 	}
-	if resp.TotBFRegs == 0 {
-		return nil, fmt.Errorf("mlx5: kernel allocated no static UARs (dynamic UARs only): %w", ErrNotSupported)
-	}
 	if resp.NumUARsPerPage == 0 {
 		resp.NumUARsPerPage = 1 // kernels before 4K UARs do not report it
 	}
-	c := &Context{fd: fd, resp: *resp, uars: map[int][]byte{}, bfregs: map[uint32]*bfreg{}, nextUIdx: 1}
+	c := &Context{k: k, fd: k.FD(), resp: *resp, uars: map[int][]byte{}, bfregs: map[uint32]*bfreg{}, nextUIdx: 1}
+	if resp.TotBFRegs == 0 {
+		// Dynamic UARs: CQs are armed through one uncached page.
+		c.dyn = true
+		u, err := c.allocUAR(abi.UARAllocTypeNC)
+		if err != nil {
+			return nil, err
+		}
+		c.cqUAR = u
+		return c, nil
+	}
 	// System page 0 carries the CQ arm doorbell of every CQ.
 	if _, err := c.uarPage(0); err != nil {
 		return nil, err
 	}
 	return c, nil
+}
+
+// cqArmPage returns the UAR page CQs are armed through.
+func (c *Context) cqArmPage() []byte {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.dyn {
+		if c.cqUAR == nil {
+			return nil
+		}
+		return c.cqUAR.page
+	}
+	return c.uars[0]
 }
 
 // uarPage maps static UAR system page i on first use. Write-combining
@@ -160,6 +201,10 @@ func (c *Context) Close() error {
 	}
 	c.closed = true
 	var errs []error
+	if c.cqUAR != nil {
+		errs = append(errs, c.freeUAR(c.cqUAR))
+		c.cqUAR = nil
+	}
 	for i, b := range c.uars {
 		errs = append(errs, abi.Unmap(b))
 		delete(c.uars, i)

@@ -10,36 +10,113 @@ import (
 
 	"github.com/rdmago/te/internal/dma"
 	abi "github.com/rdmago/te/internal/mlx5"
+	"github.com/rdmago/te/internal/uapi"
 	"github.com/rdmago/te/internal/ucmd"
 	"github.com/rdmago/te/uverbs"
 )
 
 // fakeKernel stands in for the uverbs command file: a sparse temporary
 // file whose pages play the UAR pages at their mmap offsets, so what the
-// provider rings can be read back with ReadAt.
-type fakeKernel struct{ f *os.File }
-
-func (k fakeKernel) FD() int { return int(k.f.Fd()) }
-func (k fakeKernel) Write(cmd uint32, req, drvIn, resp, drvOut []byte) error {
-	return errors.New("fake kernel: no commands")
-}
-func (k fakeKernel) Ioctl(object, method uint16, build func(*ucmd.Builder), read func(*ucmd.Builder)) error {
-	return errors.New("fake kernel: no ioctls")
+// provider rings can be read back with ReadAt. It answers the mlx5 dynamic
+// UAR ioctls, checking their attributes.
+type fakeKernel struct {
+	t    *testing.T
+	f    *os.File
+	uars map[uint32]fakeUAR // live dynamic UARs by handle
+	next uint32
 }
 
-func newFakeKernel(t *testing.T) fakeKernel {
+type fakeUAR struct {
+	typ    uint64
+	off    int64
+	pageID uint32
+}
+
+func (k *fakeKernel) FD() int { return int(k.f.Fd()) }
+func (k *fakeKernel) Write(cmd uint32, req, drvIn, resp, drvOut []byte) error {
+	return errors.New("fake kernel: no write commands")
+}
+
+type fakeAttr struct {
+	id, length, flags uint16
+	data              uint64
+}
+
+func (k *fakeKernel) Ioctl(object, method uint16, build func(*ucmd.Builder), read func(*ucmd.Builder)) error {
+	buf := make([]byte, 4096)
+	b := ucmd.NewBuilder(buf, 0x7000_0000, uapi.DriverMLX5, object, method)
+	build(b)
+	if _, err := b.Finish(); err != nil {
+		return err
+	}
+	le := binary.LittleEndian
+	if le.Uint32(buf[16:]) != uapi.DriverMLX5 || object != abi.ObjectUAR {
+		k.t.Errorf("ioctl driver %d object %#x", le.Uint32(buf[16:]), object)
+		return errors.New("fake kernel: unexpected ioctl")
+	}
+	attrs := map[uint16]fakeAttr{}
+	for i := range int(le.Uint16(buf[6:])) {
+		a := buf[24+16*i:]
+		attrs[le.Uint16(a)] = fakeAttr{id: le.Uint16(a), length: le.Uint16(a[2:]), flags: le.Uint16(a[4:]), data: le.Uint64(a[8:])}
+	}
+	for id, a := range attrs {
+		if a.flags&uapi.AttrFMandatory == 0 {
+			k.t.Errorf("ioctl attribute %#x not mandatory", id)
+		}
+	}
+	switch method {
+	case abi.MethodUARObjAlloc:
+		typ, ok := attrs[abi.AttrUARAllocType]
+		if !ok || typ.length != 8 || typ.data > abi.UARAllocTypeNC || attrs[abi.AttrUARAllocHandle].length != 0 ||
+			attrs[abi.AttrUARAllocMmapOff].length != 8 || attrs[abi.AttrUARAllocMmapLen].length != 4 || attrs[abi.AttrUARAllocPageID].length != 4 {
+			k.t.Errorf("UAR_OBJ_ALLOC attributes %+v", attrs)
+			return errors.New("fake kernel: bad UAR_OBJ_ALLOC")
+		}
+		k.next++
+		u := fakeUAR{typ: typ.data, off: int64(0x500+k.next) * int64(abi.PageSize), pageID: 100 + k.next}
+		k.uars[k.next] = u
+		for i := range int(le.Uint16(buf[6:])) {
+			a := buf[24+16*i:]
+			switch le.Uint16(a) {
+			case abi.AttrUARAllocHandle:
+				le.PutUint64(a[8:], uint64(k.next))
+			case abi.AttrUARAllocMmapOff:
+				le.PutUint64(b.Output(i), uint64(u.off))
+			case abi.AttrUARAllocMmapLen:
+				le.PutUint32(b.Output(i), uint32(abi.PageSize))
+			case abi.AttrUARAllocPageID:
+				le.PutUint32(b.Output(i), u.pageID)
+			}
+		}
+	case abi.MethodUARObjDestroy:
+		h := attrs[abi.AttrUARDestroyHandle]
+		if _, ok := k.uars[uint32(h.data)]; !ok || h.length != 0 {
+			k.t.Errorf("UAR_OBJ_DESTROY of handle %d (%+v)", h.data, h)
+			return errors.New("fake kernel: bad UAR_OBJ_DESTROY")
+		}
+		delete(k.uars, uint32(h.data))
+	default:
+		return errors.New("fake kernel: unknown method")
+	}
+	if read != nil {
+		read(b)
+	}
+	return nil
+}
+
+func newFakeKernel(t *testing.T) *fakeKernel {
 	f, err := os.CreateTemp(t.TempDir(), "uverbs")
 	if err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { f.Close() })
-	if err := f.Truncate(abi.UAROffset(abi.MmapNCPage, 8, abi.PageSize)); err != nil {
+	if err := f.Truncate(0x600 * int64(abi.PageSize)); err != nil { // static NC pages and dynamic UARs lie below
 		t.Fatal(err)
 	}
-	return fakeKernel{f}
+	return &fakeKernel{t: t, f: f, uars: map[uint32]fakeUAR{}}
 }
 
-func (k fakeKernel) read(t *testing.T, off int64, n int) []byte {
+func (k *fakeKernel) read(t *testing.T, off int64, n int) []byte {
 	b := make([]byte, n)
 	if _, err := k.f.ReadAt(b, off); err != nil {
 		t.Fatal(err)
@@ -69,15 +146,10 @@ func TestProviderDriverData(t *testing.T) {
 		t.Fatalf("GET_CONTEXT driver data %+v (%d bytes), out %d", req, len(in), outLen)
 	}
 	k := newFakeKernel(t)
-	for _, bad := range []func(*abi.AllocUcontextResp){
-		func(r *abi.AllocUcontextResp) { r.CQEVersion = 0 },
-		func(r *abi.AllocUcontextResp) { r.TotBFRegs = 0 },
-	} {
-		r := ucontextResp()
-		bad(&r)
-		if _, err := p.NewContext(k, abi.Bytes(&r)); !errors.Is(err, uverbs.ErrNotSupported) {
-			t.Errorf("context from %+v: %v, want ErrNotSupported", r, err)
-		}
+	bad := ucontextResp()
+	bad.CQEVersion = 0
+	if _, err := p.NewContext(k, abi.Bytes(&bad)); !errors.Is(err, uverbs.ErrNotSupported) {
+		t.Errorf("context with CQE version 0: %v, want ErrNotSupported", err)
 	}
 	r := ucontextResp()
 	dc, err := p.NewContext(k, abi.Bytes(&r))
@@ -232,4 +304,90 @@ func TestProviderDriverData(t *testing.T) {
 		t.Fatal("NewQP after Close succeeded")
 	}
 	_ = dma.PageSize
+}
+
+// TestProviderDynamicUAR checks the opt-in dynamic UAR path: the context
+// asks for DYN_UAR, arms CQs through an uncached page, gives every QP its
+// own BlueFlame page (uncached without write-combining), passes the page
+// indexes in the create commands, rings at the mapped offsets, and
+// destroys every UAR object it allocated.
+func TestProviderDynamicUAR(t *testing.T) {
+	p := NewProvider(Options{DynamicUAR: true})
+	in, _ := p.ContextRequest()
+	var req abi.AllocUcontextReqV2
+	copy(abi.Bytes(&req), in)
+	if req.LibCaps != abi.LibCap4KUAR|abi.LibCapDynUAR {
+		t.Fatalf("lib_caps %#x", req.LibCaps)
+	}
+	for _, bfRegSize := range []uint32{512, 0} {
+		k := newFakeKernel(t)
+		r := ucontextResp()
+		r.TotBFRegs, r.BFRegSize = 0, bfRegSize // the kernel granted dynamic UARs
+		dc, err := p.NewContext(k, abi.Bytes(&r))
+		if err != nil {
+			t.Fatal(err)
+		}
+		ctx := dc.(*Context)
+		if len(k.uars) != 1 || k.uars[1].typ != abi.UARAllocTypeNC {
+			t.Fatalf("context UARs %+v, want one NC page for CQ arms", k.uars)
+		}
+		dcq, _ := ctx.NewCQ(uverbs.DriverCQConfig{Entries: 8})
+		_, cin, _ := dcq.Request()
+		var ccq abi.CreateCQ
+		copy(abi.Bytes(&ccq), cin)
+		if ccq.Flags != abi.CQFlagUARPageIndex || ccq.UARPageIndex != 101 {
+			t.Fatalf("CREATE_CQ %+v", ccq)
+		}
+		if err := dcq.Created(1, 15, abi.Bytes(&abi.CreateCQResp{CQN: 3})); err != nil {
+			t.Fatal(err)
+		}
+		dcq.Arm(false)
+		if got := binary.BigEndian.Uint64(k.read(t, k.uars[1].off+cqDoorbellOffset, 8)); got != 3 {
+			t.Fatalf("arm doorbell %#x on the CQ page", got)
+		}
+		caps := uverbs.QPCaps{MaxSendWR: 8, MaxRecvWR: 8, MaxSendSGE: 1, MaxRecvSGE: 1, MaxInlineData: 32}
+		dqp, err := ctx.NewQP(uverbs.DriverQPConfig{Type: uverbs.QPTypeRC, Caps: caps, SendCQ: dcq, RecvCQ: dcq})
+		if err != nil {
+			t.Fatal(err)
+		}
+		wantType := uint64(abi.UARAllocTypeBF)
+		if bfRegSize == 0 {
+			wantType = abi.UARAllocTypeNC
+		}
+		if u := k.uars[2]; u.typ != wantType {
+			t.Fatalf("QP UAR type %d, want %d", u.typ, wantType)
+		}
+		_, qin, _ := dqp.Request()
+		var cqp abi.CreateQP
+		copy(abi.Bytes(&cqp), qin)
+		if cqp.Flags != abi.QPFlagUARPageIndex || cqp.BFRegIndex != 102 {
+			t.Fatalf("CREATE_QP %+v", cqp)
+		}
+		if err := dqp.Created(uverbs.QPCreated{QPN: 0x77}, abi.Bytes(&abi.CreateQPResp{BFRegIndex: 999})); err != nil {
+			t.Fatal(err)
+		}
+		q := dqp.(*QP)
+		if q.r.db.shared || (q.r.db.bfHalf != 0) != (bfRegSize != 0) {
+			t.Fatalf("QP register: shared %v BlueFlame half %d", q.r.db.shared, q.r.db.bfHalf)
+		}
+		if _, err := q.PostSend([]uverbs.SendWR{{Opcode: uverbs.WRSend}}); err != nil {
+			t.Fatal(err)
+		}
+		if got := k.read(t, k.uars[2].off+bfOffset, 8); string(got) != string(q.r.sq.buf[:8]) {
+			t.Fatalf("doorbell % x, control segment % x", got, q.r.sq.buf[:8])
+		}
+		if err := q.Destroyed(); err != nil {
+			t.Fatal(err)
+		}
+		if _, ok := k.uars[2]; ok {
+			t.Fatal("the QP's UAR outlived the QP")
+		}
+		dcq.Destroyed()
+		if err := ctx.Close(); err != nil {
+			t.Fatal(err)
+		}
+		if len(k.uars) != 0 {
+			t.Fatalf("UARs left after Close: %+v", k.uars)
+		}
+	}
 }
