@@ -157,7 +157,13 @@ func (c *Context) NewQP(cfg uverbs.DriverQPConfig) (uverbs.DriverQP, error) {
 		if c.resp.BFRegSize == 0 {
 			typ = abi.UARAllocTypeNC // no write-combining: doorbells only
 		}
-		if q.uar, err = c.allocUAR(typ); err != nil {
+		q.uar, err = c.allocUAR(typ)
+		if err != nil && typ == abi.UARAllocTypeBF {
+			// The kernel refuses BlueFlame pages where the platform has
+			// no write-combining: fall back to doorbells only.
+			q.uar, err = c.allocUAR(abi.UARAllocTypeNC)
+		}
+		if err != nil {
 			q.Destroyed()
 			return nil, err
 		}
