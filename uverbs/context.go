@@ -253,6 +253,10 @@ func (c *Context) QueryDevice() (DeviceAttr, error) {
 	if err := c.file.Write(uapi.CmdQueryDevice, ucmd.Bytes(&req), nil, ucmd.Bytes(&r), nil); err != nil {
 		return DeviceAttr{}, opErr("query_device", c.dev.Name, err)
 	}
+	return deviceAttr(&r), nil
+}
+
+func deviceAttr(r *uapi.QueryDeviceResp) DeviceAttr {
 	be := func(v uint64) uint64 {
 		var b [8]byte
 		le.PutUint64(b[:], v)
@@ -267,6 +271,30 @@ func (c *Context) QueryDevice() (DeviceAttr, error) {
 		MaxQPRdAtom: r.MaxQPRdAtom, MaxQPInitRdAtom: r.MaxQPInitRdAtom, AtomicCap: r.AtomicCap,
 		MaxSRQ: r.MaxSRQ, MaxSRQWR: r.MaxSRQWR, MaxSRQSGE: r.MaxSRQSGE, MaxPKeys: r.MaxPKeys,
 		LocalCAAckDelay: r.LocalCAAckDelay, PhysPortCnt: r.PhysPortCnt,
+	}
+}
+
+// DeviceAttrEx adds the extended attributes of EX_QUERY_DEVICE.
+type DeviceAttrEx struct {
+	DeviceAttr
+	CapFlagsEx     uint64 // full 64-bit device capability flags
+	CoreClockKHz   uint64 // 0 when the device has no timestamp clock
+	TimestampMask  uint64
+	ODPGeneralCaps uint64
+	MaxDMSize      uint64
+}
+
+// QueryDeviceEx returns the device attributes through the extended command
+// (EX_QUERY_DEVICE, no driver data).
+func (c *Context) QueryDeviceEx() (DeviceAttrEx, error) {
+	req := uapi.ExQueryDevice{}
+	var r uapi.ExQueryDeviceResp
+	if err := c.file.WriteEx(uapi.CmdExQueryDevice, ucmd.Bytes(&req), nil, ucmd.Bytes(&r), nil); err != nil {
+		return DeviceAttrEx{}, opErr("ex_query_device", c.dev.Name, err)
+	}
+	return DeviceAttrEx{
+		DeviceAttr: deviceAttr(&r.Base), CapFlagsEx: r.DeviceCapFlagsEx, CoreClockKHz: r.HCACoreClock,
+		TimestampMask: r.TimestampMask, ODPGeneralCaps: r.ODPGeneralCaps, MaxDMSize: r.MaxDMSize,
 	}, nil
 }
 

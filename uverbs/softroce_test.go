@@ -89,6 +89,13 @@ func TestQueries(t *testing.T) {
 	if da.VendorID != 0xffffff || da.MaxQPWR == 0 || da.MaxCQE == 0 || da.MaxSGE == 0 || da.PhysPortCnt != 1 || da.AtomicCap == 0 {
 		t.Errorf("unexpected rxe device attrs %+v", da)
 	}
+	dx, err := c.QueryDeviceEx()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if dx.DeviceAttr != da || dx.CapFlagsEx&0xffffffff != uint64(da.DeviceCapFlags) {
+		t.Errorf("extended query disagrees: %+v vs %+v", dx, da)
+	}
 	pa, err := c.QueryPort(1)
 	if err != nil {
 		t.Fatal(err)

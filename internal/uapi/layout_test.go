@@ -25,6 +25,8 @@ var layouts = []struct {
 	{"ib_uverbs_get_context_resp", GetContextResp{}},
 	{"ib_uverbs_query_device", QueryDevice{}},
 	{"ib_uverbs_query_device_resp", QueryDeviceResp{}},
+	{"ib_uverbs_ex_query_device", ExQueryDevice{}},
+	{"ib_uverbs_ex_query_device_resp", ExQueryDeviceResp{}},
 	{"ib_uverbs_query_port", QueryPort{}},
 	{"ib_uverbs_query_port_resp", QueryPortResp{}},
 	{"ib_uverbs_alloc_pd", AllocPD{}},

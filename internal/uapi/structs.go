@@ -534,3 +534,37 @@ type RxeRecvWQE struct {
 	Padding  uint32     `c:"padding"`
 	DMA      RxeDMAInfo `c:"dma"`
 }
+
+// ExQueryDevice is struct ib_uverbs_ex_query_device (EX_QUERY_DEVICE request).
+type ExQueryDevice struct {
+	_        structs.HostLayout
+	CompMask uint32 `c:"comp_mask"`
+	Reserved uint32 `c:"reserved"`
+}
+
+// ExQueryDeviceResp is struct ib_uverbs_ex_query_device_resp. The nested
+// capability structs we do not use are kept as opaque byte ranges.
+type ExQueryDeviceResp struct {
+	_                  structs.HostLayout
+	Base               QueryDeviceResp `c:"base"`
+	CompMask           uint32          `c:"comp_mask"`
+	ResponseLength     uint32          `c:"response_length"`
+	ODPGeneralCaps     uint64          `c:"odp_caps.general_caps"`
+	ODPRCCaps          uint32          `c:"odp_caps.per_transport_caps.rc_odp_caps"`
+	ODPUCCaps          uint32          `c:"odp_caps.per_transport_caps.uc_odp_caps"`
+	ODPUDCaps          uint32          `c:"odp_caps.per_transport_caps.ud_odp_caps"`
+	ODPReserved        uint32          `c:"odp_caps.reserved"`
+	TimestampMask      uint64          `c:"timestamp_mask"`
+	HCACoreClock       uint64          `c:"hca_core_clock"`
+	DeviceCapFlagsEx   uint64          `c:"device_cap_flags_ex"`
+	RSSCaps            [16]byte        `c:"rss_caps"`
+	MaxWQTypeRQ        uint32          `c:"max_wq_type_rq"`
+	RawPacketCaps      uint32          `c:"raw_packet_caps"`
+	TMCaps             [24]byte        `c:"tm_caps"`
+	CQModerationCount  uint16          `c:"cq_moderation_caps.max_cq_moderation_count"`
+	CQModerationPeriod uint16          `c:"cq_moderation_caps.max_cq_moderation_period"`
+	CQModerationRsvd   uint32          `c:"cq_moderation_caps.reserved"`
+	MaxDMSize          uint64          `c:"max_dm_size"`
+	XRCODPCaps         uint32          `c:"xrc_odp_caps"`
+	Reserved           uint32          `c:"reserved"`
+}
