@@ -2,6 +2,7 @@
 # test/softroce/run.sh - run Go RDMA tests on a real kernel's Soft-RoCE (rdma_rxe).
 #
 #   test/softroce/run.sh [PKG...]        e.g. test/softroce/run.sh ./uverbs ./rxe ./test/softroce/interop
+#                                        (PKG: a directory relative to the repository root, or an import path)
 #   test/softroce/run.sh -prepare        only install/download/build the cached image
 #
 # Builds each PKG with `CGO_ENABLED=0 go test -c`, boots Debian bookworm's generic
@@ -27,6 +28,7 @@
 #   SR_TIMEOUT       qemu wall-clock limit in seconds (default: 120 + sum of test timeouts)
 #   SR_MTU           veth MTU (default 1500 -> RoCE MTU 1024; 9000 -> 4096)
 #   SR_SMP, SR_MEM   guest vCPUs (default 2) and MiB (default 1024)
+#   SR_ACCEL         qemu accelerator (default tcg: the same emulation everywhere; kvm if you have it)
 #   SR_OUT           host dir that receives the guest's /out (tests write artefacts there)
 #   SR_PAYLOAD       dir copied to /payload in the guest; its run.sh runs after the tests
 #   SR_KPKG          kernel package (default: what linux-image-amd64 depends on)
@@ -296,7 +298,7 @@ build_tests() {
 	mkdir -p "$dir"
 	: > "$dir/LIST"
 	for pkg in "$@"; do
-		case $pkg in ./* | ../* | /*) ;; *) pkg=./$pkg ;; esac
+		case $pkg in ./* | ../* | /* | *.*/*) ;; *) pkg=./$pkg ;; esac # dir or import path
 		name=$(cd "$ROOT" && go list -f '{{.ImportPath}}' "$pkg") || die "go list $pkg failed"
 		[ -n "$name" ] || die "no package at $pkg"
 		if grep -qxF "$name" "$dir/LIST"; then continue; fi
@@ -340,6 +342,10 @@ boot() {
 	append+=" sr.ci=${CI:-} sr.kver=$KVER"
 	LOGF=${SR_LOG:-$CACHE/logs/run-$(date +%Y%m%d-%H%M%S)-$$-$1.log}
 	mkdir -p "$(dirname "$LOGF")"
+	# keep the newest 40 runs' logs
+	{ ls -1t "$CACHE"/logs/run-*.log 2> /dev/null || true; } | tail -n +41 | while read -r old; do
+		rm -f "$old" "${old%.log}.qemu.log"
+	done
 	: > "$LOGF"
 	log "booting $KVER (smp=$SMP mem=${MEM}M mtu=$MTU timeout=${tmo}s); serial log $LOGF"
 	exec 8> "$LOCK"
@@ -350,7 +356,7 @@ boot() {
 	local t0 rc=0
 	t0=$(now_us)
 	set +e
-	timeout -k 5 "$tmo" qemu-system-x86_64 -M pc -accel tcg -cpu max -smp "$SMP" -m "$MEM" \
+	timeout -k 5 "$tmo" qemu-system-x86_64 -M pc -accel "${SR_ACCEL:-tcg}" -cpu max -smp "$SMP" -m "$MEM" \
 		-display none -monitor none -serial stdio -no-reboot -nic none \
 		-kernel "$VMLINUX" -initrd "$initrd" -append "$append" "${extra[@]}" \
 		-d guest_errors,cpu_reset -D "${LOGF%.log}.qemu.log" < /dev/null 2>&1 | stream
