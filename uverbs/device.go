@@ -276,3 +276,24 @@ func (s PortState) String() string {
 	}
 	return fmt.Sprintf("PortState(%d)", uint8(s))
 }
+
+// DeviceForAddr finds the device and port whose GID table holds the RoCE v2
+// GID of addr (e.g. the IP of a rail's netdev), by value.
+func DeviceForAddr(addr netip.Addr) (Device, GIDEntry, error) {
+	ds, err := Devices()
+	if err != nil {
+		return Device{}, GIDEntry{}, err
+	}
+	for _, d := range ds {
+		for p := 1; p <= d.Ports; p++ {
+			ents, err := d.GIDs(p)
+			if err != nil {
+				continue
+			}
+			if g, err := FindGID(ents, addr, GIDTypeRoCEv2); err == nil {
+				return d, g, nil
+			}
+		}
+	}
+	return Device{}, GIDEntry{}, fmt.Errorf("%w: no device has %s", ErrNoGID, addr)
+}

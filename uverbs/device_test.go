@@ -101,6 +101,12 @@ func TestDiscoveryFromSysfs(t *testing.T) {
 	if err != nil || g.Index != 3 {
 		t.Fatalf("mlx5 RoCE v2 GID: %+v %v", g, err)
 	}
+	if d, g, err := DeviceForAddr(netip.MustParseAddr("192.168.0.1")); err != nil || d.Name != "mlx5_0" || g.Index != 3 {
+		t.Errorf("DeviceForAddr: %s %+v %v", d.Name, g, err)
+	}
+	if _, _, err := DeviceForAddr(netip.MustParseAddr("10.9.9.9")); !errors.Is(err, ErrNoGID) {
+		t.Errorf("DeviceForAddr of an unknown address: %v", err)
+	}
 	if _, err := LookupDevice("nope"); !errors.Is(err, ErrNoDevice) {
 		t.Fatal(err)
 	}

@@ -61,6 +61,9 @@ func TestDiscovery(t *testing.T) {
 		if g.Index != want.GIDIndex || g.GID != uverbs.GID(want.GID) {
 			t.Errorf("%s: sysfs GID index %d, harness found %d", d.Name, g.Index, want.GIDIndex)
 		}
+		if dd, dg, err := uverbs.DeviceForAddr(ipOf(t, want)); err != nil || dd.Name != d.Name || dg.Index != g.Index {
+			t.Errorf("DeviceForAddr(%s): %s %+v %v", want.IP, dd.Name, dg, err)
+		}
 		c := open(t, d.Name)
 		ge, err := c.FindRoCEv2GID(1, ipOf(t, want))
 		if err != nil {
