@@ -12,12 +12,13 @@ import (
 // CQ is an mlx5 completion queue: a user-allocated ring of CQE64 entries
 // the HCA writes, polled by owner bit, armed through the UAR.
 type CQ struct {
-	ctx  *Context
-	ring cqRing
-	mem  *dma.Region
-	rec  []byte
-	req  abi.CreateCQ
-	done bool
+	uverbs.UnimplementedDriverCQ // future DriverCQ methods: ErrNotSupported
+	ctx                          *Context
+	ring                         cqRing
+	mem                          *dma.Region
+	rec                          []byte
+	req                          abi.CreateCQ
+	done                         bool
 }
 
 // NewCQ allocates the CQE ring (initialised INVALID) and its doorbell record.
@@ -103,14 +104,15 @@ func (cq *CQ) Destroyed() error {
 // QP is an mlx5 RC queue pair: one user buffer holding the receive queue
 // then the send queue, a doorbell record, and a send doorbell register.
 type QP struct {
-	ctx  *Context
-	r    qpRings
-	mem  *dma.Region
-	rec  []byte
-	uar  *dynUAR // the QP's own doorbell page (Options.DynamicUAR)
-	caps uverbs.QPCaps
-	req  abi.CreateQP
-	done bool
+	uverbs.UnimplementedDriverQP // future DriverQP methods: ErrNotSupported
+	ctx                          *Context
+	r                            qpRings
+	mem                          *dma.Region
+	rec                          []byte
+	uar                          *dynUAR // the QP's own doorbell page (Options.DynamicUAR)
+	caps                         uverbs.QPCaps
+	req                          abi.CreateQP
+	done                         bool
 }
 
 // NewQP sizes and allocates the work queues. Only RC is supported.

@@ -25,7 +25,12 @@ type Options struct {
 	DynamicUAR bool
 }
 
-type provider struct{ opts Options }
+// provider embeds UnimplementedProvider so that it keeps compiling when the
+// interface grows; every current method is implemented below.
+type provider struct {
+	uverbs.UnimplementedProvider
+	opts Options
+}
 
 // Provider returns the mlx5 (ConnectX-4 and later) provider with default
 // options. Pass it in uverbs.Options.Providers or to uverbs.Register.
@@ -33,6 +38,12 @@ func Provider() uverbs.Provider { return provider{} }
 
 // NewProvider returns the mlx5 provider with the given options.
 func NewProvider(o Options) uverbs.Provider { return provider{opts: o} }
+
+var (
+	_ uverbs.DriverContext = (*Context)(nil)
+	_ uverbs.DriverCQ      = (*CQ)(nil)
+	_ uverbs.DriverQP      = (*QP)(nil)
+)
 
 func (provider) Name() string              { return "mlx5" }
 func (provider) DriverID() uverbs.DriverID { return uverbs.DriverMLX5 }
