@@ -17,6 +17,10 @@ const (
 	nlNLDev        = 5
 	cmdGet         = 1
 	cmdGetChardev  = 15
+	cmdNewLink     = 3
+	cmdDelLink     = 4
+	attrNdevName   = 51
+	attrLinkType   = 65
 	attrDevIndex   = 1
 	attrDevName    = 2
 	attrChardevTyp = 69

@@ -98,3 +98,29 @@ func UverbsChardevByIndex(idx uint32) (Chardev, error) {
 	}
 	return Chardev{}, fmt.Errorf("rdmanl: GET_CHARDEV of device %d: no reply", idx)
 }
+
+// NewLink creates a Soft-RoCE device ibdev on netdev (what
+// `rdma link add IBDEV type rxe netdev NETDEV` does). Needs CAP_NET_ADMIN.
+func NewLink(ibdev, netdev, linkType string) error {
+	var a []byte
+	a = attr(a, attrDevName, cstr(ibdev))
+	a = attr(a, attrLinkType, cstr(linkType))
+	a = attr(a, attrNdevName, cstr(netdev))
+	if _, err := roundTrip(request(msgType(cmdNewLink), unix.NLM_F_REQUEST|unix.NLM_F_ACK, 3, a), 3); err != nil {
+		return fmt.Errorf("rdmanl: link add %s type %s netdev %s: %w", ibdev, linkType, netdev, err)
+	}
+	return nil
+}
+
+// DelLink removes an RDMA link created by NewLink. The kernel waits until
+// every user context of the device is closed.
+func DelLink(ibdev string) error {
+	idx, err := DeviceIndex(ibdev)
+	if err != nil {
+		return err
+	}
+	if _, err := roundTrip(request(msgType(cmdDelLink), unix.NLM_F_REQUEST|unix.NLM_F_ACK, 4, attr(nil, attrDevIndex, u32(idx))), 4); err != nil {
+		return fmt.Errorf("rdmanl: link delete %s: %w", ibdev, err)
+	}
+	return nil
+}
