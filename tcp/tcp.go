@@ -23,8 +23,8 @@ import (
 //	4      1.84-2.01   1.79-2.16 3.31-4.20      1.65-2.44  4.40-4.49 4.34-4.79
 //
 // Small bursts do best on one connection, large ones on four, so a
-// submission uses one lane per MiB it carries (laneShare), up to Lanes = 4.
-// With that rule, 4 lanes measured 3.4-3.5 / 2.4-2.5 / 4.0-4.2 GB/s (WRITE)
+// submission uses one lane per laneShare bytes it carries, up to Lanes = 4.
+// With one lane per MiB, 4 lanes measured 3.4-3.5 / 2.4-2.5 / 4.0-4.2 GB/s (WRITE)
 // and 2.4-3.1 / 3.8-4.6 / 4.8-5.0 GB/s (READ). One 64 MiB request cut into
 // slices of 256 KiB, 1 MiB, 4 MiB, 16 MiB moved 3.4, 3.3, 2.9, 2.4 GB/s:
 // 1 MiB slices keep per-slice overhead low and still spread over lanes.
