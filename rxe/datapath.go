@@ -65,15 +65,23 @@ type sendQueue struct {
 	maxInline int
 }
 
-// post writes wrs into the ring and returns how many it wrote. It does not
-// kick the kernel.
+// post writes wrs into the ring and returns how many it wrote. The
+// producer index is published once, after the last WQE (a release store, so
+// the kernel sees every WQE body before the index that covers it). It does
+// not kick the kernel.
 func (q *sendQueue) post(wrs []uverbs.SendWR) (int, error) {
+	n := len(wrs)
+	var err error
 	for i := range wrs {
-		if err := q.postOne(&wrs[i]); err != nil {
-			return i, err
+		if err = q.postOne(&wrs[i]); err != nil {
+			n = i
+			break
 		}
 	}
-	return len(wrs), nil
+	if n > 0 {
+		q.r.publishProducer(q.prod)
+	}
+	return n, err
 }
 
 func (q *sendQueue) postOne(wr *uverbs.SendWR) error {
@@ -142,8 +150,7 @@ func (q *sendQueue) postOne(wr *uverbs.SendWR) error {
 	w.DMA.Length = uint32(total)
 	w.DMA.Resid = uint32(total)
 	w.State = uapi.RxeWQEStatePosted
-	q.prod = next
-	q.r.publishProducer(next) // release: the WQE bytes above are visible first
+	q.prod = next // published by post
 	return nil
 }
 
@@ -154,7 +161,12 @@ type recvQueue struct {
 	maxSGE int
 }
 
-func (q *recvQueue) post(wrs []uverbs.RecvWR) (int, error) {
+func (q *recvQueue) post(wrs []uverbs.RecvWR) (n int, err error) {
+	defer func() {
+		if n > 0 {
+			q.r.publishProducer(q.prod) // once per batch, after every WQE body
+		}
+	}()
 	for i := range wrs {
 		wr := &wrs[i]
 		if len(wr.SGL) > q.maxSGE {
@@ -179,7 +191,6 @@ func (q *recvQueue) post(wrs []uverbs.RecvWR) (int, error) {
 		w.DMA.Resid = total
 		w.DMA.NumSGE = uint32(len(wr.SGL))
 		q.prod = next
-		q.r.publishProducer(next)
 	}
 	return len(wrs), nil
 }
