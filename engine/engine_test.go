@@ -735,3 +735,42 @@ func TestPeerReinstall(t *testing.T) {
 		t.Fatal("data differs")
 	}
 }
+
+// TestMixedTargets: one batch whose requests alternate between two remote
+// segments and the local one.
+func TestMixedTargets(t *testing.T) {
+	st := enginetest.NewMemStore()
+	defer st.Close()
+	a := newNode(t, st, "a", 1<<20, tcp.Config{})
+	b := newNode(t, st, "b", 1<<20, tcp.Config{})
+	ini := newNode(t, st, "ini", 1<<20, tcp.Config{})
+	ctx := ctxT(t, 10*time.Second)
+	sa, err := ini.e.OpenSegment(ctx, "a", nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	sb, err := ini.e.OpenSegment(ctx, "b", nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	fill(t, ini.buf()[:1<<19])
+	const blk = 4096
+	var reqs []engine.Request
+	targets := []struct {
+		id   engine.SegmentID
+		base uint64
+	}{{sa, a.base()}, {sb, b.base()}, {engine.LocalSegment, ini.base() + 1<<19}}
+	for i := range 96 {
+		tg := targets[i%3]
+		reqs = append(reqs, engine.Request{Op: engine.Write, Local: ini.buf()[i*blk : (i+1)*blk], Target: tg.id, TargetAddr: tg.base + uint64(i*blk)})
+	}
+	if err := ini.e.Transfer(ctx, reqs); err != nil {
+		t.Fatal(err)
+	}
+	mems := [][]byte{a.buf(), b.buf(), ini.buf()[1<<19:]}
+	for i := range 96 {
+		if !bytes.Equal(mems[i%3][i*blk:(i+1)*blk], ini.buf()[i*blk:(i+1)*blk]) {
+			t.Fatalf("request %d (target %d) differs", i, i%3)
+		}
+	}
+}
