@@ -3,6 +3,7 @@
 #
 #   test/softroce/run.sh [PKG...]        e.g. test/softroce/run.sh ./uverbs ./rxe ./test/softroce/interop
 #                                        (PKG: a directory relative to the repository root, or an import path)
+#   test/softroce/run.sh -all [PKG...]   every package whose tests import test/softroce/srenv
 #   test/softroce/run.sh -prepare        only install/download/build the cached image
 #
 # Builds each PKG with `CGO_ENABLED=0 go test -c`, boots Debian bookworm's generic
@@ -301,7 +302,7 @@ build_tests() {
 		case $pkg in ./* | ../* | /* | *.*/*) ;; *) pkg=./$pkg ;; esac # dir or import path
 		name=$(cd "$ROOT" && go list -f '{{.ImportPath}}' "$pkg") || die "go list $pkg failed"
 		[ -n "$name" ] || die "no package at $pkg"
-		if grep -qxF "$name" "$dir/LIST"; then continue; fi
+		if awk -v n="$name" '$2 == n {f=1} END{exit !f}' "$dir/LIST"; then continue; fi
 		local bin
 		bin=$(echo "${name#github.com/rdmago/te/}" | tr '/.' '__').test
 		(cd "$ROOT" && CGO_ENABLED=0 nice go test -c -o "$dir/$bin" "$pkg") >&2 || die "go test -c $pkg failed"
@@ -432,6 +433,12 @@ main() {
 	fi
 	local t_all
 	t_all=$(now_us)
+	if [ "${1:-}" = -all ]; then # every package whose tests use the guest topology
+		shift
+		set -- $(cd "$ROOT" && go list -f '{{.ImportPath}}|{{join .TestImports " "}} {{join .XTestImports " "}}' ./... |
+			awk -F'|' '$2 ~ /test\/softroce\/srenv( |$)/ {print $1}') "$@"
+		log "packages with guest tests: $*"
+	fi
 	prepare
 	WORK=$(mktemp -d /tmp/softroce.XXXXXX)
 	trap 'rm -rf "${WORK:-}"' EXIT
