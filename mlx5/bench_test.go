@@ -15,13 +15,8 @@ import (
 func driverObjects(r *simRig) (uverbs.DriverQP, uverbs.DriverCQ) {
 	ctx := &Context{}
 	ctx.qps.set(r.qp.uidx, r.qp)
-	qp := &QP{ctx: ctx, r: *r.qp}
-	ctx.qps.set(qp.r.uidx, &qp.r)
-	r.qp = &qp.r
-	r.lookup = singleQP{r.qp}
-	cq := &CQ{ctx: ctx, ring: *r.cq}
-	r.cq = &cq.ring
-	return qp, cq
+	r.qpObj.ctx, r.cqObj.ctx = ctx, ctx
+	return r.qpObj, r.cqObj
 }
 
 // TestDataPathDoesNotAllocate proves with testing.AllocsPerRun that posting
@@ -94,7 +89,7 @@ func BenchmarkPostSendWrite(b *testing.B) {
 				if _, err := qp.PostSend(wr); err != nil {
 					b.Fatal(err)
 				}
-				sq.tail = sq.head // as if completed
+				sq.tail.Store(sq.head) // as if completed
 			}
 		})
 	}
@@ -107,6 +102,7 @@ func BenchmarkPollCQ(b *testing.B) {
 	_, cq := driverObjects(r)
 	ring := r.cq
 	r.qp.sq.head = 1 << 31 // plenty of work "outstanding" for the CQEs to complete
+	r.qp.sq.pub.Store(r.qp.sq.head)
 	fill := func() {
 		for i := range ring.cnt {
 			c := fakeCQE{opcode: cqeReq, sop: opcodeRDMAWrite, qpn: r.qp.sq.qpn, uidx: r.qp.uidx, wqeCounter: uint16(ring.ci + i)}

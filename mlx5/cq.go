@@ -119,11 +119,11 @@ func decodeCQE(cqe []byte, op uint8, qp *qpRings, wc *WC) bool {
 	_ = cqe[cqeSize-1]
 	switch op {
 	case cqeReq, cqeReqErr:
-		if qp.sq.head == qp.sq.tail {
+		if qp.sq.idle() {
 			return false
 		}
 	case cqeRespWrImm, cqeRespSend, cqeRespSendImm, cqeRespSendInv, cqeRespErr:
-		if qp.rq.head == qp.rq.tail {
+		if qp.rq.idle() {
 			return false
 		}
 	}

@@ -27,8 +27,10 @@ func FuzzPollCQE(f *testing.F) {
 		copy(buf, data[:cqeSize])
 		qp := &qpRings{uidx: 1}
 		qp.sq = sendQueue{cnt: 8, maxPost: 8, wrid: make([]uint64, 8), wqeHead: make([]uint32, 8)}
-		qp.sq.head = 3 // three WQEs outstanding
+		qp.sq.head = 3 // three WQEs and two receives outstanding
+		qp.sq.pub.Store(3)
 		qp.rq = recvQueue{cnt: 4, wrid: make([]uint64, 4), head: 2}
+		qp.rq.pub.Store(2)
 		cq := &cqRing{buf: buf, cnt: 4, setCI: word32(mapped(t, 64), 0)}
 		var wc [4]uverbs.WC
 		n := cq.poll(wc[:], singleQP{qp})

@@ -143,7 +143,7 @@ func (c *Context) NewQP(cfg uverbs.DriverQPConfig) (uverbs.DriverQP, error) {
 		return nil, err
 	}
 	q := &QP{ctx: c, mem: mem, rec: rec}
-	q.r = newQPRings(mem.Bytes(), sl, rl, rec, cfg.SignalAll)
+	q.r.init(mem.Bytes(), sl, rl, rec, cfg.SignalAll)
 	q.r.uidx = uidx
 	q.caps = uverbs.QPCaps{
 		MaxSendWR: sl.maxPost, MaxSendSGE: uint32(sl.maxGS), MaxInlineData: uint32(sl.maxInline),
@@ -175,23 +175,20 @@ func (c *Context) NewQP(cfg uverbs.DriverQPConfig) (uverbs.DriverQP, error) {
 	return q, nil
 }
 
-// newQPRings lays out the receive queue at the start of buf and the send
-// queue after it, the way the HCA addresses a QP buffer.
-func newQPRings(buf []byte, sl sqLayout, rl rqLayout, rec []byte, sigAll bool) qpRings {
+// init lays out the receive queue at the start of buf and the send queue
+// after it, the way the HCA addresses a QP buffer.
+func (r *qpRings) init(buf []byte, sl sqLayout, rl rqLayout, rec []byte, sigAll bool) {
 	rqBytes := int(rl.cnt) << rl.shift
-	var r qpRings
-	r.rq = recvQueue{buf: buf[:rqBytes:rqBytes], cnt: rl.cnt, shift: rl.shift, maxGS: rl.maxGS, wrid: make([]uint64, rl.cnt)}
 	sqEnd := rqBytes + int(sl.cnt)*sendWQEBB
-	r.sq = sendQueue{
-		buf: buf[rqBytes:sqEnd:sqEnd], cnt: sl.cnt, maxPost: sl.maxPost, maxGS: sl.maxGS, maxInline: sl.maxInline,
-		wrid: make([]uint64, sl.cnt), wqeHead: make([]uint32, sl.cnt),
-	}
+	rq, sq := &r.rq, &r.sq
+	rq.buf, rq.cnt, rq.shift, rq.maxGS, rq.wrid = buf[:rqBytes:rqBytes], rl.cnt, rl.shift, rl.maxGS, make([]uint64, rl.cnt)
+	sq.buf, sq.cnt, sq.maxPost, sq.maxGS, sq.maxInline = buf[rqBytes:sqEnd:sqEnd], sl.cnt, sl.maxPost, sl.maxGS, sl.maxInline
+	sq.wrid, sq.wqeHead = make([]uint64, sl.cnt), make([]uint32, sl.cnt)
 	if sigAll {
-		r.sq.sigAll = ctrlCQUpdate
+		sq.sigAll = ctrlCQUpdate
 	}
 	r.recvRec = word32(rec, qpRecRecv*4)
 	r.sendRec = word32(rec, qpRecSend*4)
-	return r
 }
 
 func (q *QP) Request() (uverbs.QPCaps, []byte, int) {
@@ -232,8 +229,11 @@ func (q *QP) StateChanged(s uverbs.QPState) {
 	if s != uverbs.QPStateReset {
 		return
 	}
-	q.r.sq.curPost, q.r.sq.head, q.r.sq.tail = 0, 0, 0
-	q.r.rq.head, q.r.rq.tail = 0, 0
+	q.r.sq.curPost, q.r.sq.head, q.r.rq.head = 0, 0, 0
+	q.r.sq.tail.Store(0)
+	q.r.sq.pub.Store(0)
+	q.r.rq.tail.Store(0)
+	q.r.rq.pub.Store(0)
 	storeRecord(q.r.sendRec, 0)
 	storeRecord(q.r.recvRec, 0)
 }

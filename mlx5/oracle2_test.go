@@ -206,7 +206,9 @@ func TestCQEBytesMatchMlx5dv(t *testing.T) {
 		qp.sq.wqeHead[i] = uint32(i)
 	}
 	qp.sq.head = 10
+	qp.sq.pub.Store(10)
 	qp.rq = recvQueue{cnt: 8, wrid: []uint64{200, 201, 202, 203, 204, 205, 206, 207}, head: 6}
+	qp.rq.pub.Store(6)
 	// A 16-entry CQ (first pass: owner 0) holding mlx5dv's CQEs, the
 	// remaining entries still INVALID as after creation.
 	full := mapped(t, 16*cqeSize)
@@ -242,8 +244,8 @@ func TestCQEBytesMatchMlx5dv(t *testing.T) {
 			t.Errorf("completion %d:\n got %+v\nwant %+v", i, wcs[i], want[i])
 		}
 	}
-	if qp.sq.tail != 10 || qp.rq.tail != 6 {
-		t.Errorf("tails sq %d rq %d, want 10 and 6", qp.sq.tail, qp.rq.tail)
+	if qp.sq.tail.Load() != 10 || qp.rq.tail.Load() != 6 {
+		t.Errorf("tails sq %d rq %d, want 10 and 6", qp.sq.tail.Load(), qp.rq.tail.Load())
 	}
 	if got := binary.BigEndian.Uint32(unsafeRecordBytes(cq.setCI)); got != uint32(len(cases)) {
 		t.Errorf("consumer index record %d, want %d", got, len(cases))
@@ -297,7 +299,7 @@ func TestRecvWQEBytesMatchMlx5dv(t *testing.T) {
 		if err := rq.build(&wrs[i]); err != nil {
 			t.Fatalf("recv %d: %v", i, err)
 		}
-		rq.tail = rq.head // keep the ring from filling up: only bytes matter
+		rq.tail.Store(rq.head) // keep the ring from filling up: only bytes matter
 		rq.ring(word32(rec, 0))
 		if got := hex.EncodeToString(rec[:4]); got != f[1] {
 			t.Errorf("recv %d: doorbell record %s, mlx5dv %s", i, got, f[1])

@@ -25,6 +25,7 @@ func (q *qpRings) postSend(wrs []SendWR) (int, error) {
 		n++
 	}
 	if n > 0 {
+		q.sq.pub.Store(q.sq.head) // release the wrid entries to the poller
 		q.sq.ring(q.sendRec, q.db, n)
 	}
 	return n, err

@@ -18,6 +18,8 @@ import (
 // simRig is a QP and a CQ built exactly as the provider builds them, over
 // mmap'd memory, with an anonymous page standing in for the UAR.
 type simRig struct {
+	qpObj  *QP // the provider objects whose rings qp and cq point into
+	cqObj  *CQ
 	qp     *qpRings
 	cq     *cqRing
 	qpRec  []byte
@@ -39,8 +41,9 @@ func newSimRig(t testing.TB, caps uverbs.QPCaps, cqWant uint32, bfRegSize uint32
 		t.Fatal(err)
 	}
 	r := &simRig{qpRec: mapped(t, 64), cqRec: mapped(t, 64), uar: mapped(t, 4096), bufs: mapped(t, 1<<16)}
-	rings := newQPRings(mapped(t, (int(rl.cnt)<<rl.shift)+int(sl.cnt)*sendWQEBB), sl, rl, r.qpRec, false)
-	r.qp = &rings
+	r.qpObj = &QP{}
+	r.qp = &r.qpObj.r
+	r.qp.init(mapped(t, (int(rl.cnt)<<rl.shift)+int(sl.cnt)*sendWQEBB), sl, rl, r.qpRec, false)
 	r.qp.uidx = 77
 	r.qp.sq.qpn = 0x2a2a2a
 	db := &bfreg{reg: [2]*uint64{word64(r.uar, bfOffset), word64(r.uar, bfOffset)}}
@@ -55,7 +58,8 @@ func newSimRig(t testing.TB, caps uverbs.QPCaps, cqWant uint32, bfRegSize uint32
 	}
 	cqBuf := mapped(t, int(n)*cqeSize)
 	initInvalid(cqBuf)
-	r.cq = &cqRing{buf: cqBuf, cnt: n, cqn: 0x99, setCI: word32(r.cqRec, 0), armRec: word32(r.cqRec, 4), armReg: word64(r.uar, cqDoorbellOffset)}
+	r.cqObj = &CQ{ring: cqRing{buf: cqBuf, cnt: n, cqn: 0x99, setCI: word32(r.cqRec, 0), armRec: word32(r.cqRec, 4), armReg: word64(r.uar, cqDoorbellOffset)}}
+	r.cq = &r.cqObj.ring
 	r.hca = newSimHCA(t, r.qp, r.qpRec, r.cq, r.cqRec, r.qp.uidx)
 	r.lookup = singleQP{r.qp}
 	return r
@@ -151,7 +155,7 @@ func TestSimulatedHCALaps(t *testing.T) {
 			if n > 0 && wr[n-1].Flags&uverbs.SendSignaled == 0 {
 				// The queue filled mid-batch: make sure something in
 				// flight will complete, or the ring never drains.
-				if r.qp.sq.head-r.qp.sq.tail == uint32(n) && n == int(r.qp.sq.maxPost) {
+				if r.qp.sq.head-r.qp.sq.tail.Load() == uint32(n) && n == int(r.qp.sq.maxPost) {
 					t.Fatal("the whole queue is unsignaled")
 				}
 			}
@@ -277,7 +281,7 @@ func TestDoorbellRegisterWrites(t *testing.T) {
 	}
 	// 2) One inline WQE that wraps the queue: BlueFlame into half 1.
 	sq.curPost = sq.cnt - 1 // the WQE starts in the last WQEBB
-	sq.head, sq.tail = 0, 0
+	resetSQ(sq)
 	copy(r.bufs, []byte("abcdefghijklmnopqrstuvwxyz0123456789ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz"))
 	in := uverbs.SGE{Addr: dma.Addr(r.bufs), Length: 90}
 	if _, err := r.qp.postSend([]uverbs.SendWR{{Opcode: uverbs.WRSend, Flags: uverbs.SendInline, SGL: []uverbs.SGE{in}}}); err != nil {
@@ -290,7 +294,7 @@ func TestDoorbellRegisterWrites(t *testing.T) {
 	}
 	// 3) Batches use the regular doorbell, alternating back to half 0.
 	two := []uverbs.SendWR{{Opcode: uverbs.WRSend, Flags: uverbs.SendInline, SGL: []uverbs.SGE{in}}, {Opcode: uverbs.WRSend, SGL: []uverbs.SGE{sge}}}
-	sq.head, sq.tail = 0, 0
+	resetSQ(sq)
 	if n, err := r.qp.postSend(two); n != 2 || err != nil {
 		t.Fatal(n, err)
 	}
@@ -324,4 +328,71 @@ func TestDoorbellRegisterWrites(t *testing.T) {
 
 func byteSwap32(v uint32) uint32 {
 	return binary.BigEndian.Uint32(binary.LittleEndian.AppendUint32(nil, v))
+}
+
+// resetSQ forgets every posted request, as if all had completed.
+func resetSQ(sq *sendQueue) {
+	sq.head = 0
+	sq.pub.Store(0)
+	sq.tail.Store(0)
+}
+
+// TestPostAndPollOnDifferentGoroutines posts on one goroutine and polls on
+// another, as the uverbs contract allows (one owner per queue, not per
+// QP), with the HCA on a third. Under -race this proves the head/tail
+// publication between poster and poller.
+func TestPostAndPollOnDifferentGoroutines(t *testing.T) {
+	r := newSimRig(t, uverbs.QPCaps{MaxSendWR: 16, MaxSendSGE: 1, MaxRecvWR: 16, MaxRecvSGE: 1}, 31, 512)
+	const total = 20000
+	var wg sync.WaitGroup
+	stop := make(chan struct{})
+	wg.Go(func() { // the HCA
+		for {
+			select {
+			case <-stop:
+				return
+			default:
+			}
+			before := r.hca.wqes
+			r.hca.step()
+			if r.hca.wqes == before {
+				runtime.Gosched()
+			}
+		}
+	})
+	wg.Go(func() { // the poster
+		wr := []uverbs.SendWR{{Opcode: uverbs.WRRDMAWrite, Flags: uverbs.SendSignaled, RemoteAddr: 8, RKey: 1,
+			SGL: []uverbs.SGE{{Addr: dma.Addr(r.bufs), Length: 8, LKey: 1}}}}
+		for i := 0; i < total; {
+			wr[0].ID = uint64(i)
+			n, err := r.qp.postSend(wr)
+			if err != nil && !errors.Is(err, uverbs.ErrQueueFull) {
+				t.Error(err)
+				return
+			}
+			if n == 0 {
+				runtime.Gosched()
+			}
+			i += n
+		}
+	})
+	var wcs [8]uverbs.WC
+	deadline := time.Now().Add(60 * time.Second)
+	for got := 0; got < total; {
+		if time.Now().After(deadline) {
+			t.Fatalf("stuck after %d completions", got)
+		}
+		n := r.cq.poll(wcs[:], r.lookup)
+		for _, wc := range wcs[:n] {
+			if wc.ID != uint64(got) || wc.Status != uverbs.WCSuccess {
+				t.Fatalf("completion %d: %+v", got, wc)
+			}
+			got++
+		}
+		if n == 0 {
+			runtime.Gosched()
+		}
+	}
+	close(stop)
+	wg.Wait()
 }

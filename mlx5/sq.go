@@ -3,6 +3,7 @@ package mlx5
 import (
 	"encoding/binary"
 	"math/bits"
+	"sync/atomic"
 
 	"github.com/rdmago/te/uverbs"
 )
@@ -10,15 +11,22 @@ import (
 var be = binary.BigEndian
 
 // sendQueue is the producer side of an RC QP's send queue: a ring of
-// 64-byte WQE basic blocks (WQEBBs) in a buffer the HCA reads. Posting and
-// polling the CQ this queue completes on belong to one goroutine.
+// 64-byte WQE basic blocks (WQEBBs) in a buffer the HCA reads.
+//
+// The posting goroutine and the goroutine polling the CQ may differ (the
+// uverbs contract is one owner per queue, not per QP), so what they share
+// is synchronized: the poster publishes head with a release store after
+// writing the wrid/wqeHead entries and before ringing; the poller loads it
+// (acquire) before reading those entries and publishes tail, which the
+// poster reads for its full check.
 type sendQueue struct {
-	buf       []byte // the SQ part of the QP buffer: cnt * 64 bytes
-	cnt       uint32 // WQEBBs, a power of two
-	curPost   uint32 // free-running producer counter in WQEBBs
-	head      uint32 // work requests posted
-	tail      uint32 // work requests completed (advanced by CQEs)
-	maxPost   uint32 // outstanding work requests the ring can hold
+	buf       []byte        // the SQ part of the QP buffer: cnt * 64 bytes
+	cnt       uint32        // WQEBBs, a power of two
+	curPost   uint32        // free-running producer counter in WQEBBs
+	head      uint32        // work requests posted (poster only)
+	pub       atomic.Uint32 // head as published to the poller
+	tail      atomic.Uint32 // work requests completed (advanced by CQEs)
+	maxPost   uint32        // outstanding work requests the ring can hold
 	maxGS     int
 	maxInline int
 	qpn       uint32
@@ -52,7 +60,7 @@ func putRaddrSeg(b []byte, raddr uint64, rkey uint32) {
 // build writes one WQE for wr at the producer position without ringing
 // the doorbell. On error nothing is consumed.
 func (sq *sendQueue) build(wr *SendWR) error {
-	if sq.head-sq.tail >= sq.maxPost {
+	if sq.head-sq.tail.Load() >= sq.maxPost {
 		return errSendQueueFull
 	}
 	if len(wr.SGL) > sq.maxGS {
@@ -222,7 +230,12 @@ func (sq *sendQueue) ring(rec *uint32, db *bfreg, nreq int) {
 // and every earlier one (unsignaled WQEs complete silently), returning its
 // work request ID.
 func (sq *sendQueue) complete(wqeCounter uint16) uint64 {
+	sq.pub.Load() // acquire: the entries below were written before it was stored
 	idx := uint32(wqeCounter) & (sq.cnt - 1)
-	sq.tail = sq.wqeHead[idx] + 1
-	return sq.wrid[idx]
+	id := sq.wrid[idx] // before tail moves: then the poster may reuse the slot
+	sq.tail.Store(sq.wqeHead[idx] + 1)
+	return id
 }
+
+// idle reports whether nothing posted is outstanding (poller side).
+func (sq *sendQueue) idle() bool { return sq.pub.Load() == sq.tail.Load() }
