@@ -30,7 +30,10 @@
 //   - RC only; no SRQ, memory windows or UMR, so a one-SGE WQE fits one
 //     64-byte block (rdma-core reserves 4 for memory-window binds).
 //
-// Concurrency: a QP's PostSend, PostRecv and the polling of its CQs belong
-// to one goroutine at a time (the uverbs core enforces it per queue); the
-// uverbs.Context may be shared.
+// Concurrency: each queue has one owner at a time (the uverbs core enforces
+// it): PostSend, PostRecv and a CQ's Poll/Arm may each run on a different
+// goroutine. What a poster and a poller share (published head, completed
+// tail, work request IDs) is handed over with atomic release/acquire, so
+// the data path takes no lock; only a doorbell register shared between
+// QPs (static UARs beyond the 4 dedicated ones) is rung under a mutex.
 package mlx5
