@@ -51,7 +51,8 @@ type Transport interface {
 	// The ss slice itself may be reused by the engine after Submit returns.
 	Submit(ss []*Slice)
 	// Close stops the transport, fails every slice still in flight and
-	// releases its resources. It is idempotent.
+	// releases its resources, memory registrations included (the engine
+	// does not call UnregisterMemory on Close). It is idempotent.
 	Close() error
 }
 
