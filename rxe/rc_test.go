@@ -39,6 +39,10 @@ func newSide(t *testing.T, dev srenv.Dev, bufSize int) *side { return newSideTB(
 func newBenchSide(b *testing.B, dev srenv.Dev) *side { return newSideTB(b, dev, 1<<20) }
 
 func newSideTB(t testing.TB, dev srenv.Dev, bufSize int) *side {
+	return newSideCQ(t, dev, bufSize, 256)
+}
+
+func newSideCQ(t testing.TB, dev srenv.Dev, bufSize, cqEntries int) *side {
 	t.Helper()
 	s := &side{t: t, dev: dev}
 	var err error
@@ -60,14 +64,14 @@ func newSideTB(t testing.TB, dev srenv.Dev, bufSize int) *side {
 	if s.ch, err = s.ctx.CreateCompChannel(); err != nil {
 		t.Fatal(err)
 	}
-	if s.cq, err = s.ctx.CreateCQ(uverbs.CQConfig{Entries: 256, Channel: s.ch}); err != nil {
+	if s.cq, err = s.ctx.CreateCQ(uverbs.CQConfig{Entries: cqEntries, Channel: s.ch}); err != nil {
 		t.Fatal(err)
 	}
 	if s.mr, err = s.pd.AllocMR(bufSize, uverbs.AccessLocalWrite|uverbs.AccessRemoteWrite|uverbs.AccessRemoteRead|uverbs.AccessRemoteAtomic); err != nil {
 		t.Fatal(err)
 	}
 	if s.qp, err = s.pd.CreateQP(uverbs.QPConfig{SendCQ: s.cq, RecvCQ: s.cq,
-		Caps: uverbs.QPCaps{MaxSendWR: 64, MaxRecvWR: 64, MaxSendSGE: 4, MaxRecvSGE: 4, MaxInlineData: 128}}); err != nil {
+		Caps: uverbs.QPCaps{MaxSendWR: uint32(min(64, cqEntries)), MaxRecvWR: uint32(min(64, cqEntries)), MaxSendSGE: 4, MaxRecvSGE: 4, MaxInlineData: 128}}); err != nil {
 		t.Fatal(err)
 	}
 	s.psn = uverbs.PSN(rand.Uint32() & 0xffffff)
@@ -640,6 +644,33 @@ func TestCompletionEvents(t *testing.T) {
 			b.wait1(3, uverbs.WCSuccess)
 			if n := b.cq.CompEvents() - before; n != 1 {
 				t.Errorf("%d completion events counted, want 1", n)
+			}
+		})
+	}
+}
+
+// TestRingsWrap drives the CQ, SQ and RQ rings around many times with small
+// queues, checking order and data on every lap.
+func TestRingsWrap(t *testing.T) {
+	for _, tp := range topologies(t) {
+		t.Run(tp.name, func(t *testing.T) {
+			a := newSideCQ(t, tp.a, 1<<16, 4)
+			b := newSideCQ(t, tp.b, 1<<16, 4)
+			ea, eb := a.endpoint(), b.endpoint()
+			a.connect(eb, nil)
+			b.connect(ea, nil)
+			if a.cq.Entries() > 16 || a.qp.Caps().MaxSendWR > 16 {
+				t.Fatalf("queues larger than asked: CQ %d, SQ %d", a.cq.Entries(), a.qp.Caps().MaxSendWR)
+			}
+			for i := 0; i < 100; i++ {
+				put64(a.buf()[8*(i%64):], uint64(i)*0x01010101)
+				b.postRecv(uint64(1000+i), b.mr.SGE(8*(i%64), 8))
+				a.postSend(uverbs.SendWR{ID: uint64(i), Opcode: uverbs.WRSend, Flags: uverbs.SendSignaled, SGL: []uverbs.SGE{a.mr.SGE(8*(i%64), 8)}})
+				a.wait1(uint64(i), uverbs.WCSuccess)
+				b.wait1(uint64(1000+i), uverbs.WCSuccess)
+				if got := le64(b.buf()[8*(i%64):]); got != uint64(i)*0x01010101 {
+					t.Fatalf("lap %d: got %#x", i, got)
+				}
 			}
 		})
 	}
