@@ -7,7 +7,7 @@
 # ${SR_OUT:-$SR_CACHE/bench}/bench.txt.
 set -euo pipefail
 HERE=$(cd "$(dirname "$0")" && pwd)
-export SR_OUT=${SR_OUT:-${SR_CACHE:-$HOME/.cache/te-softroce}/bench}
+export SR_OUT=${SR_OUT:-${SR_CACHE:-${HOME:-/tmp}/.cache/te-softroce}/bench}
 # the payload reads BENCH_* from its own copy of this file
 mkdir -p "${TMPDIR:-/tmp}"
 P=$(mktemp -d "${TMPDIR:-/tmp}/te-bench.XXXXXX")

@@ -39,7 +39,7 @@ set -euo pipefail
 
 HERE=$(cd "$(dirname "$0")" && pwd)
 ROOT=$(cd "$HERE/../.." && pwd)
-CACHE=${SR_CACHE:-$HOME/.cache/te-softroce}
+CACHE=${SR_CACHE:-${HOME:-/tmp}/.cache/te-softroce}
 TEST_TIMEOUT=${SR_TEST_TIMEOUT:-300s}
 MTU=${SR_MTU:-1500}
 SMP=${SR_SMP:-2}
@@ -406,7 +406,7 @@ summarize() { # -> exit status
 	skip=$(grep -acE '^ *[0-9.]+ --- SKIP: ' "$LOGF" || true)
 	ex=$(grep -ao '@@SR exit [0-9]*' "$LOGF" | tail -1 | awk '{print $3}' || true)
 	echo
-	echo "==== softroce summary: kernel $KVER, qemu ${BOOT_WALL_MS} ms, qemu status $BOOT_RC, log $LOGF"
+	echo "==== softroce summary: kernel $KVER, qemu ${BOOT_WALL_MS} ms (status $BOOT_RC), run.sh $(ms_since "$T_ALL") ms, log $LOGF"
 	grep -aE '@@SR (boot|rxe-ready|test-end|meminfo)' "$LOGF" | sed 's/^ *\([0-9.]*\) @@SR /  [\1s] /' || true
 	if [ -z "$ex" ]; then
 		fail=$((fail + 1))
@@ -431,8 +431,7 @@ main() {
 		prepare
 		return 0
 	fi
-	local t_all
-	t_all=$(now_us)
+	T_ALL=$(now_us)
 	if [ "${1:-}" = -all ]; then # every package whose tests use the guest topology
 		shift
 		set -- $(cd "$ROOT" && go list -f '{{.ImportPath}}|{{join .TestImports " "}} {{join .XTestImports " "}}' ./... |
@@ -466,8 +465,7 @@ main() {
 		boot 2
 		summarize || st=$?
 	fi
-	log "total $(ms_since "$t_all") ms, exit $st"
-	return $st
+	return $st # the "N passed, N failed" line stays the last line of output
 }
 
 main "$@"
