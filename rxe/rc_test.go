@@ -64,7 +64,7 @@ func newSideCQ(t testing.TB, dev srenv.Dev, bufSize, cqEntries int) *side {
 	if s.ch, err = s.ctx.CreateCompChannel(); err != nil {
 		t.Fatal(err)
 	}
-	if s.cq, err = s.ctx.CreateCQ(uverbs.CQConfig{Entries: cqEntries, Channel: s.ch}); err != nil {
+	if s.cq, err = s.ctx.CreateCQ(uverbs.CQConfig{Entries: cqEntries, Channel: s.ch, SpinPolls: 100}); err != nil {
 		t.Fatal(err)
 	}
 	if s.mr, err = s.pd.AllocMR(bufSize, uverbs.AccessLocalWrite|uverbs.AccessRemoteWrite|uverbs.AccessRemoteRead|uverbs.AccessRemoteAtomic); err != nil {

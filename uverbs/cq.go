@@ -108,6 +108,10 @@ type CQConfig struct {
 	Entries    int          // minimum capacity (required)
 	Channel    *CompChannel // optional: completion events go here
 	CompVector int          // < Context.NumCompVectors()
+	// SpinPolls is how many empty polls Wait spends before it arms the CQ
+	// and sleeps on the channel (0: arm at once). Spinning trades CPU for
+	// latency.
+	SpinPolls int
 }
 
 // CQ is a completion queue. Poll, ReqNotify and Wait belong to one owner
@@ -120,6 +124,7 @@ type CQ struct {
 	uh      uint64
 	entries int
 	ch      *CompChannel
+	spin    int
 
 	busy       atomic.Bool // single-owner guard of the data path
 	dead       atomic.Bool
@@ -191,7 +196,7 @@ func (c *Context) CreateCQ(cfg CQConfig) (_ *CQ, err error) {
 	if err != nil {
 		return nil, opErr(fmt.Sprintf("create_cq(%d entries)", cfg.Entries), c.dev.Name, err)
 	}
-	cq := &CQ{ctx: c, drv: drv, handle: Handle(handle), uh: uh, entries: int(gotCQE), ch: cfg.Channel}
+	cq := &CQ{ctx: c, drv: drv, handle: Handle(handle), uh: uh, entries: int(gotCQE), ch: cfg.Channel, spin: cfg.SpinPolls}
 	if err = drv.Created(cq.handle, gotCQE, out); err != nil {
 		c.destroyCQ(cq.handle)
 		return nil, fmt.Errorf("uverbs: create_cq on %s: %w", c.dev.Name, err)
@@ -269,15 +274,21 @@ func (cq *CQ) ReqNotify(solicitedOnly bool) error {
 }
 
 // Wait returns at least one completion, blocking until one arrives or ctx is
-// done: it polls, arms, polls again (closing the race with a completion that
-// landed before the arm), then sleeps on the channel. Without a channel it
-// polls with short sleeps. It assumes it is the only waiter on the channel.
+// done: it polls (CQConfig.SpinPolls times), arms, polls again (closing the
+// race with a completion that landed before the arm), then sleeps on the
+// channel. Without a channel it polls with short sleeps. It assumes it is
+// the only waiter on the channel.
 func (cq *CQ) Wait(ctx context.Context, wc []WC) (int, error) {
 	backoff := time.Microsecond
 	for {
 		n, err := cq.Poll(wc)
 		if n > 0 || err != nil {
 			return n, err
+		}
+		for i := 0; i < cq.spin; i++ {
+			if n, err := cq.Poll(wc); n > 0 || err != nil {
+				return n, err
+			}
 		}
 		if err := ctx.Err(); err != nil {
 			return 0, err
