@@ -4,7 +4,7 @@ BIN     := bin/te
 PKGS    := ./...
 # Packages whose tests need an RDMA device; test/softroce runs them inside
 # a qemu guest with rdma_rxe.
-RDMA_PKGS ?= ./uverbs ./rxe ./test/softroce/interop
+RDMA_PKGS ?= ./uverbs ./rxe ./mlx5/verbstest ./test/softroce/interop
 
 export CGO_ENABLED ?= 0
 
