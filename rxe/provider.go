@@ -66,7 +66,7 @@ type cq struct {
 }
 
 func (q *cq) Request() (uint32, []byte, int) {
-	return uint32(q.want), nil, int(len(ucmd.Bytes(&uapi.RxeCreateCQResp{})))
+	return uint32(q.want), nil, len(ucmd.Bytes(&uapi.RxeCreateCQResp{}))
 }
 
 func (q *cq) Created(h uverbs.Handle, _ uint32, out []byte) error {

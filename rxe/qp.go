@@ -21,7 +21,7 @@ type qp struct {
 }
 
 func (q *qp) Request() (uverbs.QPCaps, []byte, int) {
-	return q.req, nil, int(len(ucmd.Bytes(&uapi.RxeCreateQPResp{})))
+	return q.req, nil, len(ucmd.Bytes(&uapi.RxeCreateQPResp{}))
 }
 
 func (q *qp) Created(c uverbs.QPCreated, out []byte) (err error) {

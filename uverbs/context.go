@@ -347,7 +347,7 @@ const maxGIDEntries = 1024
 // QUERY_GID_TABLE; holes are skipped by the kernel).
 func (c *Context) QueryGIDTable() ([]GIDEntry, error) {
 	var out []GIDEntry
-	var esz = int(len(ucmd.Bytes(&uapi.GIDEntry{})))
+	esz := len(ucmd.Bytes(&uapi.GIDEntry{}))
 	err := c.file.Ioctl(uapi.ObjectDevice, uapi.MethodQueryGIDTable, func(b *ucmd.Builder) {
 		b.Const(uapi.AttrQueryGIDTableEntrySize, uint64(esz), uapi.AttrFMandatory)
 		b.Out(uapi.AttrQueryGIDTableRespEntries, maxGIDEntries*esz, uapi.AttrFMandatory)
