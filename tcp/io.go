@@ -4,6 +4,7 @@ import (
 	"bufio"
 	"io"
 	"net"
+	"time"
 
 	"github.com/rdmago/te/engine"
 )
@@ -22,6 +23,10 @@ type frameReader struct {
 	br     *bufio.Reader
 	c      *net.TCPConn
 	direct bool // the last payload was large
+	// payloadTimeout, when set, bounds reading a payload that is not
+	// already buffered: a sender that stalls mid-payload must not keep
+	// the destination region pinned.
+	payloadTimeout time.Duration
 }
 
 func newFrameReader(c *net.TCPConn) *frameReader {
@@ -40,6 +45,10 @@ func (r *frameReader) header(hb *[headerLen]byte) error {
 
 // payload fills dst.
 func (r *frameReader) payload(dst []byte) error {
+	if r.payloadTimeout > 0 && r.br.Buffered() < len(dst) {
+		r.c.SetReadDeadline(time.Now().Add(r.payloadTimeout))
+		defer r.c.SetReadDeadline(time.Time{})
+	}
 	r.direct = len(dst) >= directRead
 	if !r.direct {
 		_, err := io.ReadFull(r.br, dst)

@@ -4,6 +4,7 @@ import (
 	"errors"
 	"io"
 	"net"
+	"time"
 
 	"github.com/rdmago/te/engine"
 )
@@ -53,6 +54,7 @@ const flushBytes = 1 << 20
 
 func (t *Transport) serveConn(c *net.TCPConn) error {
 	fr := newFrameReader(c)
+	fr.payloadTimeout = t.cfg.IOTimeout
 	g := newGather(maxFramesPerWrite)
 	defer g.reset()
 	var hb [headerLen]byte
@@ -85,6 +87,9 @@ func (t *Transport) serveConn(c *net.TCPConn) error {
 		// Write the gathered replies once a burst of requests ends (or
 		// the gather is full), so they leave in one writev.
 		if !g.empty() && (!more || g.full() || g.bytes >= flushBytes) {
+			// An initiator that stops reading must not keep regions
+			// pinned (READ payloads wait in g) for ever.
+			c.SetWriteDeadline(time.Now().Add(t.cfg.IOTimeout))
 			if err := g.flush(c); err != nil {
 				return err
 			}

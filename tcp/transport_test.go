@@ -425,3 +425,71 @@ func TestStaleEpoch(t *testing.T) {
 		t.Fatal("a stale incarnation's transfer wrote memory")
 	}
 }
+
+// TestInitiatorStopsReading: an initiator that floods READs and never
+// reads the replies cannot keep the target's memory pinned: the receiver's
+// write deadline (IOTimeout) drops it, and the memory can be unregistered.
+func TestInitiatorStopsReading(t *testing.T) {
+	const size = 1 << 20
+	n := newNode(t, nil, "victim", size, Config{IOTimeout: time.Second})
+	r := dialRaw(t, n, n.e.Epoch(), true)
+	var burst []byte
+	for i := range 64 {
+		b := make([]byte, headerLen)
+		(&header{op: opRead, id: uint64(i), addr: n.base(), length: size}).encode(b)
+		burst = append(burst, b...)
+	}
+	if _, err := r.c.Write(burst); err != nil {
+		t.Fatal(err)
+	}
+	// The receiver serves what it can, then blocks writing with READ
+	// payloads pinned.
+	time.Sleep(100 * time.Millisecond)
+	busy := false
+	for range 200 {
+		if err := n.e.UnregisterLocalMemory(n.buf()); errors.Is(err, engine.ErrMemoryBusy) {
+			busy = true
+			break
+		} else if err == nil {
+			t.Fatal("unregistered before the receiver pinned anything; test needs a bigger burst")
+		}
+		time.Sleep(time.Millisecond)
+	}
+	if !busy {
+		t.Fatal("the receiver never pinned the region")
+	}
+	start := time.Now()
+	deadline := start.Add(10 * time.Second)
+	for {
+		err := n.e.UnregisterLocalMemory(n.buf())
+		if err == nil {
+			break
+		}
+		if !errors.Is(err, engine.ErrMemoryBusy) || time.Now().After(deadline) {
+			t.Fatalf("unregister while a reader stalls: %v", err)
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	t.Logf("released %v after the first refusal", time.Since(start))
+}
+
+// TestInitiatorStallsMidPayload: a WRITE whose payload stops half way
+// cannot keep the target's memory pinned beyond IOTimeout.
+func TestInitiatorStallsMidPayload(t *testing.T) {
+	const size = 1 << 20
+	n := newNode(t, nil, "victim", size, Config{IOTimeout: 300 * time.Millisecond})
+	r := dialRaw(t, n, n.e.Epoch(), true)
+	r.send(header{op: opWrite, id: 1, addr: n.base(), length: size}, make([]byte, size/2))
+	time.Sleep(50 * time.Millisecond)
+	if err := n.e.UnregisterLocalMemory(n.buf()); !errors.Is(err, engine.ErrMemoryBusy) {
+		t.Fatalf("unregister during the payload: %v", err)
+	}
+	deadline := time.Now().Add(10 * time.Second)
+	for n.e.UnregisterLocalMemory(n.buf()) != nil {
+		if time.Now().After(deadline) {
+			t.Fatal("region still pinned by a stalled sender")
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	r.closed()
+}
