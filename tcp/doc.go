@@ -24,7 +24,9 @@
 // such a slice again, on a new connection, up to its Retries); a lane whose
 // oldest request saw no reply for Config.IOTimeout is closed and its
 // slices fail with ErrTimeout, so a hung or dead peer fails tasks within a
-// bounded time. A submission after a failure dials again. A
+// bounded time. A submission after a failure dials again. On the target
+// side the same timeout bounds a blocked reply write and a stalled payload
+// read, so no initiator can keep registered memory pinned. A
 // target that restarted (a new epoch) refuses the connection's HELLO and
 // the slices fail with engine.ErrPeerReset.
 //

@@ -50,9 +50,10 @@ type Config struct {
 	// DialTimeout bounds connecting a lane (and its HELLO write).
 	DialTimeout time.Duration
 	// IOTimeout fails a lane whose oldest outstanding request saw no
-	// reply for this long. It must exceed the time one slice (SliceSize,
-	// or the engine's) takes on the wire; accepted connections are
-	// watched by TCP keepalive instead.
+	// reply for this long; on the target side it bounds writing a batch
+	// of replies and reading one payload, so a stalled initiator cannot
+	// keep registered memory pinned. It must exceed the time one slice
+	// (SliceSize, or the engine's) takes on the wire.
 	IOTimeout time.Duration
 }
 
