@@ -171,22 +171,25 @@ func (c *Context) CreateCQ(cfg CQConfig) (_ *CQ, err error) {
 	var handle, gotCQE uint32
 	var iHandle, iCQE, iOut int
 	out := make([]byte, outLen)
-	err = c.file.Ioctl(uapi.ObjectCQ, uapi.MethodCQCreate, func(b *ucmd.Builder) {
-		iHandle = b.NewIDR(uapi.AttrCreateCQHandle, uapi.AttrFMandatory)
-		b.InU32(uapi.AttrCreateCQCQE, cqe, uapi.AttrFMandatory)
-		b.InU64(uapi.AttrCreateCQUserHandle, uh, uapi.AttrFMandatory)
-		if chfd >= 0 {
-			b.FD(uapi.AttrCreateCQCompChannel, chfd, uapi.AttrFMandatory)
-		}
-		b.InU32(uapi.AttrCreateCQCompVector, uint32(cfg.CompVector), uapi.AttrFMandatory)
-		iCQE = b.Out(uapi.AttrCreateCQRespCQE, 4, uapi.AttrFMandatory)
-		b.UHWIn(in)
-		iOut = b.UHWOut(outLen)
-	}, func(b *ucmd.Builder) {
-		handle = uint32(b.Data(iHandle))
-		gotCQE = le.Uint32(b.Output(iCQE))
-		copy(out, b.Output(iOut))
-	})
+	err = syscall.ENOTTY
+	if useIoctl {
+		err = c.file.Ioctl(uapi.ObjectCQ, uapi.MethodCQCreate, func(b *ucmd.Builder) {
+			iHandle = b.NewIDR(uapi.AttrCreateCQHandle, uapi.AttrFMandatory)
+			b.InU32(uapi.AttrCreateCQCQE, cqe, uapi.AttrFMandatory)
+			b.InU64(uapi.AttrCreateCQUserHandle, uh, uapi.AttrFMandatory)
+			if chfd >= 0 {
+				b.FD(uapi.AttrCreateCQCompChannel, chfd, uapi.AttrFMandatory)
+			}
+			b.InU32(uapi.AttrCreateCQCompVector, uint32(cfg.CompVector), uapi.AttrFMandatory)
+			iCQE = b.Out(uapi.AttrCreateCQRespCQE, 4, uapi.AttrFMandatory)
+			b.UHWIn(in)
+			iOut = b.UHWOut(outLen)
+		}, func(b *ucmd.Builder) {
+			handle = uint32(b.Data(iHandle))
+			gotCQE = le.Uint32(b.Output(iCQE))
+			copy(out, b.Output(iOut))
+		})
+	}
 	if errors.Is(err, syscall.ENOTTY) || errors.Is(err, syscall.EPROTONOSUPPORT) {
 		req := uapi.CreateCQ{UserHandle: uh, CQE: cqe, CompVector: uint32(cfg.CompVector), CompChannel: chfd}
 		var r uapi.CreateCQResp
@@ -209,11 +212,18 @@ func (c *Context) CreateCQ(cfg CQConfig) (_ *CQ, err error) {
 	return cq, nil
 }
 
+// useIoctl selects the ioctl methods where both channels exist; tests turn
+// it off to exercise the write() fallback on a kernel that has both.
+var useIoctl = true
+
 func (c *Context) destroyCQ(h Handle) error {
-	err := c.file.Ioctl(uapi.ObjectCQ, uapi.MethodCQDestroy, func(b *ucmd.Builder) {
-		b.IDR(uapi.AttrDestroyCQHandle, uint32(h), uapi.AttrFMandatory)
-		b.Out(uapi.AttrDestroyCQResp, 8, uapi.AttrFMandatory)
-	}, nil)
+	err := error(syscall.ENOTTY)
+	if useIoctl {
+		err = c.file.Ioctl(uapi.ObjectCQ, uapi.MethodCQDestroy, func(b *ucmd.Builder) {
+			b.IDR(uapi.AttrDestroyCQHandle, uint32(h), uapi.AttrFMandatory)
+			b.Out(uapi.AttrDestroyCQResp, 8, uapi.AttrFMandatory)
+		}, nil)
+	}
 	if errors.Is(err, syscall.ENOTTY) || errors.Is(err, syscall.EPROTONOSUPPORT) {
 		req := uapi.DestroyCQ{CQHandle: uint32(h)}
 		var r uapi.DestroyCQResp

@@ -128,10 +128,13 @@ func (pd *PD) CreateQP(cfg QPConfig) (_ *QP, err error) {
 }
 
 func (c *Context) destroyQP(h Handle) error {
-	err := c.file.Ioctl(uapi.ObjectQP, uapi.MethodQPDestroy, func(b *ucmd.Builder) {
-		b.IDR(uapi.AttrDestroyQPHandle, uint32(h), uapi.AttrFMandatory)
-		b.Out(uapi.AttrDestroyQPResp, 4, uapi.AttrFMandatory)
-	}, nil)
+	err := error(syscall.ENOTTY)
+	if useIoctl {
+		err = c.file.Ioctl(uapi.ObjectQP, uapi.MethodQPDestroy, func(b *ucmd.Builder) {
+			b.IDR(uapi.AttrDestroyQPHandle, uint32(h), uapi.AttrFMandatory)
+			b.Out(uapi.AttrDestroyQPResp, 4, uapi.AttrFMandatory)
+		}, nil)
+	}
 	if errors.Is(err, syscall.ENOTTY) || errors.Is(err, syscall.EPROTONOSUPPORT) {
 		req := uapi.DestroyQP{QPHandle: uint32(h)}
 		var r uapi.DestroyQPResp

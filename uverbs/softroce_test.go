@@ -342,3 +342,75 @@ func TestWaitersParkWithoutThreads(t *testing.T) {
 		}
 	}
 }
+
+// TestWriteFallback runs CQ create/destroy and QP destroy through the legacy
+// write() commands (the path taken on kernels without those ioctl methods)
+// and moves data over the result.
+func TestWriteFallback(t *testing.T) {
+	topo := srenv.Require(t)
+	uverbs.SetUseIoctl(false)
+	defer uverbs.SetUseIoctl(true)
+	c := open(t, topo.Lo.Name)
+	gid, err := c.FindRoCEv2GID(1, ipOf(t, topo.Lo))
+	if err != nil {
+		t.Fatal(err)
+	}
+	pd, err := c.AllocPD()
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer pd.Close()
+	mr, err := pd.AllocMR(8192, uverbs.AccessLocalWrite|uverbs.AccessRemoteWrite)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer mr.Close()
+	ch, err := c.CreateCompChannel()
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ch.Close()
+	cq, err := c.CreateCQ(uverbs.CQConfig{Entries: 16, Channel: ch})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer cq.Close()
+	caps := uverbs.QPCaps{MaxSendWR: 4, MaxRecvWR: 4, MaxSendSGE: 1, MaxRecvSGE: 1}
+	qa, err := pd.CreateQP(uverbs.QPConfig{SendCQ: cq, RecvCQ: cq, Caps: caps})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer qa.Close()
+	qb, err := pd.CreateQP(uverbs.QPConfig{SendCQ: cq, RecvCQ: cq, Caps: caps})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer qb.Close()
+	ea, _ := qa.LocalEndpoint(1, gid.GID, 1)
+	eb, _ := qb.LocalEndpoint(1, gid.GID, 2)
+	if err := qa.Connect(uverbs.ConnectConfig{SGIDIndex: uint8(gid.Index), LocalPSN: 1, Remote: eb}); err != nil {
+		t.Fatal(err)
+	}
+	if err := qb.Connect(uverbs.ConnectConfig{SGIDIndex: uint8(gid.Index), LocalPSN: 2, Remote: ea}); err != nil {
+		t.Fatal(err)
+	}
+	copy(mr.Bytes(), "write path")
+	if _, err := qa.PostSend([]uverbs.SendWR{{ID: 5, Opcode: uverbs.WRRDMAWrite, Flags: uverbs.SendSignaled,
+		SGL: []uverbs.SGE{mr.SGE(0, 10)}, RemoteAddr: mr.Addr() + 4096, RKey: mr.RKey()}}); err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	wc := make([]uverbs.WC, 1)
+	if _, err := cq.Wait(ctx, wc); err != nil || wc[0].Status != uverbs.WCSuccess || wc[0].ID != 5 {
+		t.Fatalf("completion %+v %v", wc[0], err)
+	}
+	if got := string(mr.Bytes()[4096:4106]); got != "write path" {
+		t.Fatalf("data %q", got)
+	}
+	for _, cl := range []interface{ Close() error }{qa, qb, cq} {
+		if err := cl.Close(); err != nil {
+			t.Fatal(err)
+		}
+	}
+}

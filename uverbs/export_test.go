@@ -1,0 +1,4 @@
+package uverbs
+
+// SetUseIoctl lets external tests force the write() fallbacks.
+func SetUseIoctl(on bool) { useIoctl = on }
