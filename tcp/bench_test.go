@@ -290,3 +290,26 @@ func BenchmarkVersusRaw(b *testing.B) {
 		})
 	}
 }
+
+// BenchmarkLatency: one request per batch, submitted and waited for: the
+// round trip through engine, lane, receiver and back.
+func BenchmarkLatency(b *testing.B) {
+	for _, op := range []engine.Op{engine.Write, engine.Read} {
+		for _, size := range []int{64, 4096} {
+			b.Run(fmt.Sprintf("op=%v/size=%d", op, size), func(b *testing.B) {
+				p := newPair(b, size, size, Config{})
+				reqs := []engine.Request{{Op: op, Local: p.ini.buf()[:size], Target: p.seg, TargetAddr: p.tgt.base()}}
+				ctx := context.Background()
+				for range 10 {
+					p.ini.e.Transfer(ctx, reqs)
+				}
+				b.ReportAllocs()
+				for b.Loop() {
+					if err := p.ini.e.Transfer(ctx, reqs); err != nil {
+						b.Fatal(err)
+					}
+				}
+			})
+		}
+	}
+}
