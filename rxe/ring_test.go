@@ -354,3 +354,27 @@ func BenchmarkPostPollRing(b *testing.B) {
 		}
 	}
 }
+
+// FuzzNewRing: whatever header the mapping holds, newRing either rejects it
+// or returns a ring whose every slot lies inside the mapping.
+func FuzzNewRing(f *testing.F) {
+	f.Add(uint32(7), uint32(3), 4096)
+	f.Fuzz(func(t *testing.T, log2, mask uint32, size int) {
+		if size < 0 || size > 1<<20 {
+			return
+		}
+		b := make([]byte, size)
+		if size >= 8 {
+			binary.LittleEndian.PutUint32(b[offLog2Elem:], log2)
+			binary.LittleEndian.PutUint32(b[offMask:], mask)
+		}
+		r, err := newRing(b)
+		if err != nil {
+			return
+		}
+		last := r.slot(r.mask)
+		if last < offData || last+r.elem > len(b) {
+			t.Fatalf("slot %d+%d outside %d bytes", last, r.elem, len(b))
+		}
+	})
+}

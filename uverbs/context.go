@@ -455,7 +455,8 @@ func (e AsyncEvent) String() string {
 }
 
 // Events delivers the context's async events. The channel is closed by
-// Close. Events arriving while it is full are dropped (see DroppedEvents).
+// Close, or when the event file fails (the device was removed). Events
+// arriving while it is full are dropped (see DroppedEvents).
 func (c *Context) Events() <-chan AsyncEvent { return c.events }
 
 // DroppedEvents counts async events dropped because Events was full.

@@ -2,6 +2,7 @@ package uverbs
 
 import (
 	"errors"
+	"fmt"
 	"net/netip"
 	"os"
 	"path/filepath"
@@ -166,3 +167,25 @@ func TestProviderRegistry(t *testing.T) {
 type fakeProvider struct{ UnimplementedProvider }
 
 func (fakeProvider) DriverID() DriverID { return 77 }
+
+func FuzzParseSysfsGID(f *testing.F) {
+	f.Add("0000:0000:0000:0000:0000:ffff:0a00:0101")
+	f.Add("fe80:0000:0000:0000:7cfe:90ff:fe00:0001")
+	f.Fuzz(func(t *testing.T, s string) {
+		g, err := parseSysfsGID(s)
+		if err != nil {
+			return
+		}
+		// Re-print in the kernel's %pI6 form: it must parse back to the same GID.
+		var b []byte
+		for i := 0; i < 16; i += 2 {
+			if i > 0 {
+				b = append(b, ':')
+			}
+			b = append(b, []byte(fmt.Sprintf("%02x%02x", g[i], g[i+1]))...)
+		}
+		if g2, err := parseSysfsGID(string(b)); err != nil || g2 != g {
+			t.Fatalf("%q -> %v -> %q -> %v %v", s, g, b, g2, err)
+		}
+	})
+}

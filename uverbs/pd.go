@@ -125,8 +125,11 @@ type MR struct {
 	closed bool
 }
 
-// RegMR registers buf (which must be memory outside the Go heap, e.g. from
-// AllocBuffer, and stay mapped until the MR is closed) with the given access.
+// RegMR registers buf with the given access. buf must stay valid and at the
+// same address until the MR is closed: use memory outside the Go heap
+// (AllocBuffer, AllocMR, or any mmap). Registering Go heap memory is only
+// safe if the caller pins it (runtime.Pinner) and keeps it reachable for
+// the MR's lifetime, and even then neighbouring heap objects share its pages.
 // Remote write and atomic access require AccessLocalWrite.
 func (pd *PD) RegMR(buf []byte, access Access) (*MR, error) {
 	if len(buf) == 0 {
