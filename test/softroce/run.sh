@@ -32,7 +32,8 @@
 #   SR_ACCEL         qemu accelerator (default tcg: the same emulation everywhere; kvm if you have it)
 #   SR_OUT           host dir that receives the guest's /out (tests write artefacts there)
 #   SR_PAYLOAD       dir copied to /payload in the guest; its run.sh runs after the tests
-#   SR_KPKG          kernel package (default: what linux-image-amd64 depends on)
+#   SR_KPKG          kernel package, concrete or meta (default linux-image-amd64, i.e. 6.1;
+#                    e.g. linux-image-6.12-amd64 for bookworm's 6.12)
 #   SR_RETRY         re-boot once when the guest vanished before tests started (default 1)
 #   SR_LOG           serial log path (default $SR_CACHE/logs/run-<time>.log)
 set -euo pipefail
@@ -130,18 +131,22 @@ prep_busybox() { # -> $BB (static busybox: guest userland and the host's depmod)
 	[ -x "$BB" ] || die "busybox-static has no bin/busybox"
 }
 
-resolve_kernel() { # -> $KPKG
-	KPKG=${SR_KPKG:-}
+resolve_kernel() { # -> $KPKG: a concrete linux-image-<kver> package
+	local want=${SR_KPKG:-linux-image-amd64} dep
+	_dep() { apt-cache depends "$want" 2> /dev/null | awk '/Depends: linux-image-[0-9]/{print $2; exit}' || true; }
+	KPKG=
+	case $want in linux-image-[0-9]*.[0-9]*.[0-9]*-*) KPKG=$want ;; esac # already concrete (6.1.0-57-amd64, 6.12.117+deb12-amd64)
 	[ -n "$KPKG" ] && return 0
-	KPKG=$(apt-cache depends linux-image-amd64 2> /dev/null | awk '/Depends: linux-image-[0-9]/{print $2; exit}') || true
-	if [ -z "$KPKG" ] && [ "$(id -u)" = 0 ]; then
+	dep=$(_dep)
+	if [ -z "$dep" ] && [ "$(id -u)" = 0 ]; then
 		apt_update
-		KPKG=$(apt-cache depends linux-image-amd64 2> /dev/null | awk '/Depends: linux-image-[0-9]/{print $2; exit}') || true
+		dep=$(_dep)
 	fi
-	if [ -z "$KPKG" ]; then # offline: newest kernel already in the cache
-		KPKG=$(ls -1t "$CACHE"/kernel/*/.ok 2> /dev/null | head -1 | awk -F/ '{print "linux-image-" $(NF-1)}') || true
+	KPKG=$dep
+	if [ -z "$KPKG" ] && [ -z "${SR_KPKG:-}" ]; then # offline: newest kernel already in the cache
+		KPKG=$({ ls -1t "$CACHE"/kernel/*/.ok 2> /dev/null || true; } | head -1 | awk -F/ '{print "linux-image-" $(NF-1)}')
 	fi
-	[ -n "$KPKG" ] || die "cannot resolve linux-image-amd64 (apt-get update?)"
+	[ -n "$KPKG" ] || die "cannot resolve $want (apt-get update?)"
 }
 
 prep_kernel() { # -> $KVER $KDIR $VMLINUX
@@ -156,11 +161,13 @@ prep_kernel() { # -> $KVER $KDIR $VMLINUX
 	tmp=$KDIR.tmp
 	rm -rf "$tmp" && mkdir -p "$tmp/dl" "$tmp/root"
 	apt_download "$tmp/dl" "$KPKG"
-	deb=$(ls "$tmp"/dl/*.deb | head -1)
+	deb=$(echo "$tmp"/dl/*.deb)
+	[ -f "$deb" ] || die "apt-get download $KPKG gave no .deb"
 	dpkg-deb -x "$deb" "$tmp/root"
 	# Decompressing the bzImage under TCG costs ~17 s per boot. The inner ELF vmlinux
 	# has a PVH entry note (CONFIG_PVH=y), so qemu -kernel boots it directly.
-	vmlinuz=$(ls "$tmp"/root/boot/vmlinuz-* | head -1)
+	vmlinuz=$tmp/root/boot/vmlinuz-$KVER
+	[ -f "$vmlinuz" ] || die "$KPKG has no /boot/vmlinuz-$KVER (not a kernel image package?)"
 	if off=$({ grep -abo $'\xfd\x37\x7a\x58\x5a\x00' "$vmlinuz" || true; } | head -1 | cut -d: -f1) && [ -n "$off" ]; then
 		tail -c +$((off + 1)) "$vmlinuz" | xz -dcq > "$tmp/vmlinux" 2> /dev/null || true
 	elif off=$({ grep -abo $'\x28\xb5\x2f\xfd' "$vmlinuz" || true; } | head -1 | cut -d: -f1) && [ -n "$off" ]; then
@@ -178,11 +185,12 @@ prep_kernel() { # -> $KVER $KDIR $VMLINUX
 		if grep -qE "/${m}\.ko" "$ksrc/modules.builtin" 2> /dev/null; then continue; fi
 		line=$(grep -m1 -E "(^|/)${m}\.ko(\.[a-z]+)?:" "$ksrc/modules.dep") || die "module $m not in $KVER"
 		for f in $(echo "$line" | tr -d ':'); do
+			[ -e "$tmp/modules/${f%.ko*}.ko" ] && continue # shared dependency, already copied
 			mkdir -p "$tmp/modules/$(dirname "$f")"
 			cp "$ksrc/$f" "$tmp/modules/$f"
-			case $f in
-			*.ko.xz) xz -dq "$tmp/modules/$f" ;;
-			*.ko.zst) zstd -dq --rm "$tmp/modules/$f" ;;
+			case $f in # 6.12 ships compressed modules; the guest's busybox modprobe wants plain ones
+			*.ko.xz) xz -dqf "$tmp/modules/$f" ;;
+			*.ko.zst) zstd -dqf --rm "$tmp/modules/$f" ;;
 			esac
 		done
 	done
