@@ -49,7 +49,6 @@ OUT=${SR_OUT:-}
 PAYLOAD=${SR_PAYLOAD:-}
 LOCK=/tmp/softroce.lock
 APT_OPTS=(-q -o DPkg::Lock::Timeout=600 -o APT::Sandbox::User=root)
-HOST_PKGS=(qemu-system-x86 cpio xz-utils zstd binutils busybox-static)
 # rdma-core userspace for the guest (peers for interop tests and benchmarks)
 USER_PKGS=(ibverbs-utils ibverbs-providers perftest iproute2 rdmacm-utils)
 USER_FILES=(usr/bin/ibv_devinfo usr/bin/ibv_devices usr/bin/ibv_rc_pingpong usr/bin/ibv_ud_pingpong
