@@ -260,9 +260,10 @@ func TestOurServerTheirClient(t *testing.T) {
 			if err := tool.Start(); err != nil {
 				t.Fatal(err)
 			}
+			ln.(*net.TCPListener).SetDeadline(time.Now().Add(60 * time.Second)) // the tool may die first
 			conn, err := ln.Accept()
 			if err != nil {
-				t.Fatal(err)
+				t.Fatalf("accept: %v\ntool output:\n%s", err, out.String())
 			}
 			defer conn.Close()
 			remote, err := ServerExchange(ctx, conn, o.dest(), o.connect)
