@@ -264,8 +264,11 @@ func (t *Transport) Submit(ss []*engine.Slice) {
 }
 
 // Close stops the listener, closes every connection and fails every slice
-// in flight. It is idempotent.
+// in flight. It is idempotent and safe on a nil Transport.
 func (t *Transport) Close() error {
+	if t == nil {
+		return nil
+	}
 	t.mu.Lock()
 	if t.closed {
 		t.mu.Unlock()
