@@ -8,7 +8,7 @@ RDMA_PKGS ?= ./uverbs ./rxe ./mlx5/verbstest ./test/softroce/interop
 
 export CGO_ENABLED ?= 0
 
-.PHONY: all build run test lint test-unit test-race test-softroce bench bench-smoke deps clean
+.PHONY: all build run test lint test-unit test-race test-softroce bench bench-smoke fuzz-smoke deps clean
 
 all: build
 
@@ -21,7 +21,7 @@ run: build
 	./$(BIN) bench
 
 ## test: every tier (lint, unit+race, benchmarks once, softroce in qemu)
-test: lint test-race bench-smoke test-softroce
+test: lint test-unit test-race bench-smoke fuzz-smoke test-softroce
 
 lint:
 	@out=$$(gofmt -l $$(git ls-files '*.go')); if [ -n "$$out" ]; then echo "gofmt needed:"; echo "$$out"; exit 1; fi
@@ -34,8 +34,12 @@ lint:
 test-race:
 	CGO_ENABLED=1 $(GO) test -race -count=1 -timeout 20m $(PKGS)
 
+# Without -race too: the zero-allocation tests skip under the race detector.
 test-unit:
-	$(GO) test -count=1 $(PKGS)
+	$(GO) test -count=1 -timeout 20m $(PKGS)
+
+fuzz-smoke:
+	bash .ci/fuzz-smoke
 
 ## bench-smoke: every benchmark once, so none can rot
 bench-smoke:
