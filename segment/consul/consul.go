@@ -545,7 +545,17 @@ func (s *Store) sync(octx, parent context.Context, name string, o *owned, sid st
 			}
 		case p == nil:
 			if o.index == 0 {
-				// The key was absent, so the lock failed: our session is gone.
+				// The key is absent now, yet the create was rolled back:
+				// either our session is gone, or the key existed at the
+				// time of the transaction and vanished since (a previous
+				// owner's session ending). Ask Consul which.
+				e, _, err := s.client.Session().Info(sid, s.q(octx))
+				if err != nil {
+					return s.failure(parent, "publish "+name, err)
+				}
+				if e != nil {
+					continue // session alive: the key raced us; try again
+				}
 				s.dropSessionLocked(sid)
 				return fmt.Errorf("consul: publish %s: %w: %w; re-registering", name, segment.ErrUnavailable, errSessionLost)
 			}
