@@ -35,39 +35,39 @@ func BenchmarkRDMAWrite(b *testing.B) {
 				wc := make([]uverbs.WC, 16)
 				b.SetBytes(int64(c.size))
 				b.ReportAllocs()
-				inflight, posted, done := 0, 0, 0
-				for b.Loop() {
-					for inflight < c.depth {
-						wr[0].ID = uint64(posted)
-						if _, err := a.qp.PostSend(wr); err != nil {
-							b.Fatal(err)
-						}
-						posted++
-						inflight++
-					}
-					for {
-						n, err := a.cq.Poll(wc)
-						if err != nil {
-							b.Fatal(err)
-						}
-						for i := 0; i < n; i++ {
-							if wc[i].Status != uverbs.WCSuccess {
-								b.Fatalf("completion %+v", wc[i])
-							}
-						}
-						inflight -= n
-						done += n
-						if n > 0 {
-							break
-						}
-					}
+				b.ResetTimer()
+				if err := streamWrites(a, wr, wc, c.depth, b.N); err != nil {
+					b.Fatal(err)
 				}
-				for inflight > 0 { // drain before teardown
-					n, _ := a.cq.Poll(wc)
-					inflight -= n
-				}
-				_ = done
 			})
 		}
 	}
+}
+
+// streamWrites keeps depth signaled WRs in flight until total have
+// completed, then returns with nothing outstanding.
+func streamWrites(a *side, wr []uverbs.SendWR, wc []uverbs.WC, depth, total int) error {
+	posted, done, inflight := 0, 0, 0
+	for done < total {
+		for inflight < depth && posted < total {
+			wr[0].ID = uint64(posted)
+			if _, err := a.qp.PostSend(wr); err != nil {
+				return err
+			}
+			posted++
+			inflight++
+		}
+		n, err := a.cq.Poll(wc)
+		if err != nil {
+			return err
+		}
+		for i := 0; i < n; i++ {
+			if err := wc[i].Err(); err != nil {
+				return err
+			}
+		}
+		done += n
+		inflight -= n
+	}
+	return nil
 }
