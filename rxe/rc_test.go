@@ -4,8 +4,10 @@ import (
 	"bytes"
 	"context"
 	"errors"
+	"fmt"
 	"math/rand/v2"
 	"net/netip"
+	"runtime"
 	"testing"
 	"time"
 
@@ -693,6 +695,102 @@ func TestRingsWrap(t *testing.T) {
 				b.wait1(uint64(1000+i), uverbs.WCSuccess)
 				if got := le64(b.buf()[8*(i%64):]); got != uint64(i)*0x01010101 {
 					t.Fatalf("lap %d: got %#x", i, got)
+				}
+			}
+		})
+	}
+}
+
+// TestConcurrentQPsSharedCQ: two QPs feed one CQ; each QP's send side is
+// owned by its own goroutine, a third goroutine owns the CQ, and the GC runs
+// throughout. Every WR must complete exactly once, successfully.
+func TestConcurrentQPsSharedCQ(t *testing.T) {
+	for _, tp := range topologies(t) {
+		t.Run(tp.name, func(t *testing.T) {
+			a, b := pair(t, tp, 1<<20, nil)
+			// A second QP on a, sharing a's CQ, connected to a second QP on b.
+			caps := uverbs.QPCaps{MaxSendWR: 64, MaxRecvWR: 4, MaxSendSGE: 1, MaxRecvSGE: 1}
+			qa2, err := a.pd.CreateQP(uverbs.QPConfig{SendCQ: a.cq, RecvCQ: a.cq, Caps: caps})
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer qa2.Close()
+			qb2, err := b.pd.CreateQP(uverbs.QPConfig{SendCQ: b.cq, RecvCQ: b.cq, Caps: caps})
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer qb2.Close()
+			ea2, _ := qa2.LocalEndpoint(1, a.gid.GID, 77)
+			eb2, _ := qb2.LocalEndpoint(1, b.gid.GID, 88)
+			if err := qa2.Connect(uverbs.ConnectConfig{SGIDIndex: uint8(a.gid.Index), LocalPSN: 77, Remote: eb2}); err != nil {
+				t.Fatal(err)
+			}
+			if err := qb2.Connect(uverbs.ConnectConfig{SGIDIndex: uint8(b.gid.Index), LocalPSN: 88, Remote: ea2}); err != nil {
+				t.Fatal(err)
+			}
+			const perQP, depth = 1500, 16
+			credits := [2]chan struct{}{make(chan struct{}, depth), make(chan struct{}, depth)}
+			for i := range credits {
+				for j := 0; j < depth; j++ {
+					credits[i] <- struct{}{}
+				}
+			}
+			errs := make(chan error, 3)
+			poster := func(k int, qp *uverbs.QP) {
+				wr := []uverbs.SendWR{{Opcode: uverbs.WRRDMAWrite, Flags: uverbs.SendSignaled,
+					SGL: []uverbs.SGE{a.mr.SGE(4096*k, 512)}, RemoteAddr: b.addr(4096 * k), RKey: b.mr.RKey()}}
+				for i := 0; i < perQP; i++ {
+					<-credits[k]
+					wr[0].ID = uint64(k)<<32 | uint64(i)
+					if _, err := qp.PostSend(wr); err != nil {
+						errs <- err
+						return
+					}
+					if i%200 == 0 {
+						runtime.GC()
+					}
+				}
+				errs <- nil
+			}
+			go poster(0, a.qp)
+			go poster(1, qa2)
+			go func() { // the CQ owner
+				seen := [2][]bool{make([]bool, perQP), make([]bool, perQP)}
+				wc := make([]uverbs.WC, 32)
+				deadline := time.Now().Add(60 * time.Second)
+				for n := 0; n < 2*perQP; {
+					if time.Now().After(deadline) {
+						errs <- fmt.Errorf("only %d of %d completions", n, 2*perQP)
+						return
+					}
+					m, err := a.cq.Poll(wc)
+					if err != nil {
+						errs <- err
+						return
+					}
+					for _, w := range wc[:m] {
+						k, i := int(w.ID>>32), int(uint32(w.ID))
+						if w.Status != uverbs.WCSuccess || k > 1 || i >= perQP || seen[k][i] {
+							errs <- fmt.Errorf("bad or duplicate completion %+v", w)
+							return
+						}
+						if want := []uverbs.QPN{a.qp.QPN(), qa2.QPN()}[k]; w.QPN != want {
+							errs <- fmt.Errorf("completion for QP %#x carries QPN %#x", want, w.QPN)
+							return
+						}
+						seen[k][i] = true
+						credits[k] <- struct{}{}
+					}
+					n += m
+					if m == 0 {
+						runtime.Gosched()
+					}
+				}
+				errs <- nil
+			}()
+			for i := 0; i < 3; i++ {
+				if err := <-errs; err != nil {
+					t.Fatal(err)
 				}
 			}
 		})
