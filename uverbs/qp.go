@@ -204,7 +204,9 @@ func (qp *QP) Close() error {
 // PostSend posts send work requests in order. It returns how many were
 // posted; on error wrs[n] is the first one not posted. It fails with
 // ErrQPState unless the QP is in RTS (or SQD/SQE/ERR, where posted requests
-// complete with WCWRFlushErr). It does not allocate.
+// complete with WCWRFlushErr). It does not allocate. When the provider
+// must tell the kernel (the rxe doorbell) and that fails, the WRs stay
+// posted, n counts them, and err is the kernel's syscall.Errno, unwrapped.
 func (qp *QP) PostSend(wrs []SendWR) (int, error) {
 	if !qp.sendBusy.CompareAndSwap(false, true) {
 		if qp.dead.Load() {
