@@ -5,6 +5,7 @@ import (
 	"encoding/binary"
 	"errors"
 	"fmt"
+	"net"
 	"net/netip"
 	"strings"
 	"sync"
@@ -367,6 +368,13 @@ func (c *Context) QueryGIDTable() ([]GIDEntry, error) {
 	})
 	if err != nil {
 		return nil, opErr("query_gid_table", c.dev.Name, err)
+	}
+	for i := range out {
+		if out[i].Ifindex != 0 {
+			if ifc, err := net.InterfaceByIndex(out[i].Ifindex); err == nil {
+				out[i].Netdev = ifc.Name
+			}
+		}
 	}
 	return out, nil
 }

@@ -61,15 +61,19 @@ func TestDiscovery(t *testing.T) {
 		if g.Index != want.GIDIndex || g.GID != uverbs.GID(want.GID) {
 			t.Errorf("%s: sysfs GID index %d, harness found %d", d.Name, g.Index, want.GIDIndex)
 		}
-		if dd, dg, err := uverbs.DeviceForAddr(ipOf(t, want)); err != nil || dd.Name != d.Name || dg.Index != g.Index {
-			t.Errorf("DeviceForAddr(%s): %s %+v %v", want.IP, dd.Name, dg, err)
+		// DeviceForAddr scans every device's 1024-entry sysfs GID table
+		// (slow under TCG): check it for two devices only.
+		if want.Name == topo.Lo.Name || want.Name == topo.Devs[0].Name {
+			if dd, dg, err := uverbs.DeviceForAddr(ipOf(t, want)); err != nil || dd.Name != d.Name || dg.Index != g.Index {
+				t.Errorf("DeviceForAddr(%s): %s %+v %v", want.IP, dd.Name, dg, err)
+			}
 		}
 		c := open(t, d.Name)
 		ge, err := c.FindRoCEv2GID(1, ipOf(t, want))
 		if err != nil {
 			t.Fatal(err)
 		}
-		if ge.Index != g.Index || ge.GID != g.GID || ge.Type != uverbs.GIDTypeRoCEv2 || ge.Ifindex != g.Ifindex {
+		if ge.Index != g.Index || ge.GID != g.GID || ge.Type != uverbs.GIDTypeRoCEv2 || ge.Ifindex != g.Ifindex || ge.Netdev != g.Netdev || ge.Netdev != want.Netdev {
 			t.Errorf("%s: ioctl GID %+v, sysfs %+v", d.Name, ge, g)
 		}
 		t.Logf("%s: %s GID[%d] = %s (%s, ifindex %d)", d.Name, d.Path, g.Index, g.GID, g.Netdev, g.Ifindex)
