@@ -34,8 +34,9 @@ type perfParams struct {
 	Test  string `json:"test"` // bw, lat
 	Size  int    `json:"size"`
 	Iters int    `json:"iters"`
-	Depth int    `json:"depth"` // outstanding work requests (bw)
-	MTU   int    `json:"mtu"`   // path MTU in bytes, 0 = both ports' active MTU
+	Depth int    `json:"depth"`  // outstanding work requests (bw)
+	CQMod int    `json:"cq_mod"` // a completion every CQMod requests (bw)
+	MTU   int    `json:"mtu"`    // path MTU in bytes, 0 = both ports' active MTU
 }
 
 // perfInfo is one end's connection data, exchanged over TCP as JSON lines.
@@ -87,6 +88,7 @@ func runPerf(ctx context.Context, args []string) error {
 	size := fs.Int("s", 0, "message size in bytes (default 65536 for bandwidth, 8 for latency)")
 	iters := fs.Int("n", 0, "iterations (default 5000 for bandwidth, 1000 for latency)")
 	depth := fs.Int("t", 128, "outstanding work requests (bandwidth)")
+	cqMod := fs.Int("Q", 100, "request a completion every this many work requests (bandwidth)")
 	mtu := fs.Int("m", 0, "path MTU in bytes: 256..4096 (default: the ports' active MTU)")
 	asJSON := fs.Bool("json", false, "print the result as one JSON line")
 	timeout := fs.Duration("timeout", 2*time.Minute, "give up after this long")
@@ -106,7 +108,7 @@ func runPerf(ctx context.Context, args []string) error {
 		}
 		return errUsage
 	}
-	p := perfParams{Op: *op, Test: "bw", Size: *size, Iters: *iters, Depth: *depth, MTU: *mtu}
+	p := perfParams{Op: *op, Test: "bw", Size: *size, Iters: *iters, Depth: *depth, CQMod: *cqMod, MTU: *mtu}
 	if *lat {
 		p.Test = "lat"
 	}
@@ -169,6 +171,9 @@ func (p *perfParams) defaults() {
 	if p.Depth == 0 {
 		p.Depth = 128
 	}
+	if p.CQMod == 0 {
+		p.CQMod = 100
+	}
 }
 
 func (p perfParams) check() error {
@@ -183,6 +188,8 @@ func (p perfParams) check() error {
 		return fmt.Errorf("-n %d: want 1 .. 1e8", p.Iters)
 	case p.Depth < 1 || p.Depth > 4096:
 		return fmt.Errorf("-t %d: want 1 .. 4096", p.Depth)
+	case p.CQMod < 1:
+		return fmt.Errorf("-Q %d: want at least 1", p.CQMod)
 	case p.MTU != 0 && mtuEnum(p.MTU) == 0:
 		return fmt.Errorf("-m %d: want 256, 512, 1024, 2048 or 4096", p.MTU)
 	}
@@ -200,17 +207,19 @@ func mtuEnum(b int) uverbs.MTU {
 
 // perfEnd is one side: its own context on its own device.
 type perfEnd struct {
-	name string
-	ctx  *uverbs.Context
-	pd   *uverbs.PD
-	cq   *uverbs.CQ
-	qp   *uverbs.QP
-	mr   *uverbs.MR // [0,size): the peer writes/reads here; [size,2size): local source/sink
-	gid  uverbs.GIDEntry
-	psn  uverbs.PSN
-	mtu  uverbs.MTU
-	p    perfParams
-	wc   []uverbs.WC
+	name                   string
+	ctx                    *uverbs.Context
+	pd                     *uverbs.PD
+	cq                     *uverbs.CQ
+	qp                     *uverbs.QP
+	mr                     *uverbs.MR // [0,size): the peer writes/reads here; [size,2size): local source/sink
+	gid                    uverbs.GIDEntry
+	psn                    uverbs.PSN
+	mtu                    uverbs.MTU
+	p                      perfParams
+	wc                     []uverbs.WC
+	recvDepth              int   // receive queue size
+	rdAtomic, destRdAtomic uint8 // RDMA READs in flight as initiator / responder
 	// early counts peer messages of the send-latency test that arrived
 	// before this side finished the previous exchange.
 	early int
@@ -237,11 +246,24 @@ func openPerfEnd(dev string, gidx int, p perfParams) (_ *perfEnd, err error) {
 	if e.pd, err = e.ctx.AllocPD(); err != nil {
 		return nil, err
 	}
-	depth := p.Depth
-	if p.Test == "lat" {
-		depth = 4
+	da, err := e.ctx.QueryDevice()
+	if err != nil {
+		return nil, err
 	}
-	if e.cq, err = e.ctx.CreateCQ(uverbs.CQConfig{Entries: 2*depth + 16}); err != nil {
+	// as many RDMA READs in flight as the device takes (perftest does the same)
+	e.rdAtomic = uint8(min(255, da.MaxQPInitRdAtom))
+	e.destRdAtomic = uint8(min(255, da.MaxQPRdAtom))
+	depth := p.Depth
+	e.recvDepth = depth
+	if p.Op == "send" {
+		// receives run out before sends do: keep plenty posted, or the sender
+		// stalls on receiver-not-ready NAKs
+		e.recvDepth = max(512, 2*depth)
+	}
+	if p.Test == "lat" {
+		depth, e.recvDepth = 4, 4
+	}
+	if e.cq, err = e.ctx.CreateCQ(uverbs.CQConfig{Entries: depth + e.recvDepth + 16}); err != nil {
 		return nil, err
 	}
 	access := uverbs.AccessLocalWrite | uverbs.AccessRemoteWrite | uverbs.AccessRemoteRead
@@ -249,7 +271,7 @@ func openPerfEnd(dev string, gidx int, p perfParams) (_ *perfEnd, err error) {
 		return nil, err
 	}
 	if e.qp, err = e.pd.CreateQP(uverbs.QPConfig{SendCQ: e.cq, RecvCQ: e.cq,
-		Caps: uverbs.QPCaps{MaxSendWR: uint32(depth), MaxRecvWR: uint32(depth), MaxSendSGE: 1, MaxRecvSGE: 1}}); err != nil {
+		Caps: uverbs.QPCaps{MaxSendWR: uint32(depth), MaxRecvWR: uint32(e.recvDepth), MaxSendSGE: 1, MaxRecvSGE: 1}}); err != nil {
 		return nil, err
 	}
 	if err := e.qp.ToInit(1, access); err != nil {
@@ -295,6 +317,7 @@ func (e *perfEnd) connect(peer perfInfo) error {
 		mtu = min(e.mtu, uverbs.MTU(peer.MTU))
 	}
 	return e.qp.Connect(uverbs.ConnectConfig{SGIDIndex: uint8(e.gid.Index), LocalPSN: e.psn, MTU: mtu,
+		MaxRdAtomic: e.rdAtomic, MaxDestRdAtomic: e.destRdAtomic,
 		Remote: uverbs.Endpoint{QPN: uverbs.QPN(peer.QPN), PSN: uverbs.PSN(peer.PSN), GID: peer.GID, MTU: uverbs.MTU(peer.MTU)}})
 }
 
@@ -361,18 +384,29 @@ func (e *perfEnd) postRecvs(n int) error {
 
 // ---- bandwidth --------------------------------------------------------------
 
-// bwClient keeps Depth work requests in flight until Iters completed.
+// bwClient keeps Depth work requests in flight until Iters completed. Only
+// every CQMod-th request (and the last) asks for a completion, as perftest
+// does: a send queue completes in order, so a completion with ID k says
+// requests 1..k are done.
 func (e *perfEnd) bwClient(ctx context.Context, peer perfInfo) (time.Duration, error) {
 	opc := map[string]uverbs.WROpcode{"write": uverbs.WRRDMAWrite, "read": uverbs.WRRDMARead, "send": uverbs.WRSend}[e.p.Op]
+	mod := max(1, min(e.p.CQMod, e.p.Depth))
 	wrs := make([]uverbs.SendWR, e.p.Depth)
 	for i := range wrs {
-		wrs[i] = uverbs.SendWR{ID: 2, Opcode: opc, Flags: uverbs.SendSignaled,
-			SGL: []uverbs.SGE{e.mr.SGE(e.p.Size, e.p.Size)}, RemoteAddr: peer.Addr, RKey: uverbs.RKey(peer.RKey)}
+		wrs[i] = uverbs.SendWR{Opcode: opc, SGL: []uverbs.SGE{e.mr.SGE(e.p.Size, e.p.Size)},
+			RemoteAddr: peer.Addr, RKey: uverbs.RKey(peer.RKey)}
 	}
 	posted, done := 0, 0
 	start := time.Now()
 	for done < e.p.Iters {
 		if n := min(e.p.Depth-(posted-done), e.p.Iters-posted); n > 0 {
+			for i := range wrs[:n] {
+				seq := posted + i + 1
+				wrs[i].ID, wrs[i].Flags = uint64(seq), 0
+				if seq%mod == 0 || seq == e.p.Iters {
+					wrs[i].Flags = uverbs.SendSignaled
+				}
+			}
 			m, err := e.qp.PostSend(wrs[:n])
 			posted += m
 			if err != nil {
@@ -383,14 +417,16 @@ func (e *perfEnd) bwClient(ctx context.Context, peer perfInfo) (time.Duration, e
 		if err != nil {
 			return 0, err
 		}
-		done += len(wc)
+		for _, w := range wc {
+			done = max(done, int(w.ID))
+		}
 	}
 	return time.Since(start), nil
 }
 
 // bwSendServer receives Iters sends, keeping Depth receives posted.
 func (e *perfEnd) bwSendServer(ctx context.Context) error {
-	posted := min(e.p.Depth, e.p.Iters)
+	posted := min(e.recvDepth, e.p.Iters)
 	if err := e.postRecvs(posted); err != nil {
 		return err
 	}
