@@ -171,7 +171,7 @@ func TestRailTraffic(t *testing.T) {
 				if onRail && n < 50 {
 					t.Errorf("%s sent %d packets during the pingpong, want >= 50", d.Netdev, n)
 				}
-				if !onRail && n > 5 {
+				if !onRail && n > 10 { // a few IPv6 router solicitations may go out
 					t.Errorf("%s (other rail) sent %d packets during the pingpong", d.Netdev, n)
 				}
 			}
