@@ -69,3 +69,28 @@ func Example_loopbackWrite() {
 	}
 	fmt.Println(wc[0].Status, string(mr.Bytes()[4096:4101]))
 }
+
+// ExampleFindGID selects the RoCE v2 GID of an IPv4 address by value.
+func ExampleFindGID() {
+	table := []uverbs.GIDEntry{
+		{Index: 0, GID: uverbs.GIDFromAddr(netip.MustParseAddr("fe80::1")), Type: uverbs.GIDTypeRoCEv2},
+		{Index: 2, GID: uverbs.GIDFromAddr(netip.MustParseAddr("10.0.1.1")), Type: uverbs.GIDTypeRoCEv1},
+		{Index: 3, GID: uverbs.GIDFromAddr(netip.MustParseAddr("10.0.1.1")), Type: uverbs.GIDTypeRoCEv2},
+	}
+	g, err := uverbs.FindGID(table, netip.MustParseAddr("10.0.1.1"), uverbs.GIDTypeRoCEv2)
+	fmt.Println(g.Index, g.GID, err)
+	// Output: 3 ::ffff:10.0.1.1 <nil>
+}
+
+// ExampleEndpoint_MarshalBinary shows the 26-byte form two peers exchange
+// out of band before Connect.
+func ExampleEndpoint_MarshalBinary() {
+	e := uverbs.Endpoint{QPN: 0x11, PSN: 0x123456, GID: uverbs.GIDFromAddr(netip.MustParseAddr("10.0.1.2")), MTU: uverbs.MTU1024}
+	b, _ := e.MarshalBinary()
+	fmt.Printf("%d bytes: % x\n", len(b), b)
+	var peer uverbs.Endpoint
+	fmt.Println(peer.UnmarshalBinary(b), peer == e)
+	// Output:
+	// 26 bytes: 01 00 00 00 11 00 12 34 56 00 00 00 00 00 00 00 00 00 00 ff ff 0a 00 01 02 03
+	// <nil> true
+}
