@@ -796,3 +796,47 @@ func TestConcurrentQPsSharedCQ(t *testing.T) {
 		})
 	}
 }
+
+// TestQPAsyncEvent: moving an RTS QP to SQD with async notification makes
+// rxe raise SQ_DRAINED once the send queue is idle; the event arrives on
+// Context.Events naming the QP.
+func TestQPAsyncEvent(t *testing.T) {
+	topo := srenv.Require(t)
+	a, b := pair(t, topology{"lo", topo.Lo, topo.Lo}, 1<<16, nil)
+	a.postSend(uverbs.SendWR{ID: 1, Opcode: uverbs.WRRDMAWrite, Flags: uverbs.SendSignaled,
+		SGL: []uverbs.SGE{a.mr.SGE(0, 64)}, RemoteAddr: b.addr(0), RKey: b.mr.RKey()})
+	a.wait1(1, uverbs.WCSuccess)
+	if err := a.qp.Modify(&uverbs.QPAttr{State: uverbs.QPStateSQD, EnSQDAsyncNotify: true}, uverbs.QPAttrState|uverbs.QPAttrEnSQDAsyncNotify); err != nil {
+		t.Fatal(err)
+	}
+	// A post in SQD stays queued but runs the requester, which notices the drain.
+	a.postSend(uverbs.SendWR{ID: 2, Opcode: uverbs.WRRDMAWrite, Flags: uverbs.SendSignaled,
+		SGL: []uverbs.SGE{a.mr.SGE(0, 64)}, RemoteAddr: b.addr(0), RKey: b.mr.RKey()})
+	timeout := time.After(10 * time.Second)
+	for {
+		select {
+		case ev := <-a.ctx.Events():
+			t.Logf("event %s", ev)
+			if ev.Type == uverbs.EventSQDrained {
+				if ev.QP != a.qp {
+					t.Fatalf("SQ_DRAINED for %v, want QP %#x", ev.QP, a.qp.QPN())
+				}
+				// Back to RTS: the queued WR executes.
+				if err := a.qp.Modify(&uverbs.QPAttr{State: uverbs.QPStateRTS}, uverbs.QPAttrState); err != nil {
+					t.Fatal(err)
+				}
+				a.postSend(uverbs.SendWR{ID: 3, Opcode: uverbs.WRRDMAWrite, Flags: uverbs.SendSignaled,
+					SGL: []uverbs.SGE{a.mr.SGE(0, 64)}, RemoteAddr: b.addr(0), RKey: b.mr.RKey()})
+				for _, wc := range a.wait(2) {
+					if wc.Status != uverbs.WCSuccess {
+						t.Errorf("after SQD->RTS: %+v", wc)
+					}
+				}
+				return
+			}
+		case <-timeout:
+			q, _ := a.qp.Query()
+			t.Fatalf("no SQ_DRAINED event (QP state %s, draining %v)", q.State, q.SQDraining)
+		}
+	}
+}

@@ -12,23 +12,24 @@ type QPAttrMask uint32
 
 // Attribute mask bits.
 const (
-	QPAttrState           QPAttrMask = uapi.QPAttrState
-	QPAttrCurState        QPAttrMask = uapi.QPAttrCurState
-	QPAttrAccessFlags     QPAttrMask = uapi.QPAttrAccessFlags
-	QPAttrPKeyIndex       QPAttrMask = uapi.QPAttrPKeyIndex
-	QPAttrPort            QPAttrMask = uapi.QPAttrPort
-	QPAttrAV              QPAttrMask = uapi.QPAttrAV
-	QPAttrPathMTU         QPAttrMask = uapi.QPAttrPathMTU
-	QPAttrTimeout         QPAttrMask = uapi.QPAttrTimeout
-	QPAttrRetryCnt        QPAttrMask = uapi.QPAttrRetryCnt
-	QPAttrRNRRetry        QPAttrMask = uapi.QPAttrRNRRetry
-	QPAttrRQPSN           QPAttrMask = uapi.QPAttrRQPSN
-	QPAttrMaxQPRdAtomic   QPAttrMask = uapi.QPAttrMaxQPRdAtomic
-	QPAttrMinRNRTimer     QPAttrMask = uapi.QPAttrMinRNRTimer
-	QPAttrSQPSN           QPAttrMask = uapi.QPAttrSQPSN
-	QPAttrMaxDestRdAtomic QPAttrMask = uapi.QPAttrMaxDestRdAtomic
-	QPAttrCap             QPAttrMask = uapi.QPAttrCap
-	QPAttrDestQPN         QPAttrMask = uapi.QPAttrDestQPN
+	QPAttrState            QPAttrMask = uapi.QPAttrState
+	QPAttrCurState         QPAttrMask = uapi.QPAttrCurState
+	QPAttrEnSQDAsyncNotify QPAttrMask = uapi.QPAttrEnSQDAsyncNotify
+	QPAttrAccessFlags      QPAttrMask = uapi.QPAttrAccessFlags
+	QPAttrPKeyIndex        QPAttrMask = uapi.QPAttrPKeyIndex
+	QPAttrPort             QPAttrMask = uapi.QPAttrPort
+	QPAttrAV               QPAttrMask = uapi.QPAttrAV
+	QPAttrPathMTU          QPAttrMask = uapi.QPAttrPathMTU
+	QPAttrTimeout          QPAttrMask = uapi.QPAttrTimeout
+	QPAttrRetryCnt         QPAttrMask = uapi.QPAttrRetryCnt
+	QPAttrRNRRetry         QPAttrMask = uapi.QPAttrRNRRetry
+	QPAttrRQPSN            QPAttrMask = uapi.QPAttrRQPSN
+	QPAttrMaxQPRdAtomic    QPAttrMask = uapi.QPAttrMaxQPRdAtomic
+	QPAttrMinRNRTimer      QPAttrMask = uapi.QPAttrMinRNRTimer
+	QPAttrSQPSN            QPAttrMask = uapi.QPAttrSQPSN
+	QPAttrMaxDestRdAtomic  QPAttrMask = uapi.QPAttrMaxDestRdAtomic
+	QPAttrCap              QPAttrMask = uapi.QPAttrCap
+	QPAttrDestQPN          QPAttrMask = uapi.QPAttrDestQPN
 
 	// Masks of the RC transitions (required attributes).
 	MaskRC2Init = QPAttrState | QPAttrPKeyIndex | QPAttrPort | QPAttrAccessFlags
@@ -73,6 +74,8 @@ type QPAttr struct {
 	Caps            QPCaps
 	SQDraining      bool
 	SignalAll       bool
+	// EnSQDAsyncNotify asks for an EventSQDrained when a move to SQD completes.
+	EnSQDAsyncNotify bool
 }
 
 func destToAV(d *uapi.QPDest) AddressVector {
@@ -105,6 +108,9 @@ func (qp *QP) Modify(attr *QPAttr, mask QPAttrMask) error {
 		CurQPState: uint8(attr.CurState), PathMTU: uint8(attr.PathMTU), MaxRdAtomic: attr.MaxRdAtomic,
 		MaxDestRdAtomic: attr.MaxDestRdAtomic, MinRNRTimer: attr.MinRNRTimer, PortNum: attr.Port,
 		Timeout: attr.Timeout, RetryCnt: attr.RetryCnt, RNRRetry: attr.RNRRetry,
+	}
+	if attr.EnSQDAsyncNotify {
+		req.EnSQDAsyncNotify = 1
 	}
 	c := qp.pd.ctx
 	if err := c.file.Write(uapi.CmdModifyQP, ucmd.Bytes(&req), nil, nil, nil); err != nil {

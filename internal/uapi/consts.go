@@ -116,23 +116,24 @@ const (
 
 // Modify-QP attribute mask bits (enum ib_qp_attr_mask / IBV_QP_*).
 const (
-	QPAttrState           = 1 << 0
-	QPAttrCurState        = 1 << 1
-	QPAttrAccessFlags     = 1 << 3
-	QPAttrPKeyIndex       = 1 << 4
-	QPAttrPort            = 1 << 5
-	QPAttrAV              = 1 << 7
-	QPAttrPathMTU         = 1 << 8
-	QPAttrTimeout         = 1 << 9
-	QPAttrRetryCnt        = 1 << 10
-	QPAttrRNRRetry        = 1 << 11
-	QPAttrRQPSN           = 1 << 12
-	QPAttrMaxQPRdAtomic   = 1 << 13
-	QPAttrMinRNRTimer     = 1 << 15
-	QPAttrSQPSN           = 1 << 16
-	QPAttrMaxDestRdAtomic = 1 << 17
-	QPAttrCap             = 1 << 19
-	QPAttrDestQPN         = 1 << 20
+	QPAttrState            = 1 << 0
+	QPAttrCurState         = 1 << 1
+	QPAttrEnSQDAsyncNotify = 1 << 2
+	QPAttrAccessFlags      = 1 << 3
+	QPAttrPKeyIndex        = 1 << 4
+	QPAttrPort             = 1 << 5
+	QPAttrAV               = 1 << 7
+	QPAttrPathMTU          = 1 << 8
+	QPAttrTimeout          = 1 << 9
+	QPAttrRetryCnt         = 1 << 10
+	QPAttrRNRRetry         = 1 << 11
+	QPAttrRQPSN            = 1 << 12
+	QPAttrMaxQPRdAtomic    = 1 << 13
+	QPAttrMinRNRTimer      = 1 << 15
+	QPAttrSQPSN            = 1 << 16
+	QPAttrMaxDestRdAtomic  = 1 << 17
+	QPAttrCap              = 1 << 19
+	QPAttrDestQPN          = 1 << 20
 )
 
 // Send WR opcodes (IB_UVERBS_WR_*), also used by rxe_send_wr.opcode.
