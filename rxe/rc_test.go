@@ -481,6 +481,25 @@ func TestRCErrors(t *testing.T) {
 				a2.postSend(uverbs.SendWR{ID: 3, Opcode: uverbs.WRRDMARead, Flags: uverbs.SendSignaled, SGL: []uverbs.SGE{a2.mr.SGE(0, 64)}, RemoteAddr: b2.addr(b2.mr.Len() - 8), RKey: b2.mr.RKey()})
 				a2.wait1(3, uverbs.WCRemAccessErr)
 			})
+			t.Run("mr-access", func(t *testing.T) {
+				a, b := pair(t, tp, 1<<16, nil)
+				ro, err := b.pd.AllocMR(4096, uverbs.AccessLocalWrite|uverbs.AccessRemoteRead)
+				if err != nil {
+					t.Fatal(err)
+				}
+				defer ro.Close()
+				// Reading a read-only region works; writing it is a remote access error.
+				a.postSend(uverbs.SendWR{ID: 4, Opcode: uverbs.WRRDMARead, Flags: uverbs.SendSignaled, SGL: []uverbs.SGE{a.mr.SGE(0, 64)}, RemoteAddr: ro.Addr(), RKey: ro.RKey()})
+				a.wait1(4, uverbs.WCSuccess)
+				a.postSend(uverbs.SendWR{ID: 5, Opcode: uverbs.WRRDMAWrite, Flags: uverbs.SendSignaled, SGL: []uverbs.SGE{a.mr.SGE(0, 64)}, RemoteAddr: ro.Addr(), RKey: ro.RKey()})
+				a.wait1(5, uverbs.WCRemAccessErr)
+			})
+			t.Run("rnr-retry", func(t *testing.T) {
+				// No receive posted and a bounded RNR retry count: the SEND fails.
+				a, _ := pair(t, tp, 1<<16, func(c *uverbs.ConnectConfig) { c.RNRRetry = 1; c.MinRNRTimer = 1 })
+				a.postSend(uverbs.SendWR{ID: 6, Opcode: uverbs.WRSend, Flags: uverbs.SendSignaled, SGL: []uverbs.SGE{a.mr.SGE(0, 64)}})
+				a.wait1(6, uverbs.WCRNRRetryExcErr)
+			})
 			t.Run("flush-on-err", func(t *testing.T) {
 				a, _ := pair(t, tp, 1<<16, nil)
 				const n = 5
