@@ -2,9 +2,6 @@
 GO      ?= go
 BIN     := bin/te
 PKGS    := ./...
-# Packages whose tests need an RDMA device; test/softroce runs them inside
-# a qemu guest with rdma_rxe.
-RDMA_PKGS ?= ./uverbs ./rxe ./mlx5/verbstest ./test/softroce/interop
 
 export CGO_ENABLED ?= 0
 
@@ -45,13 +42,16 @@ fuzz-smoke:
 bench-smoke:
 	$(GO) test -run '^$$' -bench . -benchtime 1x -timeout 15m $(PKGS)
 
+# Every package whose tests import test/softroce/srenv runs inside a qemu
+# guest with rdma_rxe (two simulated hosts, two rails each, plus loopback).
 test-softroce:
-	bash test/softroce/run.sh $(RDMA_PKGS)
+	bash test/softroce/run.sh -all
 
 ## bench: the measured tables (README)
 bench: build
 	$(GO) test -run '^$$' -bench . -benchmem ./engine ./tcp ./mlx5
 	./$(BIN) bench --sweep --baseline
+	bash test/softroce/bench.sh
 
 ## deps: everything the test tiers need on a fresh Debian 12 machine (as root)
 deps:
