@@ -63,6 +63,7 @@ type sendQueue struct {
 	prod      uint32
 	maxSGE    int
 	maxInline int
+	ud        bool // UD: SEND/SEND_WITH_IMM to wr.AH, no RDMA or atomics
 }
 
 // post writes wrs into the ring and returns how many it wrote. The
@@ -103,6 +104,17 @@ func (q *sendQueue) postOne(wr *uverbs.SendWR) error {
 	} else if len(wr.SGL) > q.maxSGE {
 		return uverbs.ErrTooManySGE
 	}
+	var ahNum uint32
+	if q.ud {
+		if wr.Opcode != uverbs.WRSend && wr.Opcode != uverbs.WRSendWithImm || wr.AH == nil {
+			return uverbs.ErrInvalidWR
+		}
+		a, ok := wr.AH.Driver().(*ah)
+		if !ok {
+			return uverbs.ErrInvalidWR
+		}
+		ahNum = a.num
+	}
 	atomic := wr.Opcode == uverbs.WRAtomicCmpAndSwp || wr.Opcode == uverbs.WRAtomicFetchAndAdd
 	if atomic && (len(wr.SGL) != 1 || wr.SGL[0].Length < 8 || wr.RemoteAddr&7 != 0) {
 		return uverbs.ErrInvalidWR
@@ -120,6 +132,11 @@ func (q *sendQueue) postOne(wr *uverbs.SendWR) error {
 	switch wr.Opcode {
 	case uverbs.WRSendWithImm, uverbs.WRRDMAWriteWithImm:
 		w.WR.Ex = bits.ReverseBytes32(wr.Imm) // __be32 imm_data
+	}
+	if q.ud {
+		// wr.ud: remote_qpn@24, remote_qkey@28, pkey_index@32 (0), ah_num@36.
+		w.WR.RemoteAddr = uint64(wr.RemoteQKey)<<32 | uint64(wr.RemoteQPN&0xffffff)
+		w.WR.CompareAdd = uint64(ahNum) << 32
 	}
 	switch wr.Opcode {
 	case uverbs.WRRDMAWrite, uverbs.WRRDMAWriteWithImm, uverbs.WRRDMARead:

@@ -10,5 +10,14 @@
 // in place and publishes the consumer index. Arming a CQ is the core
 // REQ_NOTIFY_CQ command.
 //
+// Supported: RC, UC and UD QPs (UD through kernel AH numbers, kernel 5.11+),
+// all RC opcodes up to atomics, inline data, completion events. Not
+// supported: SRQ, memory windows, LOCAL_INV/SEND_WITH_INV.
+//
+// rxe facts tests rely on: a send with a bad lkey completes with
+// WCLocQPOpErr (not WCLocProtErr); retry_cnt 7 retries forever; a move to
+// SQD with notification raises EventSQDrained; a CQ overflow raises
+// EventCQErr.
+//
 // Post and poll allocate nothing.
 package rxe

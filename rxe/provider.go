@@ -32,10 +32,12 @@ func (c *rxeContext) NewCQ(cfg uverbs.DriverCQConfig) (uverbs.DriverCQ, error) {
 }
 
 func (c *rxeContext) NewQP(cfg uverbs.DriverQPConfig) (uverbs.DriverQP, error) {
-	if cfg.Type != uverbs.QPTypeRC && cfg.Type != uverbs.QPTypeUC {
+	switch cfg.Type {
+	case uverbs.QPTypeRC, uverbs.QPTypeUC, uverbs.QPTypeUD:
+	default:
 		return nil, fmt.Errorf("rxe: QP type %d: %w", cfg.Type, uverbs.ErrNotSupported)
 	}
-	return &qp{k: c.k, req: cfg.Caps}, nil
+	return &qp{k: c.k, req: cfg.Caps, typ: cfg.Type}, nil
 }
 
 func mapQueue(k uverbs.Kernel, mi *uapi.RxeMmapInfo) (*dma.Region, ring, error) {

@@ -12,6 +12,7 @@ import (
 type qp struct {
 	k      uverbs.Kernel
 	req    uverbs.QPCaps
+	typ    uverbs.QPType
 	sqReg  *dma.Region
 	rqReg  *dma.Region
 	sq     sendQueue
@@ -40,6 +41,7 @@ func (q *qp) Created(c uverbs.QPCreated, out []byte) (err error) {
 		return fmt.Errorf("receive queue: %w", err)
 	}
 	q.sq = newSendQueue(sr, c.Caps)
+	q.sq.ud = q.typ == uverbs.QPTypeUD
 	q.rq = recvQueue{r: rr, prod: rr.producer(), maxSGE: int(c.Caps.MaxRecvSGE)}
 	if rr.elem < recvWQEHeader+sgeSize*q.rq.maxSGE {
 		return fmt.Errorf("rxe: receive slot of %d bytes cannot hold %d SGEs", rr.elem, q.rq.maxSGE)

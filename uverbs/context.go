@@ -146,8 +146,8 @@ func (c *Context) checkOpen() error {
 	return nil
 }
 
-// Close destroys every object still open on the context (QPs, CQs, MRs, PDs,
-// completion channels, in that order), stops async event delivery, releases
+// Close destroys every object still open on the context (QPs, CQs, AHs,
+// MRs, PDs, completion channels, in that order), stops async event delivery, releases
 // the provider's context and closes the device file. If objects were still
 // open the returned error wraps ErrLeak and names them. Idempotent.
 func (c *Context) Close() error {
@@ -188,6 +188,10 @@ func (c *Context) Close() error {
 		errs = append(errs, q.Close())
 	}
 	for _, p := range pds {
+		for _, a := range p.ahList() {
+			leaked = append(leaked, fmt.Sprintf("AH %d", a.handle))
+			errs = append(errs, a.Close())
+		}
 		for _, m := range p.mrList() {
 			leaked = append(leaked, fmt.Sprintf("MR lkey %#x", uint32(m.lkey)))
 			errs = append(errs, m.Close())

@@ -11,7 +11,8 @@
 //	PD.RegMR / AllocMR -> *MR memory regions over non-Go-heap memory (AllocBuffer)
 //	Context.CreateCompChannel completion channel, waited on via the Go netpoller
 //	Context.CreateCQ -> *CQ   completion queue
-//	PD.CreateQP -> *QP        RC queue pair; Modify/Query/ToInit/Connect/ToErr
+//	PD.CreateQP -> *QP        RC (Connect) or UD (ActivateUD) queue pair; Modify/Query/ToErr
+//	PD.CreateAH -> *AH        address handle for UD sends
 //
 // Data path. A Provider chosen by the device's driver id (rxe for Soft-RoCE,
 // mlx5 for ConnectX) implements PostSend, PostRecv, Poll and ReqNotify on

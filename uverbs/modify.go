@@ -16,6 +16,7 @@ const (
 	QPAttrCurState         QPAttrMask = uapi.QPAttrCurState
 	QPAttrEnSQDAsyncNotify QPAttrMask = uapi.QPAttrEnSQDAsyncNotify
 	QPAttrAccessFlags      QPAttrMask = uapi.QPAttrAccessFlags
+	QPAttrQKey             QPAttrMask = uapi.QPAttrQKey
 	QPAttrPKeyIndex        QPAttrMask = uapi.QPAttrPKeyIndex
 	QPAttrPort             QPAttrMask = uapi.QPAttrPort
 	QPAttrAV               QPAttrMask = uapi.QPAttrAV

@@ -19,6 +19,7 @@ type PD struct {
 	closed bool
 	mrs    map[*MR]struct{}
 	nqps   int
+	ahs    map[*AH]struct{}
 }
 
 // AllocPD allocates a protection domain.
@@ -33,7 +34,7 @@ func (c *Context) AllocPD() (*PD, error) {
 	if err := c.file.Write(uapi.CmdAllocPD, ucmd.Bytes(&req), nil, ucmd.Bytes(&r), nil); err != nil {
 		return nil, opErr("alloc_pd", c.dev.Name, err)
 	}
-	pd := &PD{ctx: c, handle: Handle(r.PDHandle), mrs: map[*MR]struct{}{}}
+	pd := &PD{ctx: c, handle: Handle(r.PDHandle), mrs: map[*MR]struct{}{}, ahs: map[*AH]struct{}{}}
 	c.pds[pd] = struct{}{}
 	track(pd, describe("PD", c.dev.Name, pd.handle))
 	return pd, nil
@@ -44,6 +45,16 @@ func (pd *PD) Handle() Handle { return pd.handle }
 
 // Context returns the PD's context.
 func (pd *PD) Context() *Context { return pd.ctx }
+
+func (pd *PD) ahList() []*AH {
+	pd.mu.Lock()
+	defer pd.mu.Unlock()
+	var out []*AH
+	for a := range pd.ahs {
+		out = append(out, a)
+	}
+	return out
+}
 
 func (pd *PD) mrList() []*MR {
 	pd.mu.Lock()
@@ -66,8 +77,8 @@ func (pd *PD) Close() error {
 	if pd.closed {
 		return nil
 	}
-	if len(pd.mrs) > 0 || pd.nqps > 0 {
-		return fmt.Errorf("uverbs: dealloc_pd %d: %d MRs and %d QPs open: %w", pd.handle, len(pd.mrs), pd.nqps, ErrBusy)
+	if len(pd.mrs) > 0 || pd.nqps > 0 || len(pd.ahs) > 0 {
+		return fmt.Errorf("uverbs: dealloc_pd %d: %d MRs, %d QPs and %d AHs open: %w", pd.handle, len(pd.mrs), pd.nqps, len(pd.ahs), ErrBusy)
 	}
 	req := uapi.DeallocPD{PDHandle: uint32(pd.handle)}
 	err := pd.ctx.file.Write(uapi.CmdDeallocPD, ucmd.Bytes(&req), nil, nil, nil)

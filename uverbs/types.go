@@ -186,9 +186,18 @@ type SendWR struct {
 	CompareAdd uint64
 	// Swap is the swap value of CMP_AND_SWP.
 	Swap uint64
+	// UD sends: the destination's address handle, QPN and QKey.
+	AH         *AH
+	RemoteQPN  QPN
+	RemoteQKey uint32
 }
 
-// RecvWR is a receive work request.
+// GRHSize is the size of the Global Route Header that precedes every UD
+// receive's payload in the receive buffer.
+const GRHSize = 40
+
+// RecvWR is a receive work request. On a UD QP the first GRHSize bytes of
+// the buffer receive the GRH.
 type RecvWR struct {
 	ID  uint64
 	SGL []SGE

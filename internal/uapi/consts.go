@@ -6,6 +6,8 @@ const (
 	CmdQueryDevice       = 1
 	CmdQueryPort         = 2
 	CmdAllocPD           = 3
+	CmdCreateAH          = 5
+	CmdDestroyAH         = 8
 	CmdDeallocPD         = 4
 	CmdRegMR             = 9
 	CmdDeregMR           = 13
@@ -120,6 +122,7 @@ const (
 	QPAttrCurState         = 1 << 1
 	QPAttrEnSQDAsyncNotify = 1 << 2
 	QPAttrAccessFlags      = 1 << 3
+	QPAttrQKey             = 1 << 6
 	QPAttrPKeyIndex        = 1 << 4
 	QPAttrPort             = 1 << 5
 	QPAttrAV               = 1 << 7

@@ -568,3 +568,50 @@ type ExQueryDeviceResp struct {
 	XRCODPCaps         uint32          `c:"xrc_odp_caps"`
 	Reserved           uint32          `c:"reserved"`
 }
+
+// AHAttr is struct ib_uverbs_ah_attr (with its global route inlined).
+type AHAttr struct {
+	_            structs.HostLayout
+	DGID         [16]byte `c:"grh.dgid"`
+	FlowLabel    uint32   `c:"grh.flow_label"`
+	SGIDIndex    uint8    `c:"grh.sgid_index"`
+	HopLimit     uint8    `c:"grh.hop_limit"`
+	TrafficClass uint8    `c:"grh.traffic_class"`
+	GRHReserved  uint8    `c:"grh.reserved"`
+	DLID         uint16   `c:"dlid"`
+	SL           uint8    `c:"sl"`
+	SrcPathBits  uint8    `c:"src_path_bits"`
+	StaticRate   uint8    `c:"static_rate"`
+	IsGlobal     uint8    `c:"is_global"`
+	PortNum      uint8    `c:"port_num"`
+	Reserved     uint8    `c:"reserved"`
+}
+
+// CreateAH is struct ib_uverbs_create_ah.
+type CreateAH struct {
+	_          structs.HostLayout
+	Response   uint64 `c:"response"`
+	UserHandle uint64 `c:"user_handle"`
+	PDHandle   uint32 `c:"pd_handle"`
+	Reserved   uint32 `c:"reserved"`
+	Attr       AHAttr `c:"attr"`
+}
+
+// CreateAHResp is struct ib_uverbs_create_ah_resp.
+type CreateAHResp struct {
+	_        structs.HostLayout
+	AHHandle uint32 `c:"ah_handle"`
+}
+
+// DestroyAH is struct ib_uverbs_destroy_ah.
+type DestroyAH struct {
+	_        structs.HostLayout
+	AHHandle uint32 `c:"ah_handle"`
+}
+
+// RxeCreateAHResp is struct rxe_create_ah_resp: the AH number UD send WQEs carry.
+type RxeCreateAHResp struct {
+	_        structs.HostLayout
+	AHNum    uint32 `c:"ah_num"`
+	Reserved uint32 `c:"reserved"`
+}
