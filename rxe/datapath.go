@@ -97,6 +97,9 @@ func (q *sendQueue) postOne(wr *uverbs.SendWR) error {
 	for i := range wr.SGL {
 		total += uint64(wr.SGL[i].Length)
 	}
+	if total > 1<<31 {
+		return uverbs.ErrInvalidWR // beyond any message size a device accepts
+	}
 	if inline {
 		if total > uint64(q.maxInline) {
 			return uverbs.ErrInlineTooLarge
@@ -197,15 +200,18 @@ func (q *recvQueue) post(wrs []uverbs.RecvWR) (n int, err error) {
 		w := dma.View[uapi.RxeRecvWQE](q.r.b, off)
 		*w = uapi.RxeRecvWQE{}
 		w.WRID = wr.ID
-		var total uint32
+		var total uint64
 		payload := q.r.b[off+recvWQEHeader : off+q.r.elem]
 		for j := range wr.SGL {
 			s := dma.View[uapi.RxeSGE](payload, j*sgeSize)
 			s.Addr, s.Length, s.LKey = wr.SGL[j].Addr, wr.SGL[j].Length, uint32(wr.SGL[j].LKey)
-			total += wr.SGL[j].Length
+			total += uint64(wr.SGL[j].Length)
 		}
-		w.DMA.Length = total
-		w.DMA.Resid = total
+		if total > 1<<31 {
+			return i, uverbs.ErrInvalidWR
+		}
+		w.DMA.Length = uint32(total)
+		w.DMA.Resid = uint32(total)
 		w.DMA.NumSGE = uint32(len(wr.SGL))
 		q.prod = next
 	}

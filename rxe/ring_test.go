@@ -125,6 +125,7 @@ func TestSendValidation(t *testing.T) {
 		{uverbs.SendWR{Opcode: uverbs.WRAtomicFetchAndAdd, SGL: []uverbs.SGE{{Length: 8}}, RemoteAddr: 4}, uverbs.ErrInvalidWR},
 		{uverbs.SendWR{Opcode: uverbs.WRAtomicFetchAndAdd, SGL: []uverbs.SGE{{Length: 4}}}, uverbs.ErrInvalidWR},
 		{uverbs.SendWR{Opcode: uverbs.WRAtomicFetchAndAdd}, uverbs.ErrInvalidWR},
+		{uverbs.SendWR{Opcode: uverbs.WRSend, SGL: []uverbs.SGE{{Length: 1 << 31}, {Length: 1 << 31}}}, uverbs.ErrInvalidWR},
 	}
 	for i, c := range cases {
 		if n, err := q.post([]uverbs.SendWR{c.wr}); !errors.Is(err, c.err) || n != 0 {

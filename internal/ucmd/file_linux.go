@@ -242,7 +242,11 @@ func (e *EventFile) Read(ctx context.Context, buf []byte) (int, error) {
 	_ = e.f.SetReadDeadline(time.Time{})
 	stop := context.AfterFunc(ctx, func() { _ = e.f.SetReadDeadline(time.Unix(1, 0)) })
 	n, err := e.f.Read(buf)
-	if !stop() || errors.Is(err, os.ErrDeadlineExceeded) {
+	stop()
+	if err == nil {
+		return n, nil // an event that raced with cancellation is still delivered
+	}
+	if errors.Is(err, os.ErrDeadlineExceeded) {
 		if cerr := ctx.Err(); cerr != nil {
 			return 0, cerr
 		}
