@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 	"sync"
+	"syscall"
 
 	"github.com/rdmago/te/internal/dma"
 	"github.com/rdmago/te/internal/uapi"
@@ -155,7 +156,11 @@ func (pd *PD) RegMR(buf []byte, access Access) (*MR, error) {
 	req := uapi.RegMR{Start: addr, Length: uint64(len(buf)), HCAVA: addr, PDHandle: uint32(pd.handle), AccessFlags: uint32(access)}
 	var r uapi.RegMRResp
 	if err := pd.ctx.file.Write(uapi.CmdRegMR, ucmd.Bytes(&req), nil, ucmd.Bytes(&r), nil); err != nil {
-		return nil, opErr(fmt.Sprintf("reg_mr(%d bytes, access %#x)", len(buf), uint32(access)), pd.ctx.dev.Name, err)
+		what := fmt.Sprintf("reg_mr(%d bytes, access %#x)", len(buf), uint32(access))
+		if errors.Is(err, syscall.ENOMEM) {
+			what += " (pinned memory is limited by RLIMIT_MEMLOCK, see ulimit -l)"
+		}
+		return nil, opErr(what, pd.ctx.dev.Name, err)
 	}
 	mr := &MR{pd: pd, handle: Handle(r.MRHandle), lkey: LKey(r.LKey), rkey: RKey(r.RKey), buf: buf}
 	pd.mrs[mr] = struct{}{}
