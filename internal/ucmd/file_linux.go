@@ -215,7 +215,8 @@ var errShortWrite = errors.New("ucmd: short command write")
 // non-blocking mode and registered with the Go netpoller, so a goroutine
 // waiting for an event parks without holding an OS thread.
 type EventFile struct {
-	f *os.File
+	f  *os.File
+	fd int // kept so we never call f.Fd(), which may switch the file to blocking mode
 }
 
 // NewEventFile takes ownership of fd.
@@ -224,11 +225,12 @@ func NewEventFile(fd int, name string) (*EventFile, error) {
 		unix.Close(fd)
 		return nil, fmt.Errorf("ucmd: set %s non-blocking: %w", name, err)
 	}
-	return &EventFile{f: os.NewFile(uintptr(fd), name)}, nil
+	return &EventFile{f: os.NewFile(uintptr(fd), name), fd: fd}, nil
 }
 
-// Fd returns the fd number (for attaching a channel at CQ creation).
-func (e *EventFile) Fd() int { return int(e.f.Fd()) }
+// Fd returns the fd number (for attaching a channel at CQ creation). It is
+// valid until Close.
+func (e *EventFile) Fd() int { return e.fd }
 
 // Read waits for one event record (the kernel returns exactly one per read)
 // until ctx is done. It returns ctx.Err() on cancellation and os.ErrClosed
