@@ -151,6 +151,9 @@ func (t *task) unpin() {
 	if t.seg != nil {
 		t.seg.inflight.Add(-1)
 	}
+	if t.tin != nil {
+		t.tin.Add(-1)
+	}
 	*t = task{b: t.b}
 }
 
@@ -191,15 +194,17 @@ type batchTable struct {
 func (bt *batchTable) get(id BatchID) *batch {
 	idx := int(uint32(id)) - 1
 	bt.mu.RLock()
-	var b *batch
-	if idx >= 0 && idx < len(bt.slots) {
-		b = bt.slots[idx]
-	}
-	bt.mu.RUnlock()
-	if b == nil || b.id != id {
+	defer bt.mu.RUnlock()
+	// b.id changes only under bt.mu (AllocateBatch, FreeBatch): compare
+	// it here, not after unlocking, or a stale ID races with the reuse of
+	// its batch.
+	if idx < 0 || idx >= len(bt.slots) {
 		return nil
 	}
-	return b
+	if b := bt.slots[idx]; b != nil && b.id == id {
+		return b
+	}
+	return nil
 }
 
 // AllocateBatch returns a batch that can hold capacity tasks over any
@@ -335,8 +340,6 @@ func (e *Engine) Submit(id BatchID, reqs []Request) error {
 		t.pending.Store(t.nslices)
 		if t.seg != nil {
 			used |= 1 << t.slot
-			t.tin = &ts.inflight[t.slot]
-			t.tin.Add(1)
 		}
 	}
 	b.pending.Add(int64(len(reqs)))
@@ -446,6 +449,13 @@ func (e *Engine) resolve(t *task, r *Request, ts *transportSet) error {
 	}
 	s.inflight.Add(1)
 	t.seg = s
+	// CloseSegment checks inflight and removes s in one critical section;
+	// looking s up again after counting means either it saw this task
+	// (busy) or this task sees s gone, never a task (and a fresh
+	// connection) on a closed segment.
+	if e.segs.get(r.Target) != s {
+		return fmt.Errorf("%w: id %d closed", ErrSegmentNotFound, r.Target)
+	}
 	st := s.state.Load()
 	if st.gone {
 		return fmt.Errorf("%w: %s is gone", ErrSegmentNotFound, s.name)
@@ -457,6 +467,15 @@ func (e *Engine) resolve(t *task, r *Request, ts *transportSet) error {
 	slot, err := pickSlot(ts, st.desc, r.Transport, s.force)
 	if err != nil {
 		return err
+	}
+	// The same count-then-check against Uninstall, which swaps the set
+	// and then checks the counter: either it sees this task (busy) or
+	// this task sees the transport gone, never a task dispatched to a
+	// closed transport with its region keys cleared under it.
+	t.tin = &ts.inflight[slot]
+	t.tin.Add(1)
+	if e.transports.Load().slots[slot] != ts.slots[slot] {
+		return fmt.Errorf("%w: %s is being uninstalled", ErrNoTransport, ts.slots[slot].Name())
 	}
 	p, err := e.peerFor(s, st, slot)
 	if err != nil {

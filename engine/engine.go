@@ -251,14 +251,17 @@ func (e *Engine) Uninstall(name string) error {
 	if slot < 0 {
 		return fmt.Errorf("%w: %s not installed", ErrNoTransport, name)
 	}
-	if n := old.inflight[slot].Load(); n > 0 {
-		return fmt.Errorf("%w: %s: %d tasks", ErrTransportBusy, name, n)
-	}
 	t := old.slots[slot]
 	ns := *old
 	ns.slots[slot] = nil
 	ns.order = slices.DeleteFunc(slices.Clone(old.order), func(i int) bool { return i == slot })
+	// Swap first, then check: Submit counts a task first, then checks the
+	// set (resolve), so one of the two always sees the other.
 	e.transports.Store(&ns)
+	if n := old.inflight[slot].Load(); n > 0 {
+		e.transports.Store(old)
+		return fmt.Errorf("%w: %s: %d tasks", ErrTransportBusy, name, n)
+	}
 	e.segs.dropSlot(slot)
 	e.memMu.Lock()
 	for _, r := range e.mem.load() {
