@@ -237,11 +237,15 @@ func TestSteadyStateAllocs(t *testing.T) {
 	}
 	const batch = 128
 	for _, c := range []struct {
-		op   engine.Op
-		size int
-	}{{engine.Write, 4096}, {engine.Read, 4096}, {engine.Write, 64 << 10}, {engine.Read, 1 << 20}} {
-		t.Run(fmt.Sprintf("%v/%d", c.op, c.size), func(t *testing.T) {
-			p := newPair(t, batch*c.size, batch*c.size, Config{})
+		op    engine.Op
+		size  int
+		slice uint64 // 0: the default; smaller cuts each task into many slices
+	}{{engine.Write, 4096, 0}, {engine.Read, 4096, 0}, {engine.Write, 64 << 10, 0}, {engine.Read, 1 << 20, 0},
+		// 16 slices per task, 2048 per batch: several chunks of the
+		// batch's slice arena and deep lane rings.
+		{engine.Write, 1 << 20, 64 << 10}, {engine.Read, 1 << 20, 64 << 10}} {
+		t.Run(fmt.Sprintf("%v/%d/slice%d", c.op, c.size, c.slice), func(t *testing.T) {
+			p := newPair(t, batch*c.size, batch*c.size, Config{SliceSize: c.slice})
 			reqs := make([]engine.Request, batch)
 			for i := range reqs {
 				reqs[i] = engine.Request{Op: c.op, Local: p.ini.buf()[i*c.size : (i+1)*c.size], Target: p.seg, TargetAddr: p.tgt.base() + uint64(i*c.size)}
