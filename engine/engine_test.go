@@ -454,7 +454,9 @@ func TestBusyRefusals(t *testing.T) {
 	defer st.Close()
 	buf, stop := blackhole(t, st, "hole")
 	defer stop()
-	n := newNode(t, st, "ini", 1<<16, tcp.Config{IOTimeout: 300 * time.Millisecond})
+	// The I/O timeout is what ends the task: long enough that a loaded
+	// machine still checks every refusal while it is in flight.
+	n := newNode(t, st, "ini", 1<<16, tcp.Config{IOTimeout: 3 * time.Second})
 	seg, err := n.e.OpenSegment(ctxT(t, 5*time.Second), "hole", nil)
 	if err != nil {
 		t.Fatal(err)
@@ -479,7 +481,7 @@ func TestBusyRefusals(t *testing.T) {
 		t.Errorf("state in flight: %v", st.State)
 	}
 	start := time.Now()
-	err = n.e.Wait(ctxT(t, 10*time.Second), b)
+	err = n.e.Wait(ctxT(t, 30*time.Second), b)
 	if !errors.Is(err, tcp.ErrTimeout) {
 		t.Fatalf("wait on a silent peer: %v", err)
 	}
@@ -658,7 +660,8 @@ func TestWaitContext(t *testing.T) {
 	defer st.Close()
 	buf, stop := blackhole(t, st, "hole")
 	defer stop()
-	n := newNode(t, st, "ini", 1<<16, tcp.Config{IOTimeout: 200 * time.Millisecond})
+	// The task must outlive the first Wait's context on a loaded machine.
+	n := newNode(t, st, "ini", 1<<16, tcp.Config{IOTimeout: 3 * time.Second})
 	seg, err := n.e.OpenSegment(ctxT(t, 5*time.Second), "hole", nil)
 	if err != nil {
 		t.Fatal(err)
@@ -670,7 +673,7 @@ func TestWaitContext(t *testing.T) {
 	if err := n.e.Wait(ctx, b); !errors.Is(err, context.DeadlineExceeded) {
 		t.Fatalf("wait with expired context: %v", err)
 	}
-	if err := n.e.Wait(ctxT(t, 10*time.Second), b); !errors.Is(err, tcp.ErrTimeout) {
+	if err := n.e.Wait(ctxT(t, 30*time.Second), b); !errors.Is(err, tcp.ErrTimeout) {
 		t.Fatalf("wait: %v", err)
 	}
 	n.e.FreeBatch(b)

@@ -125,7 +125,9 @@ func TestHostileTarget(t *testing.T) {
 			st := enginetest.NewMemStore()
 			defer st.Close()
 			buf := fakeTarget(t, st, "evil", c.resp)
-			n := newNode(t, st, "ini", 1<<16, Config{Lanes: 1, IOTimeout: 200 * time.Millisecond})
+			// Long enough that a loaded machine's slow fake target
+			// does not turn the expected error into a timeout.
+			n := newNode(t, st, "ini", 1<<16, Config{Lanes: 1, IOTimeout: 2 * time.Second})
 			seg, err := n.e.OpenSegment(ctxT(t, 5*time.Second), "evil", nil)
 			if err != nil {
 				t.Fatal(err)
@@ -137,7 +139,7 @@ func TestHostileTarget(t *testing.T) {
 			if err := n.e.Submit(b, []engine.Request{{Op: c.op, Local: n.buf()[4096:8192], Target: seg, TargetAddr: buf.Addr}}); err != nil {
 				t.Fatal(err)
 			}
-			err = n.e.Wait(ctxT(t, 10*time.Second), b)
+			err = n.e.Wait(ctxT(t, 30*time.Second), b)
 			if !errors.Is(err, c.want) {
 				t.Fatalf("got %v, want %v", err, c.want)
 			}

@@ -435,35 +435,41 @@ func TestStaleEpoch(t *testing.T) {
 // write deadline (IOTimeout) drops it, and the memory can be unregistered.
 func TestInitiatorStopsReading(t *testing.T) {
 	const size = 1 << 20
-	n := newNode(t, nil, "victim", size, Config{IOTimeout: time.Second})
-	r := dialRaw(t, n, n.e.Epoch(), true)
+	// Long enough that the region is surely still pinned when checked
+	// on a loaded machine.
+	n := newNode(t, nil, "victim", size, Config{IOTimeout: 3 * time.Second})
 	var burst []byte
 	for i := range 64 {
 		b := make([]byte, headerLen)
 		(&header{op: opRead, id: uint64(i), addr: n.base(), length: size}).encode(b)
 		burst = append(burst, b...)
 	}
-	if _, err := r.c.Write(burst); err != nil {
-		t.Fatal(err)
-	}
-	// The receiver serves what it can, then blocks writing with READ
-	// payloads pinned.
-	time.Sleep(100 * time.Millisecond)
-	busy := false
-	for range 200 {
-		if err := n.e.UnregisterLocalMemory(n.buf()); errors.Is(err, engine.ErrMemoryBusy) {
-			busy = true
-			break
-		} else if err == nil {
-			t.Fatal("unregistered before the receiver pinned anything; test needs a bigger burst")
+	for attempt := 0; ; attempt++ {
+		r := dialRaw(t, n, n.e.Epoch(), true)
+		if _, err := r.c.Write(burst); err != nil {
+			t.Fatal(err)
 		}
-		time.Sleep(time.Millisecond)
-	}
-	if !busy {
-		t.Fatal("the receiver never pinned the region")
+		// The receiver serves what it can, then blocks writing with READ
+		// payloads pinned.
+		time.Sleep(100 * time.Millisecond << attempt)
+		err := n.e.UnregisterLocalMemory(n.buf())
+		if errors.Is(err, engine.ErrMemoryBusy) {
+			break
+		}
+		if err != nil {
+			t.Fatal(err)
+		}
+		if attempt == 6 {
+			t.Fatal("the receiver never pinned the region")
+		}
+		// The receiver had not read the burst yet: start over.
+		r.c.Close()
+		if err := n.e.RegisterLocalMemory(n.buf(), ""); err != nil {
+			t.Fatal(err)
+		}
 	}
 	start := time.Now()
-	deadline := start.Add(10 * time.Second)
+	deadline := start.Add(30 * time.Second)
 	for {
 		err := n.e.UnregisterLocalMemory(n.buf())
 		if err == nil {
@@ -481,19 +487,37 @@ func TestInitiatorStopsReading(t *testing.T) {
 // cannot keep the target's memory pinned beyond IOTimeout.
 func TestInitiatorStallsMidPayload(t *testing.T) {
 	const size = 1 << 20
-	n := newNode(t, nil, "victim", size, Config{IOTimeout: 300 * time.Millisecond})
-	r := dialRaw(t, n, n.e.Epoch(), true)
-	r.send(header{op: opWrite, id: 1, addr: n.base(), length: size}, make([]byte, size/2))
-	time.Sleep(50 * time.Millisecond)
-	if err := n.e.UnregisterLocalMemory(n.buf()); !errors.Is(err, engine.ErrMemoryBusy) {
-		t.Fatalf("unregister during the payload: %v", err)
+	// Long enough that the region is surely still pinned when checked
+	// on a loaded machine.
+	n := newNode(t, nil, "victim", size, Config{IOTimeout: 3 * time.Second})
+	var r *rawConn
+	for attempt := 0; ; attempt++ {
+		r = dialRaw(t, n, n.e.Epoch(), true)
+		r.send(header{op: opWrite, id: 1, addr: n.base(), length: size}, make([]byte, size/2))
+		time.Sleep(50 * time.Millisecond << attempt)
+		err := n.e.UnregisterLocalMemory(n.buf())
+		if errors.Is(err, engine.ErrMemoryBusy) {
+			break
+		}
+		if err != nil {
+			t.Fatalf("unregister during the payload: %v", err)
+		}
+		if attempt == 6 {
+			t.Fatal("the receiver never pinned the region")
+		}
+		// The receiver had not read the header yet: start over.
+		r.c.Close()
+		if err := n.e.RegisterLocalMemory(n.buf(), ""); err != nil {
+			t.Fatal(err)
+		}
 	}
-	deadline := time.Now().Add(10 * time.Second)
+	deadline := time.Now().Add(30 * time.Second)
 	for n.e.UnregisterLocalMemory(n.buf()) != nil {
 		if time.Now().After(deadline) {
 			t.Fatal("region still pinned by a stalled sender")
 		}
 		time.Sleep(10 * time.Millisecond)
 	}
+	r.c.SetDeadline(time.Now().Add(30 * time.Second))
 	r.closed()
 }
