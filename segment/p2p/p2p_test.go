@@ -645,7 +645,9 @@ func TestFrameRoundTrip(t *testing.T) {
 // after IdleTimeout, and the freed slots serve again.
 func TestConnectionBounds(t *testing.T) {
 	ctx := ctxT(t)
-	a := newStore(t, Options{MaxConns: 2, IdleTimeout: 300 * time.Millisecond})
+	// Long enough that both idle connections surely still hold their
+	// slots when the third client arrives on a loaded machine.
+	a := newStore(t, Options{MaxConns: 2, IdleTimeout: 3 * time.Second})
 	if err := a.Publish(ctx, desc(a.Name(), 1, 1)); err != nil {
 		t.Fatal(err)
 	}
@@ -666,7 +668,7 @@ func TestConnectionBounds(t *testing.T) {
 	}
 	// The idle connections time out and are closed by the server.
 	for _, c := range idle {
-		c.SetReadDeadline(time.Now().Add(5 * time.Second))
+		c.SetReadDeadline(time.Now().Add(30 * time.Second))
 		if _, err := c.Read(make([]byte, 1)); err != io.EOF {
 			t.Fatalf("idle connection: read %v, want EOF from the server", err)
 		}
