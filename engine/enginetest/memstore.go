@@ -180,26 +180,19 @@ func (s *MemStore) Watch(ctx context.Context, name string) (<-chan *segment.Desc
 			delete(s.b.watchers, w)
 			s.b.mu.Unlock()
 		}()
-		var last *segment.Descriptor
-		first := true
+		ctx, cancel := context.WithCancel(ctx)
+		defer cancel()
+		stop := context.AfterFunc(s.ctx, cancel) // the store closed
+		defer stop()
+		rep := segment.NewWatchReport(out)
 		for {
 			select {
 			case <-ctx.Done():
 				return
-			case <-s.ctx.Done():
-				return
 			case <-w.poke:
 			}
 			cur, _ := s.b.get(name)
-			if !first && (cur == nil) == (last == nil) && (cur == nil || cur.Epoch == last.Epoch && cur.Version == last.Version) {
-				continue
-			}
-			select {
-			case out <- cur:
-				last, first = cur, false
-			case <-ctx.Done():
-				return
-			case <-s.ctx.Done():
+			if !rep.Send(ctx, cur) {
 				return
 			}
 		}

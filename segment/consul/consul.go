@@ -809,10 +809,9 @@ func (s *Store) watch(ctx context.Context, name string, ch chan<- *segment.Descr
 	defer stop()
 
 	key := s.Key(name)
+	rep := segment.NewWatchReport(ch)
 	var (
-		index    uint64
-		last     *segment.Descriptor
-		reported bool
+		index uint64
 		// After Consul failed or restarted, an absent key is not reported
 		// gone before graceUntil: a live owner re-registers by then.
 		disrupted  bool
@@ -870,16 +869,10 @@ func (s *Store) watch(ctx context.Context, name string, ch chan<- *segment.Descr
 		} else {
 			s.uncache(name)
 		}
-		if reported && (cur == nil) == (last == nil) && (cur == nil || (cur.Epoch == last.Epoch && cur.Version == last.Version)) {
+		if !rep.Changed(cur) || cur == nil && rep.Reported() && time.Now().Before(graceUntil) {
 			continue
 		}
-		if cur == nil && reported && time.Now().Before(graceUntil) {
-			continue
-		}
-		select {
-		case ch <- cur.Clone():
-			last, reported = cur, true
-		case <-ctx.Done():
+		if !rep.Send(ctx, cur.Clone()) {
 			return
 		}
 	}

@@ -613,20 +613,8 @@ func (s *Store) watch(ctx context.Context, name string, ch chan<- *segment.Descr
 	stop := context.AfterFunc(s.life, cancel)
 	defer stop()
 
-	var (
-		last      *segment.Descriptor
-		reported  bool
-		downSince time.Time
-	)
-	send := func(d *segment.Descriptor) bool {
-		select {
-		case ch <- d:
-			last, reported = d, true
-			return true
-		case <-ctx.Done():
-			return false
-		}
-	}
+	rep := segment.NewWatchReport(ch)
+	var downSince time.Time
 	ticker := time.NewTicker(s.opts.PollInterval)
 	defer ticker.Stop()
 	for {
@@ -642,27 +630,21 @@ func (s *Store) watch(ctx context.Context, name string, ch chan<- *segment.Descr
 			return
 		case err == nil:
 			downSince = time.Time{}
-			if !reported || last == nil || d.Epoch != last.Epoch || d.Version != last.Version {
-				if !send(d) {
-					return
-				}
+			if !rep.Send(ctx, d) {
+				return
 			}
 		case errors.Is(err, segment.ErrNotFound):
 			downSince = time.Time{}
-			if !reported || last != nil {
-				if !send(nil) {
-					return
-				}
+			if !rep.Send(ctx, nil) {
+				return
 			}
 		default: // unreachable or answering nonsense
 			now := time.Now()
 			if downSince.IsZero() {
 				downSince = now
 			}
-			if now.Sub(downSince) >= s.opts.Grace && (!reported || last != nil) {
-				if !send(nil) {
-					return
-				}
+			if now.Sub(downSince) >= s.opts.Grace && !rep.Send(ctx, nil) {
+				return
 			}
 		}
 		select {
