@@ -56,10 +56,6 @@ var (
 func parseBench(args []string, stderr io.Writer) (*benchConfig, error) {
 	fs := newFlags("bench")
 	fs.SetOutput(stderr)
-	def := os.Getenv("TE_METADATA")
-	if def == "" {
-		def = "p2p"
-	}
 	op := &choiceFlag{v: "write", ok: []string{"read", "write"}}
 	proto := &choiceFlag{v: "tcp", ok: []string{"tcp", "rdma"}}
 	unit := &choiceFlag{v: "GB", ok: []string{"GB", "GiB", "Gb", "MB", "MiB", "Mb", "KB", "KiB", "Kb"}}
@@ -74,7 +70,7 @@ func parseBench(args []string, stderr io.Writer) (*benchConfig, error) {
 	fs.Var(&dur, "duration", "`time` to measure each configuration (seconds, or 500ms, 2s, ...)")
 	fs.Var(&buf, "buffer-size", "`bytes` registered on each side (raised to block × batch × threads)")
 	fs.StringVar(&c.Segment, "segment", "", "target segment to open (with p2p: the te serve's host:port); default: start a target in this process")
-	fs.StringVar(&c.Metadata, "metadata", def, "metadata store: p2p (embedded, no server) or consul://host:port[/prefix] ($TE_METADATA sets the default)")
+	fs.StringVar(&c.Metadata, "metadata", defaultMetadata(), "metadata store: p2p (embedded, no server) or consul://host:port[/prefix] ($TE_METADATA sets the default)")
 	fs.Var(unit, "report-unit", "bandwidth `unit`: GB (1e9 bytes), GiB, Gb, MB, MiB, Mb, KB, KiB, Kb")
 	fs.IntVar(&c.Precision, "report-precision", 2, "digits after the point in reported bandwidths")
 	fs.BoolVar(&c.JSON, "json", false, "print the results as JSON on stdout")

@@ -4,6 +4,7 @@ import (
 	"flag"
 	"fmt"
 	"math"
+	"os"
 	"strconv"
 	"strings"
 	"time"
@@ -153,10 +154,19 @@ func printFlags(fs *flag.FlagSet) {
 	}
 }
 
+// defaultMetadata is the --metadata default of every command: $TE_METADATA,
+// else the embedded store.
+func defaultMetadata() string {
+	if v := os.Getenv("TE_METADATA"); v != "" {
+		return v
+	}
+	return "p2p"
+}
+
 // metadataURI maps Mooncake's spellings of the embedded store to ours.
 func metadataURI(v string) string {
 	switch strings.ToLower(v) {
-	case "", "p2p", "p2phandshake":
+	case "", "p2p", "p2phandshake", "p2p://":
 		return "p2p://127.0.0.1:0"
 	}
 	return v

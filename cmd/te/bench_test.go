@@ -414,3 +414,27 @@ func TestBenchTargetDies(t *testing.T) {
 	t.Logf("after %v: %s", time.Since(start).Round(time.Millisecond), strings.TrimSpace(stderr))
 	srv.Wait()
 }
+
+// Every command reads --metadata through the same two functions: the
+// default comes from $TE_METADATA, and Mooncake's spellings of the
+// embedded store all mean a p2p store on loopback.
+func TestMetadataFlag(t *testing.T) {
+	for _, v := range []string{"", "p2p", "P2P", "p2phandshake", "P2PHANDSHAKE", "p2p://"} {
+		if got := metadataURI(v); got != "p2p://127.0.0.1:0" {
+			t.Errorf("metadataURI(%q) = %q", v, got)
+		}
+	}
+	for _, v := range []string{"consul://127.0.0.1:8500/te", "p2p://0.0.0.0?ports=15000-17000"} {
+		if got := metadataURI(v); got != v {
+			t.Errorf("metadataURI(%q) = %q, want it unchanged", v, got)
+		}
+	}
+	t.Setenv("TE_METADATA", "")
+	if got := defaultMetadata(); got != "p2p" {
+		t.Errorf("default without $TE_METADATA = %q", got)
+	}
+	t.Setenv("TE_METADATA", "consul://h:1/x")
+	if got := defaultMetadata(); got != "consul://h:1/x" {
+		t.Errorf("default with $TE_METADATA = %q", got)
+	}
+}

@@ -27,11 +27,7 @@ func init() {
 
 func runSegments(ctx context.Context, args []string) error {
 	fs := newFlags("segments")
-	def := os.Getenv("TE_METADATA")
-	if def == "" {
-		def = "p2p"
-	}
-	metadata := fs.String("metadata", def, "metadata store: consul://host:port[/prefix] or p2p (default $TE_METADATA, else p2p)")
+	metadata := fs.String("metadata", defaultMetadata(), "metadata store: consul://host:port[/prefix] or p2p (default $TE_METADATA, else p2p)")
 	peers := fs.String("peers", "", "comma-separated segment names to fetch (for p2p: the peers' host:port); default: all the store lists")
 	asJSON := fs.Bool("json", false, "print each descriptor as one line of JSON instead of a table")
 	timeout := fs.Duration("timeout", 10*time.Second, "give up after this long")
@@ -53,16 +49,7 @@ func runSegments(ctx context.Context, args []string) error {
 	names = append(names, fs.Args()...)
 	ctx, cancel := context.WithTimeout(ctx, *timeout)
 	defer cancel()
-	return listSegments(ctx, os.Stdout, segmentsURI(*metadata), names, *asJSON, time.Now())
-}
-
-// segmentsURI accepts Mooncake's spellings of the embedded store.
-func segmentsURI(v string) string {
-	switch strings.ToLower(v) {
-	case "", "p2p", "p2phandshake", "p2p://":
-		return "p2p://127.0.0.1:0"
-	}
-	return v
+	return listSegments(ctx, os.Stdout, metadataURI(*metadata), names, *asJSON, time.Now())
 }
 
 // publishedAt is implemented by stores that know when a segment's current

@@ -76,14 +76,14 @@ func TestSegmentsP2P(t *testing.T) {
 		t.Fatal(err)
 	}
 	var out bytes.Buffer
-	if err := listSegments(ctx, &out, segmentsURI("p2p"), []string{peer.Name()}, false, time.Now()); err != nil {
+	if err := listSegments(ctx, &out, metadataURI("p2p"), []string{peer.Name()}, false, time.Now()); err != nil {
 		t.Fatal(err)
 	}
 	t.Logf("\n%s", out.String())
 	if !regexp.MustCompile(`(?m)^` + regexp.QuoteMeta(peer.Name()) + `\s+0x7\s+2\s+tcp=\S+\s+rxe0:1\s+2 \(1\.1 MiB\)\s+-$`).MatchString(out.String()) {
 		t.Fatalf("no row for the peer:\n%s", out.String())
 	}
-	if err := listSegments(ctx, &out, segmentsURI("p2p"), nil, false, time.Now()); !errors.Is(err, errUsage) {
+	if err := listSegments(ctx, &out, metadataURI("p2p"), nil, false, time.Now()); !errors.Is(err, errUsage) {
 		t.Fatalf("p2p without peers: %v, want a usage error", err)
 	}
 }

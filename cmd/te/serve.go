@@ -19,11 +19,7 @@ func init() {
 func runServe(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	fs := newFlags("serve")
 	fs.SetOutput(stderr)
-	def := os.Getenv("TE_METADATA")
-	if def == "" {
-		def = "p2p"
-	}
-	metadata := fs.String("metadata", def, "metadata store: p2p[://host:port?ports=lo-hi] (embedded, no server) or consul://host:port[/prefix] ($TE_METADATA sets the default; p2p listens on 127.0.0.1)")
+	metadata := fs.String("metadata", defaultMetadata(), "metadata store: p2p[://host:port?ports=lo-hi] (embedded, no server) or consul://host:port[/prefix] ($TE_METADATA sets the default; p2p listens on 127.0.0.1)")
 	protocol := &choiceFlag{v: "tcp", ok: []string{"tcp", "rdma"}}
 	fs.Var(protocol, "protocol", "the `transport` to serve: tcp or rdma")
 	bufSize := sizeFlag(256 << 20)
