@@ -53,21 +53,12 @@ func (n named) Submit(ss []*engine.Slice) {
 
 func multiNode(t *testing.T, st *enginetest.MemStore, name string, trs ...named) (*engine.Engine, *engine.Memory) {
 	t.Helper()
-	e, err := engine.New(engine.Config{Name: name, Store: st})
-	if err != nil {
-		t.Fatal(err)
+	ts := make([]engine.Transport, len(trs))
+	for i, tr := range trs {
+		ts[i] = tr
 	}
-	mem, _ := engine.Alloc(1 << 16)
-	t.Cleanup(func() { e.Close(); mem.Close() })
-	for _, tr := range trs {
-		if err := e.Install(tr); err != nil {
-			t.Fatal(err)
-		}
-	}
-	if err := e.RegisterLocalMemory(mem.Bytes(), ""); err != nil {
-		t.Fatal(err)
-	}
-	return e, mem
+	n := enginetest.NewNode(t, engine.Config{Name: name, Store: st}, 1<<16, ts...)
+	return n.Engine, n.Mem
 }
 
 // TestTransportSelection: the target's protocol order picks the default,

@@ -25,29 +25,9 @@ func newNode(t testing.TB, st *enginetest.MemStore, name string, memSize int, tc
 	if st != nil {
 		cfg.Store = st
 	}
-	e, err := engine.New(cfg)
-	if err != nil {
-		t.Fatal(err)
-	}
-	n := &node{e: e, tr: New(tc)}
-	t.Cleanup(func() {
-		if err := e.Close(); err != nil {
-			t.Errorf("close %s: %v", name, err)
-		}
-		n.mem.Close()
-	})
-	if err := e.Install(n.tr); err != nil {
-		t.Fatal(err)
-	}
-	if memSize > 0 {
-		if n.mem, err = engine.Alloc(memSize); err != nil {
-			t.Fatal(err)
-		}
-		if err := e.RegisterLocalMemory(n.mem.Bytes(), "cpu:0"); err != nil {
-			t.Fatal(err)
-		}
-	}
-	return n
+	tr := New(tc)
+	n := enginetest.NewNode(t, cfg, memSize, tr)
+	return &node{e: n.Engine, mem: n.Mem, tr: tr}
 }
 
 type pair struct {

@@ -30,25 +30,8 @@ func (n *node) base() uint64 { return engine.AddrOf(n.mem.Bytes()) }
 
 func start(t testing.TB, st *enginetest.MemStore, name string, size int, f Factory) *node {
 	t.Helper()
-	e, err := engine.New(engine.Config{Name: name, Store: st})
-	if err != nil {
-		t.Fatal(err)
-	}
-	n := &node{e: e}
-	t.Cleanup(func() {
-		e.Close()
-		n.mem.Close()
-	})
-	if err := e.Install(f(t)); err != nil {
-		t.Fatal(err)
-	}
-	if n.mem, err = engine.Alloc(size); err != nil {
-		t.Fatal(err)
-	}
-	if err := e.RegisterLocalMemory(n.mem.Bytes(), "cpu:0"); err != nil {
-		t.Fatal(err)
-	}
-	return n
+	n := enginetest.NewNode(t, engine.Config{Name: name, Store: st}, size, f(t))
+	return &node{e: n.Engine, mem: n.Mem}
 }
 
 type pair struct {
