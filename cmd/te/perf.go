@@ -37,6 +37,13 @@ type perfParams struct {
 	Depth int    `json:"depth"`  // outstanding work requests (bw)
 	CQMod int    `json:"cq_mod"` // a completion every CQMod requests (bw)
 	MTU   int    `json:"mtu"`    // path MTU in bytes, 0 = both ports' active MTU
+	// CQ says how bandwidth tests wait for completions: "poll" busy-polls
+	// (perftest's default), "event" sleeps on a completion channel after Spin
+	// empty polls (perftest -e), "auto" (or empty) picks per end: event on
+	// Soft-RoCE, whose "NIC" is the same CPUs a busy poller would take from
+	// it, poll on hardware. Latency tests always busy-poll.
+	CQ   string `json:"cq,omitempty"`
+	Spin int    `json:"spin,omitempty"`
 }
 
 // perfInfo is one end's connection data, exchanged over TCP as JSON lines.
@@ -90,6 +97,8 @@ func runPerf(ctx context.Context, args []string) error {
 	depth := fs.Int("t", 128, "outstanding work requests (bandwidth)")
 	cqMod := fs.Int("Q", 100, "request a completion every this many work requests (bandwidth)")
 	mtu := fs.Int("m", 0, "path MTU in bytes: 256..4096 (default: the ports' active MTU)")
+	cqWait := fs.String("cq", "auto", "bandwidth: wait for completions by busy polling (poll), on a completion\nchannel (event), or auto: event on Soft-RoCE (rxe), poll on hardware")
+	spin := fs.Int("spin", 0, "with -cq event: empty polls before sleeping")
 	asJSON := fs.Bool("json", false, "print the result as one JSON line")
 	timeout := fs.Duration("timeout", 2*time.Minute, "give up after this long")
 	fs.Usage = func() {
@@ -108,7 +117,8 @@ func runPerf(ctx context.Context, args []string) error {
 		}
 		return errUsage
 	}
-	p := perfParams{Op: *op, Test: "bw", Size: *size, Iters: *iters, Depth: *depth, CQMod: *cqMod, MTU: *mtu}
+	p := perfParams{Op: *op, Test: "bw", Size: *size, Iters: *iters, Depth: *depth, CQMod: *cqMod, MTU: *mtu,
+		CQ: *cqWait, Spin: *spin}
 	if *lat {
 		p.Test = "lat"
 	}
@@ -190,6 +200,10 @@ func (p perfParams) check() error {
 		return fmt.Errorf("-t %d: want 1 .. 4096", p.Depth)
 	case p.CQMod < 1:
 		return fmt.Errorf("-Q %d: want at least 1", p.CQMod)
+	case p.CQ != "" && p.CQ != "auto" && p.CQ != "poll" && p.CQ != "event":
+		return fmt.Errorf("-cq %q: want auto, poll or event", p.CQ)
+	case p.Spin < 0 || p.Spin > 1<<30:
+		return fmt.Errorf("-spin %d: want 0 .. 2^30", p.Spin)
 	case p.MTU != 0 && mtuEnum(p.MTU) == 0:
 		return fmt.Errorf("-m %d: want 256, 512, 1024, 2048 or 4096", p.MTU)
 	}
@@ -210,6 +224,7 @@ type perfEnd struct {
 	name                   string
 	ctx                    *uverbs.Context
 	pd                     *uverbs.PD
+	ch                     *uverbs.CompChannel // bandwidth tests that wait on completion events
 	cq                     *uverbs.CQ
 	qp                     *uverbs.QP
 	mr                     *uverbs.MR // [0,size): the peer writes/reads here; [size,2size): local source/sink
@@ -263,7 +278,14 @@ func openPerfEnd(dev string, gidx int, p perfParams) (_ *perfEnd, err error) {
 	if p.Test == "lat" {
 		depth, e.recvDepth = 4, 4
 	}
-	if e.cq, err = e.ctx.CreateCQ(uverbs.CQConfig{Entries: depth + e.recvDepth + 16}); err != nil {
+	cqc := uverbs.CQConfig{Entries: depth + e.recvDepth + 16}
+	if p.Test == "bw" && (p.CQ == "event" || (p.CQ == "auto" || p.CQ == "") && e.ctx.Device().DriverID == uverbs.DriverRXE) {
+		if e.ch, err = e.ctx.CreateCompChannel(); err != nil {
+			return nil, err
+		}
+		cqc.Channel, cqc.SpinPolls = e.ch, p.Spin
+	}
+	if e.cq, err = e.ctx.CreateCQ(cqc); err != nil {
 		return nil, err
 	}
 	access := uverbs.AccessLocalWrite | uverbs.AccessRemoteWrite | uverbs.AccessRemoteRead
@@ -340,6 +362,9 @@ func (e *perfEnd) Close() error {
 	if e.cq != nil {
 		errs = append(errs, e.cq.Close())
 	}
+	if e.ch != nil {
+		errs = append(errs, e.ch.Close())
+	}
 	if e.mr != nil {
 		errs = append(errs, e.mr.Close())
 	}
@@ -350,11 +375,18 @@ func (e *perfEnd) Close() error {
 	return errors.Join(errs...)
 }
 
-// poll busy-polls for at least one completion (what perftest does) and fails
-// on an error completion or when ctx ends.
+// poll returns at least one completion, busy-polling (what perftest does) or,
+// with a completion channel, sleeping on it; it fails on an error completion
+// or when ctx ends.
 func (e *perfEnd) poll(ctx context.Context) ([]uverbs.WC, error) {
 	for spins := 0; ; spins++ {
-		n, err := e.cq.Poll(e.wc)
+		var n int
+		var err error
+		if e.ch != nil {
+			n, err = e.cq.Wait(ctx, e.wc)
+		} else {
+			n, err = e.cq.Poll(e.wc)
+		}
 		if err != nil {
 			return nil, err
 		}

@@ -21,6 +21,12 @@ func TestPerfParamsCheck(t *testing.T) {
 	if lat.Size != 8 || lat.Iters != 1000 {
 		t.Errorf("latency defaults %+v", lat)
 	}
+	for _, cq := range []string{"", "auto", "poll", "event"} {
+		ok := perfParams{Op: "write", Test: "bw", Size: 8, Iters: 1, Depth: 1, CQMod: 1, CQ: cq, Spin: 100}
+		if err := ok.check(); err != nil {
+			t.Errorf("check(%+v): %v", ok, err)
+		}
+	}
 	for _, bad := range []perfParams{
 		{Op: "atomic", Test: "bw", Size: 8, Iters: 1, Depth: 1},
 		{Op: "write", Test: "both", Size: 8, Iters: 1, Depth: 1},
@@ -29,7 +35,13 @@ func TestPerfParamsCheck(t *testing.T) {
 		{Op: "write", Test: "bw", Size: 8, Iters: 0, Depth: 1},
 		{Op: "write", Test: "bw", Size: 8, Iters: 1, Depth: 5000},
 		{Op: "write", Test: "bw", Size: 8, Iters: 1, Depth: 1, MTU: 1500},
+		{Op: "write", Test: "bw", Size: 8, Iters: 1, Depth: 1, CQ: "spin"},
+		{Op: "write", Test: "bw", Size: 8, Iters: 1, Depth: 1, CQ: "event", Spin: -1},
+		{Op: "write", Test: "bw", Size: 8, Iters: 1, Depth: 1, CQMod: -1},
 	} {
+		if bad.CQMod == 0 {
+			bad.CQMod = 1 // each case breaks one rule only
+		}
 		if err := bad.check(); err == nil {
 			t.Errorf("check(%+v) accepted", bad)
 		}
@@ -95,6 +107,7 @@ func TestPerfUsage(t *testing.T) {
 	for _, args := range [][]string{
 		{"perf"}, {"perf", "-d", "rxe0"}, {"perf", "-d", "rxe0", "-peer", "rxe1", "-server"},
 		{"perf", "-d", "rxe0", "-peer", "rxe1", "-op", "bogus"}, {"perf", "-no-such-flag"},
+		{"perf", "-d", "rxe0", "-peer", "rxe1", "-cq", "bogus"},
 		{"devices", "extra-arg"}, {"devices", "-no-such-flag"},
 	} {
 		if got := run(args); got != 2 {
