@@ -159,9 +159,11 @@ func TestHostileTarget(t *testing.T) {
 	}
 }
 
-// flakyTarget drops its first connection right after the first request
-// arrives, and serves WRITEs properly on every later connection.
-func flakyTarget(t *testing.T, st *enginetest.MemStore, name string) segment.Buffer {
+// flakyTarget breaks its first connection at the first request: it drops
+// the connection with the request unanswered or, with midPayload, after
+// half of a READ reply's payload. Every later connection serves WRITEs
+// and READs properly (READs return readPattern bytes).
+func flakyTarget(t *testing.T, st *enginetest.MemStore, name string, midPayload bool) segment.Buffer {
 	t.Helper()
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
@@ -188,11 +190,18 @@ func flakyTarget(t *testing.T, st *enginetest.MemStore, name string) segment.Buf
 						c.Write(frame(header{op: opHello | opReply, addr: h.addr}, nil))
 						continue
 					}
-					if first {
+					switch {
+					case first && midPayload:
+						c.Write(frame(header{op: opRead | opReply, id: h.id, length: h.length}, bytes.Repeat([]byte{readPattern}, int(h.length/2))))
+						return
+					case first:
 						return // drop the connection with the request unanswered
+					case h.op == opRead:
+						c.Write(frame(header{op: opRead | opReply, id: h.id, length: h.length}, bytes.Repeat([]byte{readPattern}, int(h.length))))
+					default:
+						io.CopyN(io.Discard, c, int64(h.length))
+						c.Write(frame(header{op: opWrite | opReply, id: h.id}, nil))
 					}
-					io.CopyN(io.Discard, c, int64(h.length))
-					c.Write(frame(header{op: opWrite | opReply, id: h.id}, nil))
 				}
 			})
 		}
@@ -214,7 +223,7 @@ func TestRetry(t *testing.T) {
 		t.Run(fmt.Sprint("retries=", c.retries), func(t *testing.T) {
 			st := enginetest.NewMemStore()
 			defer st.Close()
-			buf := flakyTarget(t, st, "flaky")
+			buf := flakyTarget(t, st, "flaky", false)
 			e, err := engine.New(engine.Config{Name: "ini", Store: st, Retries: c.retries})
 			if err != nil {
 				t.Fatal(err)
@@ -237,5 +246,32 @@ func TestRetry(t *testing.T) {
 				t.Fatalf("got %v, want %v", err, c.want)
 			}
 		})
+	}
+}
+
+const readPattern = 0xAB
+
+// TestRetryMidPayload: a READ whose reply breaks off mid-payload is
+// retried on a fresh connection, not on the broken one: the retry must
+// not race the lane's failure (repeated, since the race is narrow).
+func TestRetryMidPayload(t *testing.T) {
+	for i := range 30 {
+		st := enginetest.NewMemStore()
+		buf := flakyTarget(t, st, "flaky", true)
+		n := newNode(t, st, "ini", 64<<10, Config{Lanes: 1})
+		seg, err := n.e.OpenSegment(ctxT(t, 5*time.Second), "flaky", nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		local := n.buf()
+		clear(local)
+		if err := n.e.Transfer(ctxT(t, 30*time.Second), []engine.Request{{Op: engine.Read, Local: local, Target: seg, TargetAddr: buf.Addr}}); err != nil {
+			t.Fatalf("round %d: %v", i, err)
+		}
+		if !bytes.Equal(local, bytes.Repeat([]byte{readPattern}, len(local))) {
+			t.Fatalf("round %d: READ returned the wrong bytes", i)
+		}
+		n.e.Close()
+		st.Close()
 	}
 }

@@ -430,6 +430,10 @@ func (l *lane) readReplies(c *net.TCPConn) error {
 		l.mu.Unlock()
 		switch {
 		case rerr != nil:
+			// Fail the lane first: a retry of s must find the lane
+			// without a connection and dial a fresh one, not queue
+			// behind the broken one.
+			l.fail(c, rerr)
 			s.Done(0, rerr)
 			return rerr
 		case serr != nil:
