@@ -3,6 +3,7 @@ package engine
 import (
 	"context"
 	"fmt"
+	"runtime"
 	"sync"
 	"sync/atomic"
 
@@ -468,14 +469,8 @@ func (e *Engine) resolve(t *task, r *Request, ts *transportSet) error {
 	if err != nil {
 		return err
 	}
-	// The same count-then-check against Uninstall, which swaps the set
-	// and then checks the counter: either it sees this task (busy) or
-	// this task sees the transport gone, never a task dispatched to a
-	// closed transport with its region keys cleared under it.
-	t.tin = &ts.inflight[slot]
-	t.tin.Add(1)
-	if e.transports.Load().slots[slot] != ts.slots[slot] {
-		return fmt.Errorf("%w: %s is being uninstalled", ErrNoTransport, ts.slots[slot].Name())
+	if err := e.admit(t, ts, slot); err != nil {
+		return err
 	}
 	p, err := e.peerFor(s, st, slot)
 	if err != nil {
@@ -495,6 +490,27 @@ func (e *Engine) resolve(t *task, r *Request, ts *transportSet) error {
 	}
 	t.nslices = int64((n + t.sliceMax - 1) / t.sliceMax)
 	return nil
+}
+
+// admit counts t as in flight on the transport of slot, unless an
+// Uninstall of that transport wins: then it fails with ErrNoTransport. A
+// refused Uninstall only delays it. Counting before looking pairs with
+// Uninstall flagging before counting, so a task is never dispatched to a
+// transport closed (its region keys cleared) under it.
+func (e *Engine) admit(t *task, ts *transportSet, slot int) error {
+	tr := ts.slots[slot]
+	for {
+		ts.inflight[slot].Add(1)
+		if !ts.closing[slot].Load() && e.transports.Load().slots[slot] == tr {
+			t.tin = &ts.inflight[slot]
+			return nil
+		}
+		ts.inflight[slot].Add(-1)
+		if e.transports.Load().slots[slot] != tr {
+			return fmt.Errorf("%w: %s was uninstalled", ErrNoTransport, tr.Name())
+		}
+		runtime.Gosched() // an Uninstall is deciding
+	}
 }
 
 // pickSlot chooses the transport for a request: the request's hint, else

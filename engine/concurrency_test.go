@@ -3,6 +3,8 @@ package engine_test
 import (
 	"context"
 	"errors"
+	"fmt"
+	"runtime"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -223,4 +225,88 @@ func TestUninstallRacesSubmit(t *testing.T) {
 		t.Fatalf("after the churn: %v", err)
 	}
 	t.Logf("%d transfers completed during the churn", ok.Load())
+}
+
+// keyed is a tcp transport whose memory registrations return a key, and
+// which refuses slices that arrive without one (as an RDMA transport
+// could not send them).
+type keyed struct{ *tcp.Transport }
+
+func (k keyed) RegisterMemory(r *engine.Region) (any, error) { return r.Addr(), nil }
+
+func (k keyed) Submit(ss []*engine.Slice) {
+	for _, s := range ss {
+		if s.LocalKey != r2key(s.LocalRegion) {
+			s.Done(0, fmt.Errorf("slice without its registration key: %v", s.LocalKey))
+			continue
+		}
+		k.Transport.Submit([]*engine.Slice{s})
+	}
+}
+
+func r2key(r *engine.Region) any { return r.Addr() }
+
+// TestRefusedUninstallDisturbsNothing: Uninstall refused for a task in
+// flight, again and again, while other requests are submitted and memory
+// is registered: no submission fails for it, and every registration gets
+// the key of the transport that stays installed.
+func TestRefusedUninstallDisturbsNothing(t *testing.T) {
+	st := enginetest.NewMemStore()
+	defer st.Close()
+	hole, stop := blackhole(t, st, "hole")
+	defer stop()
+	tgt := newNode(t, st, "tgt", 1<<16, tcp.Config{})
+	n := enginetest.NewNode(t, engine.Config{Name: "ini", Store: st}, 1<<16, keyed{tcp.New(tcp.Config{IOTimeout: time.Minute})})
+	ctx := ctxT(t, 2*time.Minute)
+	holeSeg, err := n.Engine.OpenSegment(ctx, "hole", nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	tgtSeg, err := n.Engine.OpenSegment(ctx, "tgt", nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	// A task that stays in flight keeps the transport busy.
+	b, _ := n.Engine.AllocateBatch(1)
+	if err := n.Engine.Submit(b, []engine.Request{{Op: engine.Write, Local: n.Mem.Bytes()[:64], Target: holeSeg, TargetAddr: hole.Addr}}); err != nil {
+		t.Fatal(err)
+	}
+	mem, err := engine.Alloc(4096)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer mem.Close()
+	stopUninstall := make(chan struct{})
+	var wg sync.WaitGroup
+	wg.Go(func() {
+		for {
+			select {
+			case <-stopUninstall:
+				return
+			default:
+			}
+			if err := n.Engine.Uninstall("tcp"); !errors.Is(err, engine.ErrTransportBusy) {
+				t.Errorf("uninstall with a task in flight: %v", err)
+				return
+			}
+			runtime.Gosched() // let the transfers' goroutines run on one CPU
+		}
+	})
+	for i := range 300 {
+		if err := n.Engine.RegisterLocalMemory(mem.Bytes(), ""); err != nil {
+			t.Fatal(err)
+		}
+		if err := n.Engine.Transfer(ctx, []engine.Request{{Op: engine.Write, Local: mem.Bytes(), Target: tgtSeg, TargetAddr: tgt.base()}}); err != nil {
+			t.Fatalf("round %d: %v", i, err)
+		}
+		if err := n.Engine.UnregisterLocalMemory(mem.Bytes()); err != nil {
+			t.Fatal(err)
+		}
+	}
+	close(stopUninstall)
+	wg.Wait()
+	n.Engine.Close() // fails the task in flight
+	if err := n.Engine.Wait(ctx, b); err == nil {
+		t.Fatal("the blackholed task completed")
+	}
 }

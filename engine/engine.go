@@ -85,8 +85,10 @@ type transportSet struct {
 	// order lists occupied slots in install order (preference order of
 	// the local descriptor's protocols).
 	order []int
-	// inflight counts tasks in flight per slot.
+	// inflight counts tasks in flight per slot; closing is set while an
+	// Uninstall decides. Both are shared by every snapshot.
 	inflight *[maxTransports]atomic.Int64
+	closing  *[maxTransports]atomic.Bool
 }
 
 func (ts *transportSet) byName(name string) int {
@@ -125,7 +127,7 @@ func New(cfg Config) (*Engine, error) {
 	}
 	e := &Engine{cfg: cfg, log: log, epoch: binary.LittleEndian.Uint64(eb[:]) | 1}
 	e.ctx, e.cancel = context.WithCancel(context.Background())
-	e.transports.Store(&transportSet{inflight: new([maxTransports]atomic.Int64)})
+	e.transports.Store(&transportSet{inflight: new([maxTransports]atomic.Int64), closing: new([maxTransports]atomic.Bool)})
 	e.segs.init()
 	if err := e.republish(); err != nil {
 		e.cancel()
@@ -251,17 +253,21 @@ func (e *Engine) Uninstall(name string) error {
 	if slot < 0 {
 		return fmt.Errorf("%w: %s not installed", ErrNoTransport, name)
 	}
+	// Flag, then count: Submit counts a task, then looks at the flag and
+	// the set (admit), so either this sees the task (busy) or the task
+	// sees the transport going and waits for the outcome. A refusal
+	// changes nothing a submission or registration could have seen.
+	old.closing[slot].Store(true)
+	if n := old.inflight[slot].Load(); n > 0 {
+		old.closing[slot].Store(false)
+		return fmt.Errorf("%w: %s: %d tasks", ErrTransportBusy, name, n)
+	}
 	t := old.slots[slot]
 	ns := *old
 	ns.slots[slot] = nil
 	ns.order = slices.DeleteFunc(slices.Clone(old.order), func(i int) bool { return i == slot })
-	// Swap first, then check: Submit counts a task first, then checks the
-	// set (resolve), so one of the two always sees the other.
 	e.transports.Store(&ns)
-	if n := old.inflight[slot].Load(); n > 0 {
-		e.transports.Store(old)
-		return fmt.Errorf("%w: %s: %d tasks", ErrTransportBusy, name, n)
-	}
+	old.closing[slot].Store(false)
 	e.segs.dropSlot(slot)
 	e.memMu.Lock()
 	for _, r := range e.mem.load() {
