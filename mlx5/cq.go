@@ -39,16 +39,25 @@ func (c *cqRing) next() []byte {
 	// x86-64 needs for device writes to cacheable memory (Linux's dma_rmb
 	// is a compiler barrier there); rdma-core's LFENCE costs ~10 ns per
 	// CQE on current AMD and Intel parts and orders nothing more here.
-	op := uint8(loadAcquire32(cqe, cqeWQECounter) >> 24)
-	owner := uint8(0)
-	if c.ci&c.cnt != 0 {
-		owner = 1
-	}
-	if op>>4 == cqeInvalid || op&1 != owner {
+	if !c.current(uint8(loadAcquire32(cqe, cqeWQECounter)>>24), c.ci) {
 		return nil
 	}
 	c.ci++
 	return cqe
+}
+
+// current reports whether op_own byte op makes the entry at free-running
+// index i a CQE of the HCA's current pass: its opcode is not INVALID and
+// its owner bit equals the parity of the pass.
+func (c *cqRing) current(op uint8, i uint32) bool {
+	return op>>4 != cqeInvalid && (op&1 != 0) == (i&c.cnt != 0)
+}
+
+// valid reports whether the entry at free-running index i holds a CQE of
+// the current pass (the same acquire load as next).
+func (c *cqRing) valid(i uint32) bool {
+	off := int(i&(c.cnt-1)) * cqeSize
+	return c.current(uint8(loadAcquire32(c.buf, off+cqeWQECounter)>>24), i)
 }
 
 // updateCI publishes the consumer index so the HCA can reuse entries.
@@ -107,6 +116,42 @@ func (c *cqRing) poll(wcs []WC, qps qpLookup) int {
 		c.updateCI()
 	}
 	return n
+}
+
+// clean discards the unpolled CQEs of user index uidx (a QP that was reset
+// or destroyed), keeping the others in order. It finds the producer end,
+// then walks back to the consumer index, sliding each kept entry forward
+// over the discarded ones (each slot keeps its own owner bit), and
+// finally advances the consumer index past the freed slots. The HCA
+// writes no CQE for a QP in RESET, and the slots rewritten lie between
+// the consumer index and the last valid entry, which it does not touch.
+func (c *cqRing) clean(uidx uint32) {
+	pi := c.ci
+	for pi-c.ci < c.cnt && c.valid(pi) {
+		pi++
+	}
+	freed := uint32(0)
+	for i := pi; i != c.ci; {
+		i--
+		off := int(i&(c.cnt-1)) * cqeSize
+		cqe := c.buf[off : off+cqeSize : off+cqeSize]
+		if cqe[cqeOpOwn]>>4 != cqeResizeCQ && be.Uint32(cqe[cqeSRQNUIdx:])&0xffffff == uidx {
+			freed++
+			continue
+		}
+		if freed == 0 {
+			continue
+		}
+		doff := int((i+freed)&(c.cnt-1)) * cqeSize
+		dst := c.buf[doff : doff+cqeSize : doff+cqeSize]
+		owner := dst[cqeOpOwn] & 1
+		copy(dst, cqe)
+		dst[cqeOpOwn] = dst[cqeOpOwn]&^1 | owner
+	}
+	if freed > 0 {
+		c.ci += freed
+		c.updateCI()
+	}
 }
 
 // retired marks the user index of a destroyed QP.

@@ -75,6 +75,15 @@ func (cq *CQ) Created(h uverbs.Handle, cqe uint32, out []byte) error {
 // Poll does not allocate.
 func (cq *CQ) Poll(wc []uverbs.WC) int { return cq.ring.poll(wc, &cq.ctx.qps) }
 
+// Clean drops the unpolled completions of qp (an mlx5 QP of this context)
+// after the kernel reset or destroyed it, so that none is matched to work
+// posted later; the core holds the CQ's owner guard (uverbs.CQCleaner).
+func (cq *CQ) Clean(qp uverbs.DriverQP) {
+	if q, ok := qp.(*QP); ok && cq.ring.buf != nil && !cq.done {
+		cq.ring.clean(q.r.uidx)
+	}
+}
+
 // Arm writes the arm record and rings the CQ doorbell; mlx5 needs no
 // kernel call to request a completion event.
 func (cq *CQ) Arm(solicitedOnly bool) error {

@@ -122,10 +122,19 @@ func (qp *QP) Modify(attr *QPAttr, mask QPAttrMask) error {
 		return opErr(what, c.dev.Name, err)
 	}
 	if mask&QPAttrState != 0 {
-		qp.state.Store(uint32(attr.State))
-		qp.drv.StateChanged(attr.State)
+		qp.stateChanged(attr.State)
 	}
 	return nil
+}
+
+// stateChanged records a transition the kernel made. A QP in RESET starts
+// its queues over, so stale completions are cleaned from its CQs first.
+func (qp *QP) stateChanged(s QPState) {
+	qp.state.Store(uint32(s))
+	if s == QPStateReset {
+		qp.cleanCQs()
+	}
+	qp.drv.StateChanged(s)
 }
 
 // Query returns the QP's current attributes from the kernel and refreshes State.

@@ -87,6 +87,20 @@ type DriverCQ interface {
 	Destroyed() error
 }
 
+// CQCleaner is implemented by a DriverCQ that keeps completions in user
+// memory where a stale one could be matched to later work (mlx5 names the
+// QP of a CQE by user index and its work request by a queue counter that
+// restarts at RESET). The core calls Clean(qp) with the CQ's owner guard
+// held, so no Poll runs meanwhile: after the kernel moved qp to RESET
+// (before qp's StateChanged) and after it destroyed qp (before qp's
+// Destroyed), once per distinct CQ of qp. Clean discards qp's completions
+// that were not yet polled and keeps the others in order. It must not
+// block. Providers whose completions carry the work request ID itself
+// (rxe) need not implement it.
+type CQCleaner interface {
+	Clean(qp DriverQP)
+}
+
 // DriverQPConfig describes a QP to create.
 type DriverQPConfig struct {
 	Type           QPType

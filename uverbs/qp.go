@@ -185,6 +185,7 @@ func (qp *QP) Close() error {
 		return opErr("destroy_qp", c.dev.Name, err)
 	}
 	qp.closed = true
+	qp.cleanCQs()
 	derr := qp.drv.Destroyed()
 	c.mu.Lock()
 	delete(c.qps, qp.uh)
@@ -199,6 +200,28 @@ func (qp *QP) Close() error {
 	qp.pd.mu.Unlock()
 	untrack(qp)
 	return derr
+}
+
+// cleanCQs lets a provider that implements CQCleaner drop the QP's
+// unpolled completions from each of its CQs (once when both are the same),
+// under that CQ's owner guard: it waits out a Poll in progress on the
+// owner goroutine, which then sees the cleaned ring.
+func (qp *QP) cleanCQs() {
+	cqs := [2]*CQ{qp.sendCQ, qp.recvCQ}
+	for i, cq := range cqs {
+		if cq == nil || (i == 1 && cq == cqs[0]) {
+			continue
+		}
+		cl, ok := cq.drv.(CQCleaner)
+		if !ok {
+			continue
+		}
+		for !cq.busy.CompareAndSwap(false, true) {
+			runtime.Gosched()
+		}
+		cl.Clean(qp.drv)
+		cq.busy.Store(false)
+	}
 }
 
 // PostSend posts send work requests in order. It returns how many were
