@@ -26,8 +26,10 @@
 // slices fail with ErrTimeout, so a hung or dead peer fails tasks within a
 // bounded time. A submission after a failure dials again. On the target
 // side the same timeout bounds a blocked reply write and a stalled payload
-// read, so no initiator can keep registered memory pinned. A
-// target that restarted (a new epoch) refuses the connection's HELLO and
+// read, so no initiator can keep registered memory pinned, and the wait
+// for a new connection's HELLO; at most Config.MaxConns initiator
+// connections are served at once, so no client can make the target
+// allocate without bound. A target that restarted (a new epoch) refuses the connection's HELLO and
 // the slices fail with engine.ErrPeerReset.
 //
 // The wire format is documented at the constants in frame.go.

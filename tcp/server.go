@@ -28,6 +28,12 @@ func (t *Transport) acceptLoop() {
 			c.Close()
 			return
 		}
+		if len(t.conns) >= t.cfg.MaxConns {
+			t.mu.Unlock()
+			c.Close()
+			t.log.Debug("tcp: connection refused: too many", "remote", c.RemoteAddr(), "max", t.cfg.MaxConns)
+			continue
+		}
 		t.conns[c] = struct{}{}
 		t.wg.Add(1)
 		t.mu.Unlock()
@@ -59,10 +65,13 @@ func (t *Transport) serveConn(c *net.TCPConn) error {
 	defer g.reset()
 	var hb [headerLen]byte
 
-	// HELLO: refuse initiators that address another incarnation.
+	// HELLO: refuse initiators that address another incarnation, and
+	// connections that hold a slot without saying anything.
+	c.SetReadDeadline(time.Now().Add(t.cfg.IOTimeout))
 	if err := fr.header(&hb); err != nil {
 		return err
 	}
+	c.SetReadDeadline(time.Time{})
 	h, err := decodeHeader(hb[:])
 	if err != nil {
 		return err

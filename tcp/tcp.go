@@ -33,6 +33,7 @@ const (
 	DefaultSliceSize   = 1 << 20
 	DefaultDialTimeout = 5 * time.Second
 	DefaultIOTimeout   = 10 * time.Second
+	DefaultMaxConns    = 4096
 )
 
 // Config configures a Transport. Zero fields select defaults.
@@ -53,8 +54,12 @@ type Config struct {
 	// reply for this long; on the target side it bounds writing a batch
 	// of replies and reading one payload, so a stalled initiator cannot
 	// keep registered memory pinned. It must exceed the time one slice
-	// (SliceSize, or the engine's) takes on the wire.
+	// (SliceSize, or the engine's) takes on the wire. A connection must
+	// also send its HELLO within it.
 	IOTimeout time.Duration
+	// MaxConns bounds the initiator connections served at once (each
+	// holds buffers); further ones are closed on accept.
+	MaxConns int
 }
 
 // Errors; compare with errors.Is.
@@ -138,6 +143,9 @@ func New(cfg Config) *Transport {
 	}
 	if cfg.IOTimeout <= 0 {
 		cfg.IOTimeout = DefaultIOTimeout
+	}
+	if cfg.MaxConns <= 0 {
+		cfg.MaxConns = DefaultMaxConns
 	}
 	t := &Transport{cfg: cfg, conns: map[net.Conn]struct{}{}, peers: map[*peer]struct{}{}}
 	t.ctx, t.cancel = context.WithCancel(context.Background())

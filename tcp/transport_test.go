@@ -521,3 +521,63 @@ func TestInitiatorStallsMidPayload(t *testing.T) {
 	r.c.SetDeadline(time.Now().Add(30 * time.Second))
 	r.closed()
 }
+
+// TestConnectionBounds: connections beyond MaxConns are closed on accept,
+// one that does not send its HELLO within IOTimeout is closed, and a
+// freed slot serves again.
+func TestConnectionBounds(t *testing.T) {
+	n := newNode(t, nil, "bounded", 1<<16, Config{MaxConns: 2, IOTimeout: 500 * time.Millisecond})
+	a := dialRaw(t, n, n.e.Epoch(), true)
+	b := dialRaw(t, n, n.e.Epoch(), true)
+	over := dialRaw(t, n, 0, false)
+	over.c.SetDeadline(time.Now().Add(30 * time.Second))
+	over.closed()
+	// Both served connections still work.
+	for _, r := range []*rawConn{a, b} {
+		r.c.SetDeadline(time.Now().Add(30 * time.Second))
+		r.send(header{op: opRead, id: 1, addr: n.base(), length: 8}, nil)
+		if h := r.reply(); h.status != statusOK || h.length != 8 {
+			t.Fatalf("served connection: %v", h)
+		}
+		if _, err := io.ReadFull(r.br, make([]byte, 8)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	// A freed slot is taken by a silent connection, which is dropped for
+	// not saying HELLO; then a proper initiator is served.
+	a.c.Close()
+	for deadline := time.Now().Add(30 * time.Second); ; {
+		silent := dialRaw(t, n, 0, false)
+		silent.c.SetDeadline(time.Now().Add(30 * time.Second))
+		start := time.Now()
+		silent.closed()
+		if time.Since(start) >= 400*time.Millisecond {
+			break // held its slot until the HELLO deadline: it was served
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("the closed connection's slot was never freed")
+		}
+		time.Sleep(10 * time.Millisecond) // refused at once: slot not freed yet
+	}
+	for deadline := time.Now().Add(30 * time.Second); ; time.Sleep(10 * time.Millisecond) {
+		c, err := net.Dial("tcp", n.tr.Endpoint())
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer c.Close()
+		c.SetDeadline(time.Now().Add(30 * time.Second))
+		hello := frame(header{op: opHello, addr: n.e.Epoch()}, nil)
+		var hb [headerLen]byte
+		if _, err := c.Write(hello); err == nil {
+			if _, err := io.ReadFull(c, hb[:]); err == nil {
+				if h, err := decodeHeader(hb[:]); err != nil || h.op != opHello|opReply || h.status != statusOK {
+					t.Fatalf("HELLO reply %v, %v", h, err)
+				}
+				break // served
+			}
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("no initiator served after the silent connection left")
+		}
+	}
+}
