@@ -41,11 +41,16 @@ type memStore struct {
 	b      *backend
 	mu     sync.Mutex
 	closed bool
-	done   chan struct{}
+	ctx    context.Context // cancelled by Close
+	cancel context.CancelFunc
 	wg     sync.WaitGroup
 }
 
-func (b *backend) open() *memStore { return &memStore{b: b, done: make(chan struct{})} }
+func (b *backend) open() *memStore {
+	s := &memStore{b: b}
+	s.ctx, s.cancel = context.WithCancel(context.Background())
+	return s
+}
 
 func (s *memStore) isClosed() bool {
 	s.mu.Lock()
@@ -138,8 +143,11 @@ func (s *memStore) Watch(ctx context.Context, name string) (<-chan *segment.Desc
 	go func() {
 		defer s.wg.Done()
 		defer close(ch)
-		var last *segment.Descriptor
-		first := true
+		ctx, cancel := context.WithCancel(ctx)
+		defer cancel()
+		stop := context.AfterFunc(s.ctx, cancel) // the store closed
+		defer stop()
+		rep := segment.NewWatchReport(ch)
 		for {
 			s.b.mu.Lock()
 			changed := s.b.changed
@@ -149,21 +157,12 @@ func (s *memStore) Watch(ctx context.Context, name string) (<-chan *segment.Desc
 			if ok {
 				cur, _ = segment.Unmarshal(e.b)
 			}
-			if first || (cur == nil) != (last == nil) || (cur != nil && (cur.Epoch != last.Epoch || cur.Version != last.Version)) {
-				select {
-				case ch <- cur:
-				case <-ctx.Done():
-					return
-				case <-s.done:
-					return
-				}
-				first, last = false, cur
+			if !rep.Send(ctx, cur) {
+				return
 			}
 			select {
 			case <-changed:
 			case <-ctx.Done():
-				return
-			case <-s.done:
 				return
 			}
 		}
@@ -178,7 +177,7 @@ func (s *memStore) Close() error {
 		return nil
 	}
 	s.closed = true
-	close(s.done)
+	s.cancel()
 	s.mu.Unlock()
 	s.wg.Wait()
 	s.b.mu.Lock()
