@@ -82,8 +82,8 @@ func ExampleFindGID() {
 	// Output: 3 ::ffff:10.0.1.1 <nil>
 }
 
-// ExampleEndpoint_MarshalBinary shows the 26-byte form two peers exchange
-// out of band before Connect.
+// ExampleEndpoint_MarshalBinary shows the form two peers exchange out of
+// band before Connect: 26 bytes on RoCE, 28 with an InfiniBand LID.
 func ExampleEndpoint_MarshalBinary() {
 	e := uverbs.Endpoint{QPN: 0x11, PSN: 0x123456, GID: uverbs.GIDFromAddr(netip.MustParseAddr("10.0.1.2")), MTU: uverbs.MTU1024}
 	b, _ := e.MarshalBinary()

@@ -2,6 +2,7 @@ package uverbs
 
 import (
 	"fmt"
+	"syscall"
 
 	"github.com/rdmago/te/internal/uapi"
 	"github.com/rdmago/te/internal/ucmd"
@@ -179,15 +180,16 @@ func (qp *QP) ToReset() error { return qp.Modify(&QPAttr{State: QPStateReset}, Q
 // Endpoint is what two RC QPs exchange out of band to connect.
 type Endpoint struct {
 	QPN QPN
-	PSN PSN // initial send PSN (24 bits)
-	GID GID
-	MTU MTU // the side's port active MTU
+	PSN PSN    // initial send PSN (24 bits)
+	GID GID    // the GID the side sends from (RoCE; unused on InfiniBand)
+	MTU MTU    // the side's port active MTU
+	LID uint16 // the side's port LID (InfiniBand; 0 on RoCE)
 }
 
 // ConnectConfig drives Connect. Zero values take the defaults noted.
 type ConnectConfig struct {
 	Port            uint8 // local port (default 1)
-	SGIDIndex       uint8 // local GID index, e.g. from FindRoCEv2GID
+	SGIDIndex       uint8 // local GID index, e.g. from FindRoCEv2GID (RoCE)
 	LocalPSN        PSN   // our initial send PSN (give it to the peer)
 	Remote          Endpoint
 	Access          Access // responder rights; default remote write|read|atomic
@@ -198,13 +200,41 @@ type ConnectConfig struct {
 	MinRNRTimer     uint8  // default 12 (0.64 ms)
 	MaxRdAtomic     uint8  // default 16
 	MaxDestRdAtomic uint8  // default 16
-	TrafficClass    uint8
-	HopLimit        uint8 // default 64
+	TrafficClass    uint8  // RoCE
+	HopLimit        uint8  // RoCE; default 64
+	SL              uint8  // service level
 }
 
 // Connect brings an RC QP from RESET or INIT through RTR to RTS against the
-// peer described by cfg.Remote.
+// peer described by cfg.Remote. The path follows the port's link layer: on
+// RoCE the peer is addressed by GID (a GRH from cfg.SGIDIndex); on
+// InfiniBand by Remote.LID, without a GRH (the peer is in the same subnet).
 func (qp *QP) Connect(cfg ConnectConfig) error {
+	if cfg.Port == 0 {
+		cfg.Port = 1
+	}
+	pa, err := qp.pd.ctx.QueryPort(cfg.Port)
+	if err != nil {
+		return err
+	}
+	rtr, rts, err := connectAttrs(&cfg, &pa)
+	if err != nil {
+		return fmt.Errorf("uverbs: connect QP %#x: %w", uint32(qp.qpn), err)
+	}
+	if qp.State() == QPStateReset {
+		if err := qp.ToInit(cfg.Port, cfg.Access); err != nil {
+			return err
+		}
+	}
+	if err := qp.Modify(&rtr, MaskRC2RTR); err != nil {
+		return err
+	}
+	return qp.Modify(&rts, MaskRC2RTS)
+}
+
+// connectAttrs fills cfg's defaults for a QP on a port with attributes pa
+// and returns the RTR and RTS attributes of an RC connection.
+func connectAttrs(cfg *ConnectConfig, pa *PortAttr) (rtr, rts QPAttr, err error) {
 	if cfg.Port == 0 {
 		cfg.Port = 1
 	}
@@ -212,10 +242,6 @@ func (qp *QP) Connect(cfg ConnectConfig) error {
 		cfg.Access = AccessRemoteWrite | AccessRemoteRead | AccessRemoteAtomic
 	}
 	if cfg.MTU == 0 {
-		pa, err := qp.pd.ctx.QueryPort(cfg.Port)
-		if err != nil {
-			return err
-		}
 		cfg.MTU = pa.ActiveMTU
 		if cfg.Remote.MTU != 0 && cfg.Remote.MTU < cfg.MTU {
 			cfg.MTU = cfg.Remote.MTU
@@ -233,21 +259,20 @@ func (qp *QP) Connect(cfg ConnectConfig) error {
 	def(&cfg.MaxRdAtomic, 16)
 	def(&cfg.MaxDestRdAtomic, 16)
 	def(&cfg.HopLimit, 64)
-	if qp.State() == QPStateReset {
-		if err := qp.ToInit(cfg.Port, cfg.Access); err != nil {
-			return err
+	av := AddressVector{SL: cfg.SL, Port: cfg.Port}
+	if pa.LinkLayer == LinkLayerInfiniBand {
+		if cfg.Remote.LID == 0 {
+			return QPAttr{}, QPAttr{}, fmt.Errorf("InfiniBand port %d: the peer endpoint has no LID: %w", cfg.Port, syscall.EINVAL)
 		}
+		av.DLID = cfg.Remote.LID
+	} else {
+		av.DGID, av.SGIDIndex, av.HopLimit, av.TrafficClass, av.IsGlobal = cfg.Remote.GID, cfg.SGIDIndex, cfg.HopLimit, cfg.TrafficClass, true
 	}
-	rtr := QPAttr{
+	rtr = QPAttr{
 		State: QPStateRTR, PathMTU: cfg.MTU, DestQPN: cfg.Remote.QPN, RQPSN: cfg.Remote.PSN & 0xffffff,
-		MaxDestRdAtomic: cfg.MaxDestRdAtomic, MinRNRTimer: cfg.MinRNRTimer,
-		AV: AddressVector{DGID: cfg.Remote.GID, SGIDIndex: cfg.SGIDIndex, HopLimit: cfg.HopLimit,
-			TrafficClass: cfg.TrafficClass, IsGlobal: true, Port: cfg.Port},
+		MaxDestRdAtomic: cfg.MaxDestRdAtomic, MinRNRTimer: cfg.MinRNRTimer, AV: av,
 	}
-	if err := qp.Modify(&rtr, MaskRC2RTR); err != nil {
-		return err
-	}
-	rts := QPAttr{State: QPStateRTS, Timeout: cfg.Timeout, RetryCnt: cfg.RetryCnt, RNRRetry: cfg.RNRRetry,
+	rts = QPAttr{State: QPStateRTS, Timeout: cfg.Timeout, RetryCnt: cfg.RetryCnt, RNRRetry: cfg.RNRRetry,
 		SQPSN: cfg.LocalPSN & 0xffffff, MaxRdAtomic: cfg.MaxRdAtomic}
-	return qp.Modify(&rts, MaskRC2RTS)
+	return rtr, rts, nil
 }

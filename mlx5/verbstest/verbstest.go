@@ -48,8 +48,7 @@ type side struct {
 	mr  *uverbs.MR
 	gid uverbs.GID
 	psn uverbs.PSN
-	ib  bool   // InfiniBand link layer: LID routing
-	lid uint16 // the port's LID (InfiniBand)
+	ib  bool // InfiniBand link layer: LID routing
 }
 
 const (
@@ -76,7 +75,7 @@ func newSide(t testing.TB, tg Target, d Device, bufSize int) *side {
 	if err != nil {
 		t.Fatal(err)
 	}
-	s.ib, s.lid = pa.LinkLayer == uverbs.LinkLayerInfiniBand, pa.LID
+	s.ib = pa.LinkLayer == uverbs.LinkLayerInfiniBand
 	if !s.ib {
 		ents, err := s.ctx.QueryGIDTable()
 		if err != nil {
@@ -124,52 +123,39 @@ func (s *side) close() {
 	}
 }
 
+// endpoint describes s for its peer as it would travel out of band: through
+// MarshalBinary and UnmarshalBinary (with the LID on InfiniBand).
 func (s *side) endpoint() uverbs.Endpoint {
-	pa, err := s.ctx.QueryPort(s.dev.Port)
+	s.t.Helper()
+	e, err := s.qp.LocalEndpoint(s.dev.Port, s.gid, s.psn)
 	if err != nil {
 		s.t.Fatal(err)
 	}
-	return uverbs.Endpoint{QPN: s.qp.QPN(), PSN: s.psn, GID: s.gid, MTU: pa.ActiveMTU}
+	if s.ib != (e.LID != 0) {
+		s.t.Fatalf("%s: endpoint %+v on a port with InfiniBand=%v", s.dev.Name, e, s.ib)
+	}
+	b, err := e.MarshalBinary()
+	if err != nil {
+		s.t.Fatal(err)
+	}
+	var got uverbs.Endpoint
+	if err := got.UnmarshalBinary(b); err != nil || got != e {
+		s.t.Fatalf("%s: endpoint round trip %+v -> %+v: %v", s.dev.Name, e, got, err)
+	}
+	return got
 }
 
+// connect brings the QP to RTS against peer; Connect picks the path by the
+// port's link layer (GID and GRH on RoCE, LID on InfiniBand).
 func (s *side) connect(peer *side, tweak func(*uverbs.ConnectConfig)) {
 	s.t.Helper()
 	cfg := uverbs.ConnectConfig{Port: s.dev.Port, SGIDIndex: uint8(s.dev.GIDIndex), LocalPSN: s.psn, Remote: peer.endpoint()}
 	if tweak != nil {
 		tweak(&cfg)
 	}
-	if s.ib {
-		if err := s.connectIB(peer, cfg); err != nil {
-			s.t.Fatalf("%s: connect by LID: %v", s.dev.Name, err)
-		}
-		return
-	}
 	if err := s.qp.Connect(cfg); err != nil {
 		s.t.Fatalf("%s: connect: %v", s.dev.Name, err)
 	}
-}
-
-// connectIB brings the QP to RTS addressing the peer by LID (no GRH), with
-// the same defaults uverbs.QP.Connect uses for RoCE.
-func (s *side) connectIB(peer *side, cfg uverbs.ConnectConfig) error {
-	def := func(v, d uint8) uint8 {
-		if v == 0 {
-			return d
-		}
-		return v
-	}
-	if err := s.qp.ToInit(s.dev.Port, uverbs.AccessRemoteWrite|uverbs.AccessRemoteRead|uverbs.AccessRemoteAtomic); err != nil {
-		return err
-	}
-	rtr := uverbs.QPAttr{State: uverbs.QPStateRTR, PathMTU: min(cfg.Remote.MTU, s.endpoint().MTU), DestQPN: peer.qp.QPN(),
-		RQPSN: peer.psn, MaxDestRdAtomic: 16, MinRNRTimer: def(cfg.MinRNRTimer, 12),
-		AV: uverbs.AddressVector{DLID: peer.lid, Port: s.dev.Port}}
-	if err := s.qp.Modify(&rtr, uverbs.MaskRC2RTR); err != nil {
-		return err
-	}
-	rts := uverbs.QPAttr{State: uverbs.QPStateRTS, Timeout: 14, RetryCnt: 6, RNRRetry: def(cfg.RNRRetry, 7),
-		SQPSN: s.psn, MaxRdAtomic: 16}
-	return s.qp.Modify(&rts, uverbs.MaskRC2RTS)
 }
 
 func (s *side) buf() []byte         { return s.mr.Bytes() }
