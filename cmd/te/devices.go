@@ -10,8 +10,6 @@ import (
 	"os"
 	"sort"
 
-	"github.com/rdmago/te/mlx5"
-	"github.com/rdmago/te/rxe"
 	"github.com/rdmago/te/uverbs"
 )
 
@@ -22,9 +20,6 @@ func init() {
 		run:     runDevices,
 	})
 }
-
-// verbsOptions are the providers this binary carries.
-var verbsOptions = &uverbs.Options{Providers: []uverbs.Provider{rxe.Provider(), mlx5.Provider()}}
 
 var errNoDevices = errors.New("no RDMA devices found")
 
