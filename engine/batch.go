@@ -444,19 +444,11 @@ func (e *Engine) resolve(t *task, r *Request, ts *transportSet) error {
 		t.tmem = tr.sliceAt(r.TargetAddr, n)
 		return nil
 	}
-	s := e.segs.get(r.Target)
+	s := e.segs.acquire(r.Target)
 	if s == nil {
 		return fmt.Errorf("%w: id %d", ErrSegmentNotFound, r.Target)
 	}
-	s.inflight.Add(1)
 	t.seg = s
-	// CloseSegment checks inflight and removes s in one critical section;
-	// looking s up again after counting means either it saw this task
-	// (busy) or this task sees s gone, never a task (and a fresh
-	// connection) on a closed segment.
-	if e.segs.get(r.Target) != s {
-		return fmt.Errorf("%w: id %d closed", ErrSegmentNotFound, r.Target)
-	}
 	st := s.state.Load()
 	if st.gone {
 		return fmt.Errorf("%w: %s is gone", ErrSegmentNotFound, s.name)

@@ -70,6 +70,20 @@ func (t *segTable) get(id SegmentID) *remoteSegment {
 	return s
 }
 
+// acquire returns the segment with its in-flight count raised for one
+// task. Counting under the read lock pairs with CloseSegment checking the
+// count and removing the segment under the write lock: a task is never
+// started (nor a connection made) on a closed segment.
+func (t *segTable) acquire(id SegmentID) *remoteSegment {
+	t.mu.RLock()
+	defer t.mu.RUnlock()
+	s := t.byID[id]
+	if s != nil {
+		s.inflight.Add(1)
+	}
+	return s
+}
+
 // closeAll closes every peer and stops every watch (engine Close).
 func (t *segTable) closeAll() {
 	t.mu.Lock()
