@@ -23,10 +23,10 @@ type CQ struct {
 
 // NewCQ allocates the CQE ring (initialised INVALID) and its doorbell record.
 func (c *Context) NewCQ(cfg uverbs.DriverCQConfig) (uverbs.DriverCQ, error) {
-	if cfg.Entries <= 0 {
+	if cfg.Entries <= 0 || cfg.Entries > maxUIdx {
 		return nil, fmt.Errorf("mlx5: CQ of %d entries: %w", cfg.Entries, uverbs.ErrInvalidWR)
 	}
-	n, err := cqEntries(uint32(cfg.Entries), 0)
+	n, err := cqEntries(uint32(cfg.Entries), cfg.Limits.MaxCQE)
 	if err != nil {
 		return nil, err
 	}

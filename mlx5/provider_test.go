@@ -173,6 +173,19 @@ func TestProviderDriverData(t *testing.T) {
 	if err := dcq.Created(1, 255, abi.Bytes(&abi.CreateCQResp{CQN: 9})); err == nil {
 		t.Fatal("a CQ of another size was accepted")
 	}
+	// Device limits: a request whose power-of-two ring (entries+1 rounded
+	// up, less one) exceeds max_cqe is refused here, not by the kernel.
+	lim := uverbs.DeviceLimits{MaxCQE: 4095}
+	if fit, err := ctx.NewCQ(uverbs.DriverCQConfig{Entries: 4095, Limits: lim}); err != nil {
+		t.Errorf("CQ of 4095 entries under max_cqe 4095: %v", err)
+	} else if err := fit.Destroyed(); err != nil {
+		t.Error(err)
+	}
+	for _, n := range []int{4096, 1 << 24, 1 << 40} {
+		if _, err := ctx.NewCQ(uverbs.DriverCQConfig{Entries: n, Limits: lim}); !errors.Is(err, uverbs.ErrInvalidWR) {
+			t.Errorf("CQ of %d entries under max_cqe 4095: %v", n, err)
+		}
+	}
 	if err := dcq.Created(1, 127, abi.Bytes(&abi.CreateCQResp{CQN: 9})); err != nil {
 		t.Fatal(err)
 	}

@@ -1,7 +1,10 @@
 package uverbs
 
 import (
+	"errors"
 	"slices"
+	"strings"
+	"syscall"
 	"testing"
 	"time"
 )
@@ -127,5 +130,18 @@ func TestCleanWaitsForPoll(t *testing.T) {
 	d.entered = nil
 	if _, err := cq.Poll(make([]WC, 0)); err != nil {
 		t.Fatalf("poll after clean: %v", err)
+	}
+}
+
+// TestCreateCQOverDeviceLimit: a CQ larger than the device's max_cqe is
+// refused with EINVAL naming the limit, before the provider or the kernel
+// sees it.
+func TestCreateCQOverDeviceLimit(t *testing.T) {
+	c := &Context{dev: Device{Name: "fake0"}, limits: DeviceLimits{MaxCQE: 63}}
+	for _, n := range []int{64, 1 << 40} {
+		_, err := c.CreateCQ(CQConfig{Entries: n})
+		if !errors.Is(err, syscall.EINVAL) || !strings.Contains(err.Error(), "limit of 63") {
+			t.Errorf("CQ of %d entries: %v", n, err)
+		}
 	}
 }

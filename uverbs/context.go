@@ -38,6 +38,7 @@ type Context struct {
 	events         chan AsyncEvent
 	dropped        atomic.Uint64
 	numCompVectors int
+	limits         DeviceLimits // from QUERY_DEVICE at Open
 	stopAsync      context.CancelFunc
 	asyncDone      chan struct{}
 
@@ -96,6 +97,14 @@ func (d Device) Open(opts *Options) (_ *Context, err error) {
 			async.Close()
 		}
 	}()
+	// The device's limits, for creation requests to be checked against
+	// them (here and by the provider) before the kernel sees them.
+	qreq := uapi.QueryDevice{}
+	var qr uapi.QueryDeviceResp
+	if err := f.Write(uapi.CmdQueryDevice, ucmd.Bytes(&qreq), nil, ucmd.Bytes(&qr), nil); err != nil {
+		return nil, opErr("query_device", d.Name, err)
+	}
+	limits := DeviceLimits{MaxCQE: qr.MaxCQE}
 	drv, err := prov.NewContext(f, drvOut)
 	if err != nil {
 		return nil, fmt.Errorf("uverbs: open %s: %s provider: %w", d.Name, prov.Name(), err)
@@ -108,6 +117,7 @@ func (d Device) Open(opts *Options) (_ *Context, err error) {
 		dev: d, file: f, prov: prov, drv: drv, async: async,
 		events:         make(chan AsyncEvent, n),
 		numCompVectors: int(resp.NumCompVectors),
+		limits:         limits,
 		asyncDone:      make(chan struct{}),
 		pds:            map[*PD]struct{}{},
 		cqs:            map[uint64]*CQ{},

@@ -141,6 +141,9 @@ func (c *Context) CreateCQ(cfg CQConfig) (_ *CQ, err error) {
 	if cfg.Entries <= 0 {
 		return nil, fmt.Errorf("uverbs: create_cq: %d entries: %w", cfg.Entries, syscall.EINVAL)
 	}
+	if max := c.limits.MaxCQE; max > 0 && uint64(cfg.Entries) > uint64(max) {
+		return nil, fmt.Errorf("uverbs: create_cq: %d entries exceed %s's limit of %d: %w", cfg.Entries, c.dev.Name, max, syscall.EINVAL)
+	}
 	if cfg.Channel != nil {
 		cfg.Channel.mu.Lock()
 		defer cfg.Channel.mu.Unlock()
@@ -153,7 +156,7 @@ func (c *Context) CreateCQ(cfg CQConfig) (_ *CQ, err error) {
 	if err := c.checkOpen(); err != nil {
 		return nil, err
 	}
-	drv, err := c.drv.NewCQ(DriverCQConfig{Entries: cfg.Entries})
+	drv, err := c.drv.NewCQ(DriverCQConfig{Entries: cfg.Entries, Limits: c.limits})
 	if err != nil {
 		return nil, fmt.Errorf("uverbs: create_cq on %s: %w", c.dev.Name, err)
 	}

@@ -61,7 +61,16 @@ type DriverContext interface {
 
 // DriverCQConfig describes a CQ to create.
 type DriverCQConfig struct {
-	Entries int // minimum number of CQEs
+	Entries int // minimum number of CQEs; the core checked it is <= Limits.MaxCQE
+	// Limits are the device's; a provider that rounds Entries up checks the
+	// rounded size against them.
+	Limits DeviceLimits
+}
+
+// DeviceLimits are the device limits the core passes to providers with
+// each creation request (from QUERY_DEVICE at Open).
+type DeviceLimits struct {
+	MaxCQE uint32 // most entries a CQ may have (0: unknown, not checked)
 }
 
 // DriverCQ is a provider's completion queue.
