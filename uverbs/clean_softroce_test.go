@@ -3,10 +3,10 @@ package uverbs_test
 import (
 	"errors"
 	"fmt"
-	"strings"
-	"syscall"
 	"slices"
+	"strings"
 	"sync"
+	"syscall"
 	"testing"
 
 	"github.com/rdmago/te/rxe"
