@@ -9,7 +9,8 @@ package mlx5
 //   - UAR registers are MMIO pages mapped from the uverbs fd.
 // Each helper checks bounds (through the slice index) and alignment, so a
 // returned pointer always addresses a whole, naturally aligned word inside
-// the mapping. The garbage collector ignores pointers outside its heap, so
+// the mapping. Addresses for the kernel (dma.Addr) and inline SGE payloads
+// read by address (dma.At) go through internal/dma, shared with rxe. The garbage collector ignores pointers outside its heap, so
 // holding them in Go structs is safe for as long as the mapping lives.
 
 import (
@@ -36,27 +37,6 @@ func word64(b []byte, off int) *uint64 {
 		panic(fmt.Sprintf("mlx5: word64 at offset %d is not 8-byte aligned", off))
 	}
 	return (*uint64)(p)
-}
-
-// addrOf returns the virtual address of b[0], the value the kernel needs
-// in buf_addr/db_addr fields of create commands for memory it will pin.
-func addrOf(b []byte) uint64 {
-	return uint64(uintptr(unsafe.Pointer(unsafe.SliceData(b))))
-}
-
-// sgeBytes returns the memory an SGE of an inline send request describes,
-// so that its bytes can be copied into the WQE. The uverbs contract makes
-// the caller vouch for SGE ranges (the same ranges the HCA would otherwise
-// read by DMA): they lie in memory that stays mapped during the post. The
-// address is reinterpreted rather than converted from uintptr: it comes
-// from the caller, not from pointer arithmetic on a Go object.
-func sgeBytes(s *SGE) []byte {
-	if s.Length == 0 {
-		return nil
-	}
-	addr := uintptr(s.Addr)
-	p := *(*unsafe.Pointer)(unsafe.Pointer(&addr))
-	return unsafe.Slice((*byte)(p), int(s.Length))
 }
 
 // recordBytes views a doorbell record word as its 4 bytes (tests and

@@ -43,7 +43,7 @@ func (c *Context) NewCQ(cfg uverbs.DriverCQConfig) (uverbs.DriverCQ, error) {
 	buf := mem.Bytes()
 	initInvalid(buf)
 	cq.ring = cqRing{buf: buf, cnt: n, setCI: word32(rec, cqRecSetCI*4), armRec: word32(rec, cqRecArm*4)}
-	cq.req = abi.CreateCQ{BufAddr: addrOf(buf), DBAddr: addrOf(rec), CQESize: cqeSize}
+	cq.req = abi.CreateCQ{BufAddr: dma.Addr(buf), DBAddr: dma.Addr(rec), CQESize: cqeSize}
 	if c.dyn {
 		cq.req.Flags = abi.CQFlagUARPageIndex
 		cq.req.UARPageIndex = uint16(c.cqUAR.pageID)
@@ -159,7 +159,7 @@ func (c *Context) NewQP(cfg uverbs.DriverQPConfig) (uverbs.DriverQP, error) {
 		MaxRecvWR: rl.cnt, MaxRecvSGE: uint32(rl.maxGS),
 	}
 	q.req = abi.CreateQP{
-		BufAddr: addrOf(mem.Bytes()), DBAddr: addrOf(rec),
+		BufAddr: dma.Addr(mem.Bytes()), DBAddr: dma.Addr(rec),
 		SQWQECount: sl.cnt, RQWQECount: rl.cnt, RQWQEShift: uint32(rl.shift),
 		UIdx: uidx, // no SCATTER_CQE: every payload lands in the posted buffers
 	}

@@ -282,7 +282,7 @@ func cSendWR(s *strings.Builder, name string, wr *uverbs.SendWR) {
 		fmt.Fprintf(s, "\tstatic struct ibv_sge %s_sg[%d];\n", name, len(wr.SGL))
 		for i, g := range wr.SGL {
 			if wr.Flags&uverbs.SendInline != 0 {
-				src := sgeBytes(&wr.SGL[i])
+				src := dma.At(wr.SGL[i].Addr, int(wr.SGL[i].Length))
 				fmt.Fprintf(s, "\tstatic uint8_t %s_p%d[] = %s;\n", name, i, cBytes(src))
 				fmt.Fprintf(s, "\t%s_sg[%d] = (struct ibv_sge){ .addr = (uintptr_t)%s_p%d, .length = %d, .lkey = %#x };\n", name, i, name, i, g.Length, uint32(g.LKey))
 			} else {

@@ -5,6 +5,7 @@ import (
 	"math/bits"
 	"sync/atomic"
 
+	"github.com/rdmago/te/internal/dma"
 	"github.com/rdmago/te/uverbs"
 )
 
@@ -142,7 +143,7 @@ func (sq *sendQueue) build(wr *SendWR) error {
 			// start of the send queue, even in the middle of an SGE.
 			q := p + 4
 			for i := range wr.SGL {
-				src := sgeBytes(&wr.SGL[i])
+				src := dma.At(wr.SGL[i].Addr, int(wr.SGL[i].Length))
 				c := copy(b[q:], src)
 				q += c
 				if c < len(src) {

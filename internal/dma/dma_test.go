@@ -1,6 +1,7 @@
 package dma
 
 import (
+	"bytes"
 	"testing"
 )
 
@@ -48,5 +49,31 @@ func TestAllocViewAtomics(t *testing.T) {
 	}
 	if _, err := Alloc(0); err == nil {
 		t.Fatal("Alloc(0) succeeded")
+	}
+}
+
+// TestAt: a slice made from an address (how providers read inline SGE
+// payloads) aliases the mapped bytes at that address, and a zero length
+// yields nil without touching the address.
+func TestAt(t *testing.T) {
+	r, err := Alloc(8192)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer r.Unmap()
+	b := r.Bytes()
+	for i := range b {
+		b[i] = byte(i * 13)
+	}
+	got := At(Addr(b)+4090, 10)
+	if !bytes.Equal(got, b[4090:4100]) {
+		t.Fatalf("At across a page boundary: % x, want % x", got, b[4090:4100])
+	}
+	got[0] = 0xee
+	if b[4090] != 0xee {
+		t.Fatal("At copied instead of aliasing the mapping")
+	}
+	if At(0, 0) != nil {
+		t.Fatal("zero-length At is not nil")
 	}
 }
