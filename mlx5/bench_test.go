@@ -46,7 +46,11 @@ func TestDataPathDoesNotAllocate(t *testing.T) {
 			r.hca.step()
 			got := 0
 			for got < c.want {
-				got += cq.Poll(wc[:])
+				n, err := cq.Poll(wc[:])
+				if err != nil {
+					t.Fatal(err)
+				}
+				got += n
 			}
 			cq.Arm(false)
 			cq.EventConsumed()
@@ -123,8 +127,8 @@ func BenchmarkPollCQ(b *testing.B) {
 			left = ring.cnt
 			b.StartTimer()
 		}
-		if cq.Poll(wc[:]) != 1 {
-			b.Fatal("no completion")
+		if n, err := cq.Poll(wc[:]); n != 1 || err != nil {
+			b.Fatal("no completion:", err)
 		}
 		left--
 	}
@@ -143,8 +147,8 @@ func BenchmarkPostPollRoundTrip(b *testing.B) {
 	for b.Loop() {
 		qp.PostSend(wr)
 		r.hca.step()
-		if cq.Poll(wc[:]) != 1 {
-			b.Fatal("no completion")
+		if n, err := cq.Poll(wc[:]); n != 1 || err != nil {
+			b.Fatal("no completion:", err)
 		}
 	}
 }

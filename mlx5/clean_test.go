@@ -9,15 +9,33 @@ import (
 	"github.com/rdmago/te/uverbs"
 )
 
-// polledQPNs polls everything and returns the QPN of each completion;
-// CQEs of a user index the rig does not know come back as GENERAL_ERR
-// completions naming their QPN, which is how the other QP's survive here.
+// twoQPs finds the rig's QP and a second one, whose receive queue has
+// endless receives outstanding: its CQEs are receive completions.
+type twoQPs struct{ a, b *qpRings }
+
+func (l twoQPs) lookup(uidx uint32) *qpRings {
+	switch uidx {
+	case l.a.uidx:
+		return l.a
+	case l.b.uidx:
+		return l.b
+	}
+	return nil
+}
+
+// polledQPNs polls everything and returns the QPN of each completion.
 func polledQPNs(t *testing.T, r *simRig) []uint32 {
 	t.Helper()
+	other := &qpRings{uidx: 78}
+	other.rq = recvQueue{cnt: 1, wrid: []uint64{9}}
+	other.rq.pub.Store(1 << 30)
 	var out []uint32
 	var wcs [4]uverbs.WC
 	for {
-		n := r.cq.poll(wcs[:], r.lookup)
+		n, err := r.cq.poll(wcs[:], twoQPs{r.qp, other})
+		if err != nil {
+			t.Fatal(err)
+		}
 		if n == 0 {
 			return out
 		}
@@ -34,7 +52,13 @@ func polledQPNs(t *testing.T, r *simRig) []uint32 {
 func TestCQCleanKeepsOthersInOrder(t *testing.T) {
 	r := newSimRig(t, uverbs.QPCaps{MaxSendWR: 4, MaxSendSGE: 1, MaxRecvWR: 1, MaxRecvSGE: 1}, 15, 0)
 	const mine, other = 0x2a2a2a, 0x0b0b0b
-	emit := func(qpn, uidx uint32) { r.hca.emit(&fakeCQE{opcode: cqeReq, sop: opcodeSend, qpn: qpn, uidx: uidx}) }
+	emit := func(qpn, uidx uint32) {
+		c := fakeCQE{opcode: cqeReq, sop: opcodeSend, qpn: qpn, uidx: uidx}
+		if uidx != r.qp.uidx {
+			c.opcode = cqeRespSend
+		}
+		r.hca.emit(&c)
+	}
 	for _, start := range []uint32{0, 11, 16 - 1, 1<<32 - 5} {
 		initInvalid(r.cq.buf) // a fresh ring at each starting index
 		r.cq.ci, r.hca.cqPI = start, start
@@ -108,13 +132,16 @@ func TestResetDropsStaleCompletions(t *testing.T) {
 	post(200)
 	var wcs [8]uverbs.WC
 	// The new work has not been executed: nothing may complete yet.
-	if n := r.cq.poll(wcs[:], r.lookup); n != 0 {
+	if n, err := r.cq.poll(wcs[:], r.lookup); n != 0 || err != nil {
 		t.Fatalf("before the HCA ran the new work, %d completions: %+v", n, wcs[:n])
 	}
 	if !r.hca.step() {
 		t.Fatal("HCA stalled")
 	}
-	n := r.cq.poll(wcs[:], r.lookup)
+	n, err := r.cq.poll(wcs[:], r.lookup)
+	if err != nil {
+		t.Fatal(err)
+	}
 	var ids []uint64
 	for _, wc := range wcs[:n] {
 		if wc.Status != uverbs.WCSuccess {
@@ -124,5 +151,39 @@ func TestResetDropsStaleCompletions(t *testing.T) {
 	}
 	if want := []uint64{200, 201, 202}; !slices.Equal(ids, want) {
 		t.Fatalf("IDs after reset %v, want %v", ids, want)
+	}
+}
+
+// TestStrayCompletionIsAnError: a CQE naming a user index the context never
+// gave out ends the poll with ErrStrayCompletion after the completions
+// before it; it is consumed, and the next poll returns the ones after it.
+func TestStrayCompletionIsAnError(t *testing.T) {
+	r := newSimRig(t, uverbs.QPCaps{MaxSendWR: 4, MaxSendSGE: 1, MaxRecvWR: 1, MaxRecvSGE: 1}, 15, 0)
+	other := &qpRings{uidx: 78}
+	other.rq = recvQueue{cnt: 1, wrid: []uint64{9}}
+	other.rq.pub.Store(1 << 30)
+	for _, uidx := range []uint32{78, 78, 500, 78} {
+		r.hca.emit(&fakeCQE{opcode: cqeRespSend, qpn: uidx, uidx: uidx})
+	}
+	var wcs [8]uverbs.WC
+	n, err := r.cq.poll(wcs[:], twoQPs{r.qp, other})
+	if n != 2 || err != uverbs.ErrStrayCompletion || wcs[0].QPN != 78 || wcs[1].QPN != 78 {
+		t.Fatalf("first poll: %d %v %+v", n, err, wcs[:n])
+	}
+	if r.cq.ci != 3 || record(r.cqRec, 0) != 3 {
+		t.Fatalf("stray CQE not consumed: ci %d, record %d", r.cq.ci, record(r.cqRec, 0))
+	}
+	n, err = r.cq.poll(wcs[:], twoQPs{r.qp, other})
+	if n != 1 || err != nil || wcs[0].QPN != 78 {
+		t.Fatalf("second poll: %d %v %+v", n, err, wcs[:n])
+	}
+	// Through the provider object and the data-path contract: no allocation.
+	if allocs := testing.AllocsPerRun(100, func() {
+		r.hca.emit(&fakeCQE{opcode: cqeRespSend, qpn: 1, uidx: 501})
+		if _, err := r.cq.poll(wcs[:], r.lookup); err != uverbs.ErrStrayCompletion {
+			t.Fatal(err)
+		}
+	}); allocs != 0 {
+		t.Errorf("%v allocations per stray completion", allocs)
 	}
 }

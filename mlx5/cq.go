@@ -85,10 +85,11 @@ type qpLookup interface {
 // poll decodes up to len(wcs) completions; QPs are found by user index
 // (CQE version 1). A CQE of a destroyed QP is dropped. A CQE naming a user
 // index this context never gave out cannot be attributed to a work
-// request: it is reported as a GENERAL_ERR completion with ID 0.
-func (c *cqRing) poll(wcs []WC, qps qpLookup) int {
+// request: it is consumed and ends the poll with ErrStrayCompletion.
+func (c *cqRing) poll(wcs []WC, qps qpLookup) (int, error) {
 	n := 0
 	consumed := false
+	var err error
 	for n < len(wcs) {
 		cqe := c.next()
 		if cqe == nil {
@@ -104,9 +105,8 @@ func (c *cqRing) poll(wcs []WC, qps qpLookup) int {
 			continue
 		}
 		if qp == nil {
-			wcs[n] = WC{Status: uverbs.WCGeneralErr, QPN: uverbs.QPN(be.Uint32(cqe[cqeSopDropQPN:]) & 0xffffff)}
-			n++
-			continue
+			err = uverbs.ErrStrayCompletion
+			break
 		}
 		if decodeCQE(cqe, op, qp, &wcs[n]) {
 			n++
@@ -115,7 +115,7 @@ func (c *cqRing) poll(wcs []WC, qps qpLookup) int {
 	if consumed {
 		c.updateCI()
 	}
-	return n
+	return n, err
 }
 
 // clean discards the unpolled CQEs of user index uidx (a QP that was reset

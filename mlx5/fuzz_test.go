@@ -3,6 +3,7 @@
 package mlx5
 
 import (
+	"errors"
 	"testing"
 
 	"github.com/rdmago/te/uverbs"
@@ -10,7 +11,8 @@ import (
 
 // FuzzPollCQE feeds arbitrary CQE bytes (written by a device we do not
 // control) through the poller: it must never panic, must consume exactly
-// the entries whose owner bit and opcode make them valid, and must report unknown QPs as errors.
+// the entries whose owner bit and opcode make them valid, and must report unknown QPs as errors
+// (ErrStrayCompletion, never a completion).
 func FuzzPollCQE(f *testing.F) {
 	for _, c := range cqeCases() {
 		var b [cqeSize]byte
@@ -33,7 +35,7 @@ func FuzzPollCQE(f *testing.F) {
 		qp.rq.pub.Store(2)
 		cq := &cqRing{buf: buf, cnt: 4, setCI: word32(mapped(t, 64), 0)}
 		var wc [4]uverbs.WC
-		n := cq.poll(wc[:], singleQP{qp})
+		n, err := cq.poll(wc[:], singleQP{qp})
 		op := data[cqeOpOwn]
 		valid := op>>4 != cqeInvalid && op&1 == 0
 		if !valid && (n != 0 || cq.ci != 0) {
@@ -45,8 +47,13 @@ func FuzzPollCQE(f *testing.F) {
 		if n > 1 {
 			t.Fatalf("%d completions from one entry", n)
 		}
-		if n == 1 && be.Uint32(data[cqeSRQNUIdx:])&0xffffff != 1 && wc[0].Status != uverbs.WCGeneralErr {
+		unknown := be.Uint32(data[cqeSRQNUIdx:])&0xffffff != 1
+		if n == 1 && unknown {
 			t.Fatalf("completion for an unknown user index: %+v", wc[0])
+		}
+		stray := valid && op>>4 != cqeResizeCQ && unknown
+		if stray != (err != nil) || (err != nil && !errors.Is(err, uverbs.ErrStrayCompletion)) {
+			t.Fatalf("op_own %#x user index %#x: error %v", op, be.Uint32(data[cqeSRQNUIdx:])&0xffffff, err)
 		}
 	})
 }

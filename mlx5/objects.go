@@ -73,7 +73,7 @@ func (cq *CQ) Created(h uverbs.Handle, cqe uint32, out []byte) error {
 }
 
 // Poll does not allocate.
-func (cq *CQ) Poll(wc []uverbs.WC) int { return cq.ring.poll(wc, &cq.ctx.qps) }
+func (cq *CQ) Poll(wc []uverbs.WC) (int, error) { return cq.ring.poll(wc, &cq.ctx.qps) }
 
 // Clean drops the unpolled completions of qp (an mlx5 QP of this context)
 // after the kernel reset or destroyed it, so that none is matched to work

@@ -216,9 +216,9 @@ func TestCQEBytesMatchMlx5dv(t *testing.T) {
 	copy(full, ring)
 	cq := &cqRing{buf: full, cnt: 16, setCI: word32(mapped(t, 64), 0)}
 	wcs := make([]WC, 32)
-	n := cq.poll(wcs, singleQP{qp})
-	if n != len(cases) {
-		t.Fatalf("polled %d completions, want %d", n, len(cases))
+	n, err := cq.poll(wcs, singleQP{qp})
+	if n != len(cases) || err != nil {
+		t.Fatalf("polled %d completions (%v), want %d", n, err, len(cases))
 	}
 	q := uverbs.QPN(0x123456)
 	want := []WC{

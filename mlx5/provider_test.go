@@ -279,13 +279,13 @@ func TestProviderDriverData(t *testing.T) {
 	var wc [4]uverbs.WC
 	post()
 	// The simulated HCA delivers the SEND to itself before completing it.
-	if n := dcq.Poll(wc[:]); n != 2 || wc[0].ID != 43 || wc[0].Opcode != uverbs.WCRecv || wc[1].ID != 42 || wc[1].Opcode != uverbs.WCSend {
+	if n, err := dcq.Poll(wc[:]); err != nil || n != 2 || wc[0].ID != 43 || wc[0].Opcode != uverbs.WCRecv || wc[1].ID != 42 || wc[1].Opcode != uverbs.WCSend {
 		t.Fatalf("poll: %d %+v", n, wc[:n])
 	}
 	post()
 	q.StateChanged(uverbs.QPStateReset)
 	hca.sqPI, hca.rqCI = 0, 0
-	if n := dcq.Poll(wc[:]); n != 0 || cq.ring.ci != 4 {
+	if n, err := dcq.Poll(wc[:]); err != nil || n != 0 || cq.ring.ci != 4 {
 		t.Fatalf("stale completions after RESET: %d %+v (ci %d)", n, wc[:n], cq.ring.ci)
 	}
 	post()
@@ -295,7 +295,7 @@ func TestProviderDriverData(t *testing.T) {
 	if err := q.Destroyed(); err != nil {
 		t.Fatal("second Destroyed:", err)
 	}
-	if n := dcq.Poll(wc[:]); n != 0 || ctx.qps.lookup(q.r.uidx) != retired {
+	if n, err := dcq.Poll(wc[:]); err != nil || n != 0 || ctx.qps.lookup(q.r.uidx) != retired {
 		t.Fatalf("completions of a destroyed QP: %d %+v", n, wc[:n])
 	}
 	for _, q := range qps[1:] {

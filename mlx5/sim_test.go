@@ -175,7 +175,10 @@ func TestSimulatedHCALaps(t *testing.T) {
 			}
 			posted += uint64(n)
 		}
-		n := r.cq.poll(wcs[:], r.lookup)
+		n, err := r.cq.poll(wcs[:], r.lookup)
+		if err != nil {
+			t.Fatal(err)
+		}
 		for _, wc := range wcs[:n] {
 			if wc.Status != uverbs.WCSuccess {
 				t.Fatalf("completion %+v", wc)
@@ -235,7 +238,7 @@ func TestCQOwnerAcrossCounterWrap(t *testing.T) {
 	var wcs [3]uverbs.WC
 	for i := range 100 {
 		// A stale entry of the previous pass must not be taken as valid.
-		if n := r.cq.poll(wcs[:], r.lookup); n != 0 {
+		if n, err := r.cq.poll(wcs[:], r.lookup); n != 0 || err != nil {
 			t.Fatalf("step %d: polled %d completions from an empty CQ", i, n)
 		}
 		wr := []uverbs.SendWR{{ID: uint64(i), Opcode: uverbs.WRSend, Flags: uverbs.SendSignaled}}
@@ -246,7 +249,10 @@ func TestCQOwnerAcrossCounterWrap(t *testing.T) {
 		if !r.hca.step() {
 			t.Fatal("HCA stalled")
 		}
-		n := r.cq.poll(wcs[:], r.lookup)
+		n, err := r.cq.poll(wcs[:], r.lookup)
+		if err != nil {
+			t.Fatal(err)
+		}
 		if n != 2 || wcs[0].ID != uint64(i) || wcs[1].ID != uint64(i) {
 			t.Fatalf("step %d (ci %#x): %d completions %+v", i, r.cq.ci, n, wcs[:n])
 		}
@@ -382,7 +388,10 @@ func TestPostAndPollOnDifferentGoroutines(t *testing.T) {
 		if time.Now().After(deadline) {
 			t.Fatalf("stuck after %d completions", got)
 		}
-		n := r.cq.poll(wcs[:], r.lookup)
+		n, err := r.cq.poll(wcs[:], r.lookup)
+		if err != nil {
+			t.Fatal(err)
+		}
 		for _, wc := range wcs[:n] {
 			if wc.ID != uint64(got) || wc.Status != uverbs.WCSuccess {
 				t.Fatalf("completion %d: %+v", got, wc)

@@ -83,7 +83,7 @@ func (q *cq) Created(h uverbs.Handle, _ uint32, out []byte) error {
 	return nil
 }
 
-func (q *cq) Poll(wc []uverbs.WC) int { return pollRing(&q.r, &q.cons, wc) }
+func (q *cq) Poll(wc []uverbs.WC) (int, error) { return pollRing(&q.r, &q.cons, wc), nil }
 
 func (q *cq) Arm(solicitedOnly bool) error {
 	req := uapi.ReqNotifyCQ{CQHandle: uint32(q.handle)}

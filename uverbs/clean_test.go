@@ -26,13 +26,13 @@ func (c *cleaningCQ) Clean(qp DriverQP) {
 	c.guarded = append(c.guarded, c.cq.busy.Load())
 }
 
-func (c *cleaningCQ) Poll([]WC) int {
+func (c *cleaningCQ) Poll([]WC) (int, error) {
 	if c.entered != nil {
 		c.entered <- struct{}{}
 		<-c.release
 	}
 	*c.log = append(*c.log, "poll "+c.name)
-	return 0
+	return 0, nil
 }
 
 type loggingQP struct {
@@ -143,5 +143,26 @@ func TestCreateCQOverDeviceLimit(t *testing.T) {
 		if !errors.Is(err, syscall.EINVAL) || !strings.Contains(err.Error(), "limit of 63") {
 			t.Errorf("CQ of %d entries: %v", n, err)
 		}
+	}
+}
+
+type strayCQ struct{ UnimplementedDriverCQ }
+
+func (strayCQ) Poll(wc []WC) (int, error) {
+	wc[0] = WC{ID: 5}
+	return 1, ErrStrayCompletion
+}
+
+// TestPollPassesProviderErrors: CQ.Poll returns the provider's completions
+// and its error together, unwrapped, and releases the owner guard.
+func TestPollPassesProviderErrors(t *testing.T) {
+	cq := &CQ{drv: strayCQ{}}
+	wc := make([]WC, 2)
+	n, err := cq.Poll(wc)
+	if n != 1 || err != ErrStrayCompletion || wc[0].ID != 5 {
+		t.Fatalf("poll: %d %v %+v", n, err, wc[0])
+	}
+	if cq.busy.Load() {
+		t.Fatal("owner guard left held")
 	}
 }

@@ -262,14 +262,17 @@ func (cq *CQ) acquire() error {
 }
 
 // Poll fills wc with up to len(wc) completions and returns their number. It
-// does not block and does not allocate.
+// does not block and does not allocate. A completion the provider cannot
+// attribute to a QP of this context ends the poll with ErrStrayCompletion
+// (unwrapped); the n completions before it are valid, and the stray one is
+// consumed.
 func (cq *CQ) Poll(wc []WC) (int, error) {
 	if err := cq.acquire(); err != nil {
 		return 0, err
 	}
-	n := cq.drv.Poll(wc)
+	n, err := cq.drv.Poll(wc)
 	cq.busy.Store(false)
-	return n, nil
+	return n, err
 }
 
 // ReqNotify arms the CQ: the next completion (with solicitedOnly, the next

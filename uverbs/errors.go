@@ -39,6 +39,10 @@ var (
 	// ErrInvalidWR means a work request is malformed (unknown opcode,
 	// misaligned or short atomic, ...).
 	ErrInvalidWR = errors.New("uverbs: invalid work request")
+	// ErrStrayCompletion means the CQ held a completion the provider could
+	// not attribute to any queue pair of the context (a corrupt or foreign
+	// CQE). It was consumed; the completions polled before it are valid.
+	ErrStrayCompletion = errors.New("uverbs: completion for no known queue pair")
 	// ErrConcurrent means two goroutines used a single-owner queue at once.
 	ErrConcurrent = errors.New("uverbs: concurrent use of a single-owner queue")
 )

@@ -11,10 +11,10 @@ type blockingCQ struct {
 	entered, release chan struct{}
 }
 
-func (c *blockingCQ) Poll(wc []WC) int {
+func (c *blockingCQ) Poll(wc []WC) (int, error) {
 	c.entered <- struct{}{}
 	<-c.release
-	return 0
+	return 0, nil
 }
 
 // TestSingleOwnerGuards: a second concurrent Poll/PostSend returns

@@ -84,8 +84,10 @@ type DriverCQ interface {
 	// and the driver output.
 	Created(h Handle, cqe uint32, out []byte) error
 	// Poll fills wc with up to len(wc) completions and returns how many.
-	// It must not allocate.
-	Poll(wc []WC) int
+	// It must not allocate. An error (a pre-allocated sentinel such as
+	// ErrStrayCompletion, returned unwrapped) stops the poll; the n
+	// completions before it are valid.
+	Poll(wc []WC) (n int, err error)
 	// Arm requests a completion event for the next (solicited-only: next
 	// solicited) completion.
 	Arm(solicitedOnly bool) error
@@ -206,7 +208,7 @@ func (UnimplementedDriverCQ) Request() (uint32, []byte, int) { return 0, nil, 0 
 func (UnimplementedDriverCQ) Created(Handle, uint32, []byte) error { return ErrNotSupported }
 
 // Poll implements DriverCQ.
-func (UnimplementedDriverCQ) Poll([]WC) int { return 0 }
+func (UnimplementedDriverCQ) Poll([]WC) (int, error) { return 0, nil }
 
 // Arm implements DriverCQ.
 func (UnimplementedDriverCQ) Arm(bool) error { return ErrNotSupported }
