@@ -3,7 +3,6 @@
 package mlx5_test
 
 import (
-	"fmt"
 	"os"
 	"strconv"
 	"strings"
@@ -12,6 +11,7 @@ import (
 	"github.com/rdmago/te/mlx5"
 	"github.com/rdmago/te/mlx5/verbstest"
 	"github.com/rdmago/te/uverbs"
+	"github.com/rdmago/te/uverbs/leakcheck"
 )
 
 // The hardware tier: the provider-neutral verbs conformance suite on a real
@@ -78,16 +78,4 @@ func findMLX5(t *testing.T) (uverbs.Device, int) {
 }
 
 // TestMain fails the binary if any verbs object is still open at exit.
-func TestMain(m *testing.M) {
-	code := m.Run()
-	if live := uverbs.LiveObjects(); len(live) > 0 {
-		fmt.Fprintf(os.Stderr, "FAIL: %d verbs objects leaked:\n", len(live))
-		for _, l := range live {
-			fmt.Fprintln(os.Stderr, "  ", l)
-		}
-		if code == 0 {
-			code = 99
-		}
-	}
-	os.Exit(code)
-}
+func TestMain(m *testing.M) { leakcheck.Main(m) }

@@ -193,7 +193,7 @@ func (c *Context) CreateCQ(cfg CQConfig) (_ *CQ, err error) {
 			copy(out, b.Output(iOut))
 		})
 	}
-	if errors.Is(err, syscall.ENOTTY) || errors.Is(err, syscall.EPROTONOSUPPORT) {
+	if noIoctl(err) {
 		req := uapi.CreateCQ{UserHandle: uh, CQE: cqe, CompVector: uint32(cfg.CompVector), CompChannel: chfd}
 		var r uapi.CreateCQResp
 		err = c.file.Write(uapi.CmdCreateCQ, ucmd.Bytes(&req), in, ucmd.Bytes(&r), out)
@@ -219,20 +219,35 @@ func (c *Context) CreateCQ(cfg CQConfig) (_ *CQ, err error) {
 // it off to exercise the write() fallback on a kernel that has both.
 var useIoctl = true
 
-func (c *Context) destroyCQ(h Handle) error {
+// noIoctl reports whether an ioctl failed because the kernel lacks the
+// method (then the legacy write() command does the job).
+func noIoctl(err error) bool {
+	return errors.Is(err, syscall.ENOTTY) || errors.Is(err, syscall.EPROTONOSUPPORT)
+}
+
+// destroyObject destroys the object of handle h: the ioctl method (object,
+// method; the handle in attribute hAttr, a response of len(resp) bytes in
+// respAttr) where the kernel has it, else the legacy write() command cmd
+// with request req and response resp.
+func (c *Context) destroyObject(object, method, hAttr, respAttr uint16, h Handle, cmd uint32, req, resp []byte) error {
 	err := error(syscall.ENOTTY)
 	if useIoctl {
-		err = c.file.Ioctl(uapi.ObjectCQ, uapi.MethodCQDestroy, func(b *ucmd.Builder) {
-			b.IDR(uapi.AttrDestroyCQHandle, uint32(h), uapi.AttrFMandatory)
-			b.Out(uapi.AttrDestroyCQResp, 8, uapi.AttrFMandatory)
+		err = c.file.Ioctl(object, method, func(b *ucmd.Builder) {
+			b.IDR(hAttr, uint32(h), uapi.AttrFMandatory)
+			b.Out(respAttr, len(resp), uapi.AttrFMandatory)
 		}, nil)
 	}
-	if errors.Is(err, syscall.ENOTTY) || errors.Is(err, syscall.EPROTONOSUPPORT) {
-		req := uapi.DestroyCQ{CQHandle: uint32(h)}
-		var r uapi.DestroyCQResp
-		err = c.file.Write(uapi.CmdDestroyCQ, ucmd.Bytes(&req), nil, ucmd.Bytes(&r), nil)
+	if noIoctl(err) {
+		err = c.file.Write(cmd, req, nil, resp, nil)
 	}
 	return err
+}
+
+func (c *Context) destroyCQ(h Handle) error {
+	req := uapi.DestroyCQ{CQHandle: uint32(h)}
+	var r uapi.DestroyCQResp
+	return c.destroyObject(uapi.ObjectCQ, uapi.MethodCQDestroy, uapi.AttrDestroyCQHandle, uapi.AttrDestroyCQResp, h,
+		uapi.CmdDestroyCQ, ucmd.Bytes(&req), ucmd.Bytes(&r))
 }
 
 // Handle returns the kernel handle.

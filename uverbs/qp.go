@@ -128,19 +128,10 @@ func (pd *PD) CreateQP(cfg QPConfig) (_ *QP, err error) {
 }
 
 func (c *Context) destroyQP(h Handle) error {
-	err := error(syscall.ENOTTY)
-	if useIoctl {
-		err = c.file.Ioctl(uapi.ObjectQP, uapi.MethodQPDestroy, func(b *ucmd.Builder) {
-			b.IDR(uapi.AttrDestroyQPHandle, uint32(h), uapi.AttrFMandatory)
-			b.Out(uapi.AttrDestroyQPResp, 4, uapi.AttrFMandatory)
-		}, nil)
-	}
-	if errors.Is(err, syscall.ENOTTY) || errors.Is(err, syscall.EPROTONOSUPPORT) {
-		req := uapi.DestroyQP{QPHandle: uint32(h)}
-		var r uapi.DestroyQPResp
-		err = c.file.Write(uapi.CmdDestroyQP, ucmd.Bytes(&req), nil, ucmd.Bytes(&r), nil)
-	}
-	return err
+	req := uapi.DestroyQP{QPHandle: uint32(h)}
+	var r uapi.DestroyQPResp
+	return c.destroyObject(uapi.ObjectQP, uapi.MethodQPDestroy, uapi.AttrDestroyQPHandle, uapi.AttrDestroyQPResp, h,
+		uapi.CmdDestroyQP, ucmd.Bytes(&req), ucmd.Bytes(&r))
 }
 
 // QPN is the queue pair number.

@@ -103,32 +103,25 @@ func (f *File) Close() error {
 // non-empty), drvIn the driver request; the kernel's response is copied to
 // resp and the driver response to drvOut.
 func (f *File) Write(cmd uint32, req, drvIn, resp, drvOut []byte) error {
-	f.mu.Lock()
-	defer f.mu.Unlock()
-	if f.buf == nil {
-		return ErrClosed
-	}
-	n, err := EncodeWrite(f.buf, f.base, cmd, req, drvIn, len(resp), len(drvOut))
-	if err != nil {
-		return err
-	}
-	if err := f.write(n); err != nil {
-		return err
-	}
-	r := Response(f.buf, len(resp)+len(drvOut))
-	copy(resp, r)
-	copy(drvOut, r[len(resp):])
-	return nil
+	return f.run(EncodeWrite, cmd, req, drvIn, resp, drvOut)
 }
 
 // WriteEx runs an extended write() command (cmd with bit 31 set).
 func (f *File) WriteEx(cmd uint32, req, drvIn, resp, drvOut []byte) error {
+	return f.run(EncodeWriteEx, cmd, req, drvIn, resp, drvOut)
+}
+
+// run encodes a write() command with encode (EncodeWrite or
+// EncodeWriteEx) into the file's command buffer, issues it and copies the
+// kernel's response out.
+func (f *File) run(encode func(buf []byte, base uint64, cmd uint32, req, drvIn []byte, respLen, drvOutLen int) (int, error),
+	cmd uint32, req, drvIn, resp, drvOut []byte) error {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	if f.buf == nil {
 		return ErrClosed
 	}
-	n, err := EncodeWriteEx(f.buf, f.base, cmd, req, drvIn, len(resp), len(drvOut))
+	n, err := encode(f.buf, f.base, cmd, req, drvIn, len(resp), len(drvOut))
 	if err != nil {
 		return err
 	}

@@ -1,14 +1,13 @@
 package verbstest_test
 
 import (
-	"fmt"
-	"os"
 	"testing"
 
 	"github.com/rdmago/te/mlx5/verbstest"
 	"github.com/rdmago/te/rxe"
 	"github.com/rdmago/te/test/softroce/srenv"
 	"github.com/rdmago/te/uverbs"
+	"github.com/rdmago/te/uverbs/leakcheck"
 )
 
 // TestSuiteOnSoftRoCE runs the conformance suite against the rxe provider
@@ -34,16 +33,4 @@ func TestSuiteOnSoftRoCE(t *testing.T) {
 }
 
 // TestMain fails the binary if any verbs object is still open at exit.
-func TestMain(m *testing.M) {
-	code := m.Run()
-	if live := uverbs.LiveObjects(); len(live) > 0 {
-		fmt.Fprintf(os.Stderr, "FAIL: %d verbs objects leaked:\n", len(live))
-		for _, l := range live {
-			fmt.Fprintln(os.Stderr, "  ", l)
-		}
-		if code == 0 {
-			code = 99
-		}
-	}
-	os.Exit(code)
-}
+func TestMain(m *testing.M) { leakcheck.Main(m) }
