@@ -30,13 +30,8 @@ func (c *Context) NewCQ(cfg uverbs.DriverCQConfig) (uverbs.DriverCQ, error) {
 	if err != nil {
 		return nil, err
 	}
-	mem, err := dma.Alloc(int(n) * cqeSize)
+	mem, rec, err := c.allocQueue(int(n) * cqeSize)
 	if err != nil {
-		return nil, err
-	}
-	rec, err := c.dbs.get()
-	if err != nil {
-		_ = mem.Unmap()
 		return nil, err
 	}
 	cq := &CQ{ctx: c, mem: mem, rec: rec}
@@ -49,6 +44,21 @@ func (c *Context) NewCQ(cfg uverbs.DriverCQConfig) (uverbs.DriverCQ, error) {
 		cq.req.UARPageIndex = uint16(c.cqUAR.pageID)
 	}
 	return cq, nil
+}
+
+// allocQueue maps size bytes for a queue the HCA reads or writes and takes
+// a doorbell record for it; on failure it holds neither.
+func (c *Context) allocQueue(size int) (*dma.Region, []byte, error) {
+	mem, err := dma.Alloc(size)
+	if err != nil {
+		return nil, nil, err
+	}
+	rec, err := c.dbs.get()
+	if err != nil {
+		_ = mem.Unmap()
+		return nil, nil, err
+	}
+	return mem, rec, nil
 }
 
 // Request: the core asks for cqe = entries-1 (the kernel rounds cqe+1 up
@@ -142,13 +152,8 @@ func (c *Context) NewQP(cfg uverbs.DriverQPConfig) (uverbs.DriverQP, error) {
 		return nil, err
 	}
 	rqBytes := int(rl.cnt) << rl.shift
-	mem, err := dma.Alloc(rqBytes + int(sl.cnt)*sendWQEBB)
+	mem, rec, err := c.allocQueue(rqBytes + int(sl.cnt)*sendWQEBB)
 	if err != nil {
-		return nil, err
-	}
-	rec, err := c.dbs.get()
-	if err != nil {
-		_ = mem.Unmap()
 		return nil, err
 	}
 	q := &QP{ctx: c, mem: mem, rec: rec}

@@ -65,21 +65,15 @@ func newSimRig(t testing.TB, caps uverbs.QPCaps, cqWant uint32, bfRegSize uint32
 	return r
 }
 
-// TestSimulatedHCALaps drives thousands of mixed work requests through a
-// small send queue (many wrap-arounds, multi-WQEBB WQEs, unsignaled gaps)
-// and a 16-entry CQ (hundreds of owner-bit flips) against an HCA running
-// concurrently on another goroutine, and checks every completion.
-func TestSimulatedHCALaps(t *testing.T) {
-	r := newSimRig(t, uverbs.QPCaps{MaxSendWR: 8, MaxSendSGE: 3, MaxInlineData: 60, MaxRecvWR: 8, MaxRecvSGE: 2}, 15, 0)
-	if r.cq.cnt != 16 || r.qp.sq.cnt != 16 || r.qp.sq.maxPost != 8 {
-		t.Fatalf("geometry: CQ %d, SQ %d WQEBBs, %d WRs", r.cq.cnt, r.qp.sq.cnt, r.qp.sq.maxPost)
-	}
-	stop := make(chan struct{})
+// runHCA runs the simulated HCA on its own goroutine until the returned
+// function (also called at cleanup; idempotent) stops it and waits for it.
+func (r *simRig) runHCA(t testing.TB) (stop func()) {
+	done := make(chan struct{})
 	var wg sync.WaitGroup
 	wg.Go(func() {
 		for {
 			select {
-			case <-stop:
+			case <-done:
 				return
 			default:
 			}
@@ -90,7 +84,22 @@ func TestSimulatedHCALaps(t *testing.T) {
 			}
 		}
 	})
-	defer func() { close(stop); wg.Wait() }()
+	var once sync.Once
+	stop = func() { once.Do(func() { close(done); wg.Wait() }) }
+	t.Cleanup(stop)
+	return stop
+}
+
+// TestSimulatedHCALaps drives thousands of mixed work requests through a
+// small send queue (many wrap-arounds, multi-WQEBB WQEs, unsignaled gaps)
+// and a 16-entry CQ (hundreds of owner-bit flips) against an HCA running
+// concurrently on another goroutine, and checks every completion.
+func TestSimulatedHCALaps(t *testing.T) {
+	r := newSimRig(t, uverbs.QPCaps{MaxSendWR: 8, MaxSendSGE: 3, MaxInlineData: 60, MaxRecvWR: 8, MaxRecvSGE: 2}, 15, 0)
+	if r.cq.cnt != 16 || r.qp.sq.cnt != 16 || r.qp.sq.maxPost != 8 {
+		t.Fatalf("geometry: CQ %d, SQ %d WQEBBs, %d WRs", r.cq.cnt, r.qp.sq.cnt, r.qp.sq.maxPost)
+	}
+	defer r.runHCA(t)()
 
 	rng := rand.New(rand.NewPCG(7, 7))
 	sge := func(n uint32) uverbs.SGE {
@@ -350,22 +359,8 @@ func resetSQ(sq *sendQueue) {
 func TestPostAndPollOnDifferentGoroutines(t *testing.T) {
 	r := newSimRig(t, uverbs.QPCaps{MaxSendWR: 16, MaxSendSGE: 1, MaxRecvWR: 16, MaxRecvSGE: 1}, 31, 512)
 	const total = 20000
+	stopHCA := r.runHCA(t)
 	var wg sync.WaitGroup
-	stop := make(chan struct{})
-	wg.Go(func() { // the HCA
-		for {
-			select {
-			case <-stop:
-				return
-			default:
-			}
-			before := r.hca.wqes
-			r.hca.step()
-			if r.hca.wqes == before {
-				runtime.Gosched()
-			}
-		}
-	})
 	wg.Go(func() { // the poster
 		wr := []uverbs.SendWR{{Opcode: uverbs.WRRDMAWrite, Flags: uverbs.SendSignaled, RemoteAddr: 8, RKey: 1,
 			SGL: []uverbs.SGE{{Addr: dma.Addr(r.bufs), Length: 8, LKey: 1}}}}
@@ -402,6 +397,6 @@ func TestPostAndPollOnDifferentGoroutines(t *testing.T) {
 			runtime.Gosched()
 		}
 	}
-	close(stop)
+	stopHCA()
 	wg.Wait()
 }
