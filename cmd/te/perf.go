@@ -44,7 +44,34 @@ type perfParams struct {
 	// it, poll on hardware. Latency tests always busy-poll.
 	CQ   string `json:"cq,omitempty"`
 	Spin int    `json:"spin,omitempty"`
+	// QPTimeout is the ACK timeout exponent (4.096 µs * 2^QPTimeout) of
+	// both ends; 0 picks per end: 14 (~67 ms, perftest's) on hardware,
+	// rxeQPTimeout on Soft-RoCE (see there).
+	QPTimeout int `json:"qp_timeout,omitempty"`
+	// Warmup is how many untimed requests a bandwidth test sends one at a
+	// time before the measured Iters (the client sets it; a send test's
+	// server receives them too).
+	Warmup int `json:"warmup,omitempty"`
 }
+
+// perfWarmup is the bandwidth tests' warm-up: one message at a time, so the
+// first traffic on a path (neighbour resolution, cold caches, on Soft-RoCE
+// under qemu the first run of the kernel's protocol code) meets at most one
+// request in flight. A retransmission there replays one WQE; in a 128-deep
+// burst it is where rxe's retry races with its completer (see rxeQPTimeout).
+const perfWarmup = 16
+
+// rxeQPTimeout (2^18 * 4.096 µs, ~1.07 s) is te perf's ACK timeout on
+// Soft-RoCE. A timeout that fires while the ACKs are only late (a guest
+// stalled for more than 67 ms: qemu without KVM, a busy host, the first run
+// after boot) starts a retransmission while the completer is still taking
+// those ACKs, and Linux 6.1's rxe races there: req_retry reads the
+// completer's PSN and send-queue head while they move, replays the wrong
+// WQE and sends a packet out of opcode sequence, which the responder NAKs as
+// an invalid request (seen as "remote invalid request error" on an early WR
+// of a write-bandwidth run). Lost packets are still recovered at once through
+// the responder's PSN-sequence NAK; only a lost tail waits for the timeout.
+const rxeQPTimeout = 18
 
 // perfInfo is one end's connection data, exchanged over TCP as JSON lines.
 type perfInfo struct {
@@ -99,6 +126,8 @@ func runPerf(ctx context.Context, args []string) error {
 	mtu := fs.Int("m", 0, "path MTU in bytes: 256..4096 (default: the ports' active MTU)")
 	cqWait := fs.String("cq", "auto", "bandwidth: wait for completions by busy polling (poll), on a completion\nchannel (event), or auto: event on Soft-RoCE (rxe), poll on hardware")
 	spin := fs.Int("spin", 0, "with -cq event: empty polls before sleeping")
+	warmup := fs.Int("w", perfWarmup, "bandwidth: untimed warm-up requests, one at a time, before the measured ones")
+	qpTimeout := fs.Int("u", 0, "ACK timeout exponent: 4.096 us * 2^u (default: 14 on hardware, 18 on Soft-RoCE)")
 	asJSON := fs.Bool("json", false, "print the result as one JSON line")
 	timeout := fs.Duration("timeout", 2*time.Minute, "give up after this long")
 	fs.Usage = func() {
@@ -118,11 +147,14 @@ func runPerf(ctx context.Context, args []string) error {
 		return errUsage
 	}
 	p := perfParams{Op: *op, Test: "bw", Size: *size, Iters: *iters, Depth: *depth, CQMod: *cqMod, MTU: *mtu,
-		CQ: *cqWait, Spin: *spin}
+		CQ: *cqWait, Spin: *spin, QPTimeout: *qpTimeout}
 	if *lat {
 		p.Test = "lat"
 	}
 	p.defaults()
+	if p.Test == "bw" {
+		p.Warmup = min(*warmup, p.Iters)
+	}
 	roles := 0
 	for _, b := range []bool{*peerDev != "", *server, *connect != ""} {
 		if b {
@@ -202,6 +234,10 @@ func (p perfParams) check() error {
 		return fmt.Errorf("-Q %d: want at least 1", p.CQMod)
 	case p.CQ != "" && p.CQ != "auto" && p.CQ != "poll" && p.CQ != "event":
 		return fmt.Errorf("-cq %q: want auto, poll or event", p.CQ)
+	case p.Warmup < 0 || p.Warmup > 1_000_000:
+		return fmt.Errorf("-w %d: want 0 .. 1e6", p.Warmup)
+	case p.QPTimeout < 0 || p.QPTimeout > 31:
+		return fmt.Errorf("-u %d: want 1 .. 31 (0: default)", p.QPTimeout)
 	case p.Spin < 0 || p.Spin > 1<<30:
 		return fmt.Errorf("-spin %d: want 0 .. 2^30", p.Spin)
 	case p.MTU != 0 && mtuEnum(p.MTU) == 0:
@@ -235,6 +271,7 @@ type perfEnd struct {
 	wc                     []uverbs.WC
 	recvDepth              int   // receive queue size
 	rdAtomic, destRdAtomic uint8 // RDMA READs in flight as initiator / responder
+	qpTimeout              uint8 // ACK timeout exponent
 	// early counts peer messages of the send-latency test that arrived
 	// before this side finished the previous exchange.
 	early int
@@ -268,6 +305,14 @@ func openPerfEnd(dev string, gidx int, p perfParams) (_ *perfEnd, err error) {
 	// as many RDMA READs in flight as the device takes (perftest does the same)
 	e.rdAtomic = uint8(min(255, da.MaxQPInitRdAtom))
 	e.destRdAtomic = uint8(min(255, da.MaxQPRdAtom))
+	soft := e.ctx.Device().DriverID == uverbs.DriverRXE
+	e.qpTimeout = uint8(p.QPTimeout)
+	if e.qpTimeout == 0 {
+		e.qpTimeout = 14
+		if soft {
+			e.qpTimeout = rxeQPTimeout
+		}
+	}
 	depth := p.Depth
 	e.recvDepth = depth
 	if p.Op == "send" {
@@ -279,7 +324,7 @@ func openPerfEnd(dev string, gidx int, p perfParams) (_ *perfEnd, err error) {
 		depth, e.recvDepth = 4, 4
 	}
 	cqc := uverbs.CQConfig{Entries: depth + e.recvDepth + 16}
-	if p.Test == "bw" && (p.CQ == "event" || (p.CQ == "auto" || p.CQ == "") && e.ctx.Device().DriverID == uverbs.DriverRXE) {
+	if p.Test == "bw" && (p.CQ == "event" || (p.CQ == "auto" || p.CQ == "") && soft) {
 		if e.ch, err = e.ctx.CreateCompChannel(); err != nil {
 			return nil, err
 		}
@@ -339,7 +384,7 @@ func (e *perfEnd) connect(peer perfInfo) error {
 		mtu = min(e.mtu, uverbs.MTU(peer.MTU))
 	}
 	return e.qp.Connect(uverbs.ConnectConfig{SGIDIndex: uint8(e.gid.Index), LocalPSN: e.psn, MTU: mtu,
-		MaxRdAtomic: e.rdAtomic, MaxDestRdAtomic: e.destRdAtomic,
+		MaxRdAtomic: e.rdAtomic, MaxDestRdAtomic: e.destRdAtomic, Timeout: e.qpTimeout,
 		Remote: uverbs.Endpoint{QPN: uverbs.QPN(peer.QPN), PSN: uverbs.PSN(peer.PSN), GID: peer.GID, MTU: uverbs.MTU(peer.MTU)}})
 }
 
@@ -428,6 +473,16 @@ func (e *perfEnd) bwClient(ctx context.Context, peer perfInfo) (time.Duration, e
 		wrs[i] = uverbs.SendWR{Opcode: opc, SGL: []uverbs.SGE{e.mr.SGE(e.p.Size, e.p.Size)},
 			RemoteAddr: peer.Addr, RKey: uverbs.RKey(peer.RKey)}
 	}
+	// warm-up: one signaled request at a time, untimed
+	for i := 0; i < e.p.Warmup; i++ {
+		wrs[0].ID, wrs[0].Flags = 0, uverbs.SendSignaled
+		if _, err := e.qp.PostSend(wrs[:1]); err != nil {
+			return 0, fmt.Errorf("%s: post_send (warm-up): %w", e.name, err)
+		}
+		if _, err := e.poll(ctx); err != nil {
+			return 0, fmt.Errorf("warm-up: %w", err)
+		}
+	}
 	posted, done := 0, 0
 	start := time.Now()
 	for done < e.p.Iters {
@@ -456,19 +511,20 @@ func (e *perfEnd) bwClient(ctx context.Context, peer perfInfo) (time.Duration, e
 	return time.Since(start), nil
 }
 
-// bwSendServer receives Iters sends, keeping Depth receives posted.
+// bwSendServer receives Warmup+Iters sends, keeping Depth receives posted.
 func (e *perfEnd) bwSendServer(ctx context.Context) error {
-	posted := min(e.recvDepth, e.p.Iters)
+	total := e.p.Warmup + e.p.Iters
+	posted := min(e.recvDepth, total)
 	if err := e.postRecvs(posted); err != nil {
 		return err
 	}
-	for got := 0; got < e.p.Iters; {
+	for got := 0; got < total; {
 		wc, err := e.poll(ctx)
 		if err != nil {
 			return err
 		}
 		got += len(wc)
-		if more := min(len(wc), e.p.Iters-posted); more > 0 {
+		if more := min(len(wc), total-posted); more > 0 {
 			if err := e.postRecvs(more); err != nil {
 				return err
 			}

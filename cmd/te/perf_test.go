@@ -38,6 +38,8 @@ func TestPerfParamsCheck(t *testing.T) {
 		{Op: "write", Test: "bw", Size: 8, Iters: 1, Depth: 1, CQ: "spin"},
 		{Op: "write", Test: "bw", Size: 8, Iters: 1, Depth: 1, CQ: "event", Spin: -1},
 		{Op: "write", Test: "bw", Size: 8, Iters: 1, Depth: 1, CQMod: -1},
+		{Op: "write", Test: "bw", Size: 8, Iters: 1, Depth: 1, QPTimeout: 32},
+		{Op: "write", Test: "bw", Size: 8, Iters: 1, Depth: 1, Warmup: -1},
 	} {
 		if bad.CQMod == 0 {
 			bad.CQMod = 1 // each case breaks one rule only
