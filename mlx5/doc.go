@@ -11,7 +11,11 @@
 // Choices and their reasons:
 //   - CQE version 1: CQEs name their QP by a per-context user index, looked
 //     up in a lock-free two-level table; indexes are never reused, so a late
-//     CQE of a destroyed QP is dropped rather than misattributed.
+//     CQE of a destroyed QP is dropped rather than misattributed. On RESET
+//     and destroy the core calls CQ.Clean (uverbs.CQCleaner) under the CQ's
+//     owner guard, which removes the QP's unpolled CQEs from the ring, so a
+//     stale one can never complete work posted after a RESET. A CQE of no
+//     known user index ends a poll with uverbs.ErrStrayCompletion.
 //   - Static 4 KiB UARs by default: no driver ioctl is needed; the kernel
 //     assigns each QP a bfreg. Dedicated (low-latency) bfregs are rung
 //     without a lock, shared ones under a per-register mutex. Pages are

@@ -39,7 +39,8 @@ const (
 	MaskRC2RTS  = QPAttrState | QPAttrTimeout | QPAttrRetryCnt | QPAttrRNRRetry | QPAttrSQPSN | QPAttrMaxQPRdAtomic
 )
 
-// AddressVector is the path to the peer (RoCE: GRH fields; IsGlobal is required).
+// AddressVector is the path to the peer: on RoCE the GRH fields (IsGlobal is
+// required); on InfiniBand DLID (with a GRH only across subnets).
 type AddressVector struct {
 	DGID         GID
 	FlowLabel    uint32
