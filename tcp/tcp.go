@@ -118,10 +118,11 @@ type Transport struct {
 	cancel context.CancelFunc
 	wg     sync.WaitGroup
 
-	mu     sync.Mutex
-	closed bool
-	conns  map[net.Conn]struct{} // accepted connections
-	peers  map[*peer]struct{}
+	closeOnce sync.Once // a second Close waits for the first
+	mu        sync.Mutex
+	closed    bool
+	conns     map[net.Conn]struct{} // accepted connections
+	peers     map[*peer]struct{}
 }
 
 var _ engine.Transport = (*Transport)(nil)
@@ -272,16 +273,18 @@ func (t *Transport) Submit(ss []*engine.Slice) {
 }
 
 // Close stops the listener, closes every connection and fails every slice
-// in flight. It is idempotent and safe on a nil Transport.
+// in flight. It is idempotent and safe on a nil Transport; a Close that
+// finds another in progress returns when that one is done.
 func (t *Transport) Close() error {
 	if t == nil {
 		return nil
 	}
+	t.closeOnce.Do(t.close)
+	return nil
+}
+
+func (t *Transport) close() {
 	t.mu.Lock()
-	if t.closed {
-		t.mu.Unlock()
-		return nil
-	}
 	t.closed = true
 	t.cancel()
 	if t.ln != nil {
@@ -299,7 +302,6 @@ func (t *Transport) Close() error {
 		p.Close()
 	}
 	t.wg.Wait()
-	return nil
 }
 
 func (t *Transport) forget(p *peer) {

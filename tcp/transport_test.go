@@ -11,6 +11,8 @@ import (
 	"os"
 	"os/exec"
 	"strings"
+	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -579,5 +581,42 @@ func TestConnectionBounds(t *testing.T) {
 		if time.Now().After(deadline) {
 			t.Fatal("no initiator served after the silent connection left")
 		}
+	}
+}
+
+// TestConcurrentClose: a Close that finds another in progress returns
+// only once that one is done: every slice in flight has been completed.
+func TestConcurrentClose(t *testing.T) {
+	for i := range 20 {
+		st := enginetest.NewMemStore()
+		buf := fakeTarget(t, st, "hole", func(header) []byte { return nil }) // never answers
+		n := newNode(t, st, "ini", 1<<16, Config{IOTimeout: time.Minute})
+		seg, err := n.e.OpenSegment(ctxT(t, 10*time.Second), "hole", nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		b, _ := n.e.AllocateBatch(16)
+		reqs := make([]engine.Request, 16)
+		for j := range reqs {
+			reqs[j] = engine.Request{Op: engine.Read, Local: n.buf()[j*64 : (j+1)*64], Target: seg, TargetAddr: buf.Addr}
+		}
+		if err := n.e.Submit(b, reqs); err != nil {
+			t.Fatal(err)
+		}
+		var wg sync.WaitGroup
+		var early atomic.Int32
+		for range 2 {
+			wg.Go(func() {
+				n.tr.Close()
+				if bs, _ := n.e.BatchStatus(b); bs.State == engine.StatePending {
+					early.Add(1)
+				}
+			})
+		}
+		wg.Wait()
+		if early.Load() > 0 {
+			t.Fatalf("round %d: Close returned with slices in flight", i)
+		}
+		st.Close()
 	}
 }
