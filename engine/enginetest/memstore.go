@@ -201,11 +201,12 @@ func (s *MemStore) Watch(ctx context.Context, name string) (<-chan *segment.Desc
 }
 
 // Close unpublishes what this store published and ends its watches. It is
-// idempotent.
+// idempotent; a concurrent Close returns once the watches have ended.
 func (s *MemStore) Close() error {
 	s.b.mu.Lock()
 	if s.closed {
 		s.b.mu.Unlock()
+		s.wg.Wait() // a Close in progress: wait for its watches to end
 		return nil
 	}
 	s.closed = true
