@@ -121,16 +121,7 @@ func (t *task) finish() {
 	if t.failed.Load() {
 		st = StateFailed
 	}
-	t.region.users.Add(-1)
-	if t.tregion != nil {
-		t.tregion.users.Add(-1)
-	}
-	if t.seg != nil {
-		t.seg.inflight.Add(-1)
-	}
-	if t.tin != nil {
-		t.tin.Add(-1)
-	}
+	t.release()
 	b := t.b
 	t.state.Store(uint32(st))
 	if b.pending.Add(-1) == 0 {
@@ -143,6 +134,13 @@ func (t *task) finish() {
 
 // unpin undoes the pins of a validated task that is not dispatched.
 func (t *task) unpin() {
+	t.release()
+	*t = task{b: t.b}
+}
+
+// release drops what resolve took: the pins on local and target regions
+// and the in-flight counts of the segment and the transport.
+func (t *task) release() {
 	if t.region != nil {
 		t.region.users.Add(-1)
 	}
@@ -155,7 +153,6 @@ func (t *task) unpin() {
 	if t.tin != nil {
 		t.tin.Add(-1)
 	}
-	*t = task{b: t.b}
 }
 
 const sliceChunk = 256
