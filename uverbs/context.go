@@ -449,12 +449,7 @@ var asyncNames = [...]string{"CQ_ERR", "QP_FATAL", "QP_REQ_ERR", "QP_ACCESS_ERR"
 	"PATH_MIG", "PATH_MIG_ERR", "DEVICE_FATAL", "PORT_ACTIVE", "PORT_ERR", "LID_CHANGE", "PKEY_CHANGE",
 	"SM_CHANGE", "SRQ_ERR", "SRQ_LIMIT_REACHED", "QP_LAST_WQE_REACHED", "CLIENT_REREGISTER", "GID_CHANGE", "WQ_FATAL"}
 
-func (t AsyncEventType) String() string {
-	if int(t) < len(asyncNames) {
-		return asyncNames[t]
-	}
-	return fmt.Sprintf("AsyncEvent(%d)", uint32(t))
-}
+func (t AsyncEventType) String() string { return enumString(asyncNames[:], t, "AsyncEvent") }
 
 // AsyncEvent is an asynchronous event of the device, a port, a QP or a CQ.
 type AsyncEvent struct {

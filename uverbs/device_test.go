@@ -137,6 +137,10 @@ func TestNames(t *testing.T) {
 	if EventCQErr.String() != "CQ_ERR" || DriverRXE.String() != "rxe" || GIDTypeRoCEv2.String() != "RoCE v2" {
 		t.Error("names")
 	}
+	// Values without a name fall back to type(value).
+	if got := [...]string{WROpcode(200).String(), WCStatus(22).String(), WCStatus(1).String(), AsyncEventType(77).String(), EventWQFatal.String()}; got != [...]string{"WROpcode(200)", "WCStatus(22)", "local length error", "AsyncEvent(77)", "WQ_FATAL"} {
+		t.Errorf("names %q", got)
+	}
 	wc := WC{ID: 3, Status: WCRemAccessErr, QPN: 0x11}
 	var we *WCError
 	if err := wc.Err(); !errors.As(err, &we) || we.Status != WCRemAccessErr || err.Error() == "" {

@@ -110,11 +110,15 @@ const (
 
 var qpStateNames = [...]string{"RESET", "INIT", "RTR", "RTS", "SQD", "SQE", "ERR"}
 
-func (s QPState) String() string {
-	if int(s) < len(qpStateNames) {
-		return qpStateNames[s]
+func (s QPState) String() string { return enumString(qpStateNames[:], s, "QPState") }
+
+// enumString names v by names (indexed by value), or kind(v) when it has
+// no name.
+func enumString[T ~uint8 | ~uint32](names []string, v T, kind string) string {
+	if uint64(v) < uint64(len(names)) {
+		return names[v]
 	}
-	return fmt.Sprintf("QPState(%d)", uint8(s))
+	return fmt.Sprintf("%s(%d)", kind, uint64(v))
 }
 
 // QPCaps are the queue sizes of a QP.
@@ -149,12 +153,7 @@ const (
 
 var wrOpNames = [...]string{"RDMA_WRITE", "RDMA_WRITE_WITH_IMM", "SEND", "SEND_WITH_IMM", "RDMA_READ", "ATOMIC_CMP_AND_SWP", "ATOMIC_FETCH_AND_ADD"}
 
-func (o WROpcode) String() string {
-	if int(o) < len(wrOpNames) {
-		return wrOpNames[o]
-	}
-	return fmt.Sprintf("WROpcode(%d)", uint8(o))
-}
+func (o WROpcode) String() string { return enumString(wrOpNames[:], o, "WROpcode") }
 
 // SendFlags modify a send work request (values of IB_UVERBS_SEND_*).
 type SendFlags uint8
@@ -242,12 +241,7 @@ var wcStatusNames = [numWCStatus]string{
 	"invalid EE context state", "fatal error", "response timeout error", "general error",
 }
 
-func (s WCStatus) String() string {
-	if s < numWCStatus {
-		return wcStatusNames[s]
-	}
-	return fmt.Sprintf("WCStatus(%d)", uint8(s))
-}
+func (s WCStatus) String() string { return enumString(wcStatusNames[:], s, "WCStatus") }
 
 // WCOpcode says what completed (IB_WC_* opcodes).
 type WCOpcode uint8
