@@ -8,6 +8,7 @@ import (
 	"io"
 	"net/url"
 	"os"
+	"strconv"
 	"strings"
 	"text/tabwriter"
 	"time"
@@ -104,7 +105,7 @@ func listSegments(ctx context.Context, w io.Writer, uri string, names []string, 
 		tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
 		fmt.Fprintln(tw, "NAME\tEPOCH\tVERSION\tPROTOCOLS\tRAILS\tBUFFERS\tAGE")
 		for _, d := range descs {
-			fmt.Fprintf(tw, "%s\t%#x\t%d\t%s\t%s\t%s\t%s\n", d.Name, d.Epoch, d.Version,
+			fmt.Fprintf(tw, "%s\t%#x\t%d\t%s\t%s\t%s\t%s\n", printable(d.Name), d.Epoch, d.Version,
 				protocolsCell(d), railsCell(d), buffersCell(d), ageCell(pa, d.Name, now))
 		}
 		if err := tw.Flush(); err != nil {
@@ -120,13 +121,23 @@ func listSegments(ctx context.Context, w io.Writer, uri string, names []string, 
 	return nil
 }
 
+// printable escapes a descriptor's string (another process wrote it) when
+// it holds characters a terminal would act on.
+func printable(s string) string {
+	if strings.IndexFunc(s, func(r rune) bool { return !strconv.IsPrint(r) }) < 0 {
+		return s
+	}
+	q := strconv.Quote(s)
+	return q[1 : len(q)-1]
+}
+
 func protocolsCell(d *segment.Descriptor) string {
 	parts := make([]string, 0, len(d.Protocols))
 	for _, p := range d.Protocols {
 		if p.Endpoint != "" {
-			parts = append(parts, p.Name+"="+p.Endpoint)
+			parts = append(parts, printable(p.Name)+"="+printable(p.Endpoint))
 		} else {
-			parts = append(parts, p.Name)
+			parts = append(parts, printable(p.Name))
 		}
 	}
 	if len(parts) == 0 {
@@ -138,7 +149,7 @@ func protocolsCell(d *segment.Descriptor) string {
 func railsCell(d *segment.Descriptor) string {
 	parts := make([]string, 0, len(d.Devices))
 	for _, dev := range d.Devices {
-		parts = append(parts, fmt.Sprintf("%s:%d", dev.Name, dev.Port))
+		parts = append(parts, fmt.Sprintf("%s:%d", printable(dev.Name), dev.Port))
 	}
 	if len(parts) == 0 {
 		return "-"

@@ -87,3 +87,31 @@ func TestSegmentsP2P(t *testing.T) {
 		t.Fatalf("p2p without peers: %v, want a usage error", err)
 	}
 }
+
+// A descriptor is data from other processes: control characters in its
+// strings never reach the terminal raw.
+func TestSegmentsTableEscapes(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	peer, err := p2p.New(ctx, p2p.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer peer.Close()
+	d := storetest.Descriptor(peer.Name(), 7, 2)
+	d.Protocols[0].Endpoint = "\x1b[2J\x1b[31mhost:1\r\n"
+	d.Devices[0].Name = "rxe\x070"
+	if err := peer.Publish(ctx, d); err != nil {
+		t.Fatal(err)
+	}
+	var out bytes.Buffer
+	if err := listSegments(ctx, &out, metadataURI("p2p"), []string{peer.Name()}, false, time.Now()); err != nil {
+		t.Fatal(err)
+	}
+	if strings.ContainsAny(out.String()[:len(out.String())-1], "\x1b\x07\r") || strings.Count(out.String(), "\n") != 2 {
+		t.Fatalf("control characters reached the table: %q", out.String())
+	}
+	if !strings.Contains(out.String(), `tcp=\x1b[2J\x1b[31mhost:1\r\n`) || !strings.Contains(out.String(), `rxe\a0:1`) {
+		t.Fatalf("escaped strings missing: %q", out.String())
+	}
+}
