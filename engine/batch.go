@@ -301,8 +301,10 @@ func (e *Engine) FreeBatch(id BatchID) error {
 // capacity exceeded (ErrBatchFull), malformed request (ErrInvalidRequest).
 // Submit does not wait for the transfers, except that a transport used
 // for the first time with a segment (a request's Transport hint) is
-// connected here, bounded by Config.MetadataTimeout. On the steady-state
-// path it does not allocate.
+// connected here, bounded by Config.MetadataTimeout, and that a request
+// whose transport an Uninstall is deciding about waits for the decision
+// (a refusal lets it through). On the steady-state path it does not
+// allocate.
 func (e *Engine) Submit(id BatchID, reqs []Request) error {
 	if e.closed.Load() {
 		return ErrClosed
