@@ -182,6 +182,16 @@ func TestTePerf(t *testing.T) {
 			}
 		}
 	})
+	// Bandwidth tests sleep on completion events on rxe by default (-cq
+	// auto); busy polling and an explicit ACK timeout and warm-up must work too.
+	t.Run("cq-modes", func(t *testing.T) {
+		for _, op := range []string{"write", "send"} {
+			for _, cq := range []string{"poll", "event"} {
+				args := []string{"-d", a.Name, "-peer", b.Name, "-op", op, "-n", "100", "-cq", cq, "-u", "16", "-w", "4"}
+				checkPerf(t, tePerf(t, args...), op, "bw", 100)
+			}
+		}
+	})
 	t.Run("loopback", func(t *testing.T) {
 		checkPerf(t, tePerf(t, "-d", topo.Lo.Name, "-peer", topo.Lo.Name, "-n", "100"), "write", "bw", 100)
 	})
