@@ -21,6 +21,21 @@ func TestPerfParamsCheck(t *testing.T) {
 	if lat.Size != 8 || lat.Iters != 1000 {
 		t.Errorf("latency defaults %+v", lat)
 	}
+	for _, c := range []struct {
+		p    perfParams
+		want int
+	}{
+		{perfParams{Op: "write", Test: "lat", Inline: -1}, 220},
+		{perfParams{Op: "send", Test: "lat", Inline: -1}, 236},
+		{perfParams{Op: "read", Test: "lat", Inline: -1}, 0},
+		{perfParams{Op: "write", Test: "bw", Inline: -1}, 0},
+		{perfParams{Op: "write", Test: "bw", Inline: 64}, 64},
+		{perfParams{Op: "send", Test: "lat", Inline: 0}, 0},
+	} {
+		if got := c.p.inlineSize(); got != c.want {
+			t.Errorf("%+v: inline %d, want %d", c.p, got, c.want)
+		}
+	}
 	for _, cq := range []string{"", "auto", "poll", "event"} {
 		ok := perfParams{Op: "write", Test: "bw", Size: 8, Iters: 1, Depth: 1, CQMod: 1, CQ: cq, Spin: 100}
 		if err := ok.check(); err != nil {
@@ -40,6 +55,8 @@ func TestPerfParamsCheck(t *testing.T) {
 		{Op: "write", Test: "bw", Size: 8, Iters: 1, Depth: 1, CQMod: -1},
 		{Op: "write", Test: "bw", Size: 8, Iters: 1, Depth: 1, QPTimeout: 32},
 		{Op: "write", Test: "bw", Size: 8, Iters: 1, Depth: 1, Warmup: -1},
+		{Op: "write", Test: "bw", Size: 8, Iters: 1, Depth: 1, Inline: -2},
+		{Op: "read", Test: "lat", Size: 8, Iters: 1, Depth: 1, Inline: 64},
 	} {
 		if bad.CQMod == 0 {
 			bad.CQMod = 1 // each case breaks one rule only
