@@ -92,6 +92,8 @@ bench "write_bw 64KiB rail1" $SR_DEV1 $SR_GID1 $SR_DEV0 $SR_GID0 bw ib_write_bw 
 bench "write_lat 8B rail1" $SR_DEV1 $SR_GID1 $SR_DEV0 $SR_GID0 lat ib_write_lat -lat -n $N -s 8 -- -n $N -s 8
 bench "read_bw 64KiB rail2" $SR_DEV3 $SR_GID3 $SR_DEV2 $SR_GID2 bw ib_read_bw -op read -n $N -s 65536 -- -n $N -s 65536
 bench "send_bw 64KiB rail2" $SR_DEV3 $SR_GID3 $SR_DEV2 $SR_GID2 bw ib_send_bw -op send -n $N -s 65536 -- -n $N -s 65536
+# te's default on rxe sleeps on completion events; this row busy-polls like perftest
+bench "send_bw 64KiB rail2 te-poll" $SR_DEV3 $SR_GID3 $SR_DEV2 $SR_GID2 bw ib_send_bw -op send -cq poll -n $N -s 65536 -- -n $N -s 65536
 bench "write_bw 64KiB loopback" $SR_DEVLO $SR_GIDLO $SR_DEVLO $SR_GIDLO bw ib_write_bw -n $N -s 65536 -- -n $N -s 65536
 echo "---- summary (also in $OUT)"
 cat "$OUT"
