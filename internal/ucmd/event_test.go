@@ -82,3 +82,30 @@ func TestEventFileRead(t *testing.T) {
 		t.Fatal("second Close:", err)
 	}
 }
+
+// A record that is already queued is read without allocating, whatever the
+// context: completion loops call Read once per event.
+func TestEventFileReadQueuedAllocs(t *testing.T) {
+	if raceEnabled {
+		t.Skip("allocation counts are not meaningful under -race")
+	}
+	e, w := pipeEvents(t)
+	buf := make([]byte, 8)
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	rec := []byte("12345678")
+	for _, c := range []struct {
+		name string
+		ctx  context.Context
+	}{{"background", context.Background()}, {"cancellable", ctx}} {
+		allocs := testing.AllocsPerRun(200, func() {
+			unix.Write(w, rec)
+			if n, err := e.Read(c.ctx, buf); err != nil || n != 8 {
+				t.Fatalf("Read: %d %v", n, err)
+			}
+		})
+		if allocs != 0 {
+			t.Errorf("%s: Read of a queued record allocates %v times", c.name, allocs)
+		}
+	}
+}

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"os"
 	"sync"
+	"syscall"
 	"time"
 
 	"golang.org/x/sys/unix"
@@ -210,6 +211,16 @@ var errShortWrite = errors.New("ucmd: short command write")
 type EventFile struct {
 	f  *os.File
 	fd int // kept so we never call f.Fd(), which may switch the file to blocking mode
+	rc syscall.RawConn
+
+	// try is the non-blocking read behind TryRead and Read's fast path.
+	// RawConn.Read holds the fd against a concurrent Close; the callback
+	// and its scratch are made once here so a read allocates nothing.
+	tryMu  sync.Mutex
+	tryFn  func(fd uintptr) bool
+	tryBuf []byte
+	tryN   int
+	tryErr error
 }
 
 // NewEventFile takes ownership of fd.
@@ -218,7 +229,42 @@ func NewEventFile(fd int, name string) (*EventFile, error) {
 		unix.Close(fd)
 		return nil, fmt.Errorf("ucmd: set %s non-blocking: %w", name, err)
 	}
-	return &EventFile{f: os.NewFile(uintptr(fd), name), fd: fd}, nil
+	e := &EventFile{f: os.NewFile(uintptr(fd), name), fd: fd}
+	rc, err := e.f.SyscallConn()
+	if err != nil {
+		e.f.Close()
+		return nil, fmt.Errorf("ucmd: %s: %w", name, err)
+	}
+	e.rc = rc
+	e.tryFn = func(fd uintptr) bool {
+		for {
+			e.tryN, e.tryErr = unix.Read(int(fd), e.tryBuf)
+			if e.tryErr != unix.EINTR {
+				return true // one attempt: EAGAIN is an answer, not a wait
+			}
+		}
+	}
+	return e, nil
+}
+
+// try reads one queued record without waiting. ok is false when none is
+// queued; err is set when the file is closed or the read failed.
+func (e *EventFile) try(buf []byte) (n int, ok bool, err error) {
+	e.tryMu.Lock()
+	e.tryBuf = buf
+	err = e.rc.Read(e.tryFn)
+	n, rerr := e.tryN, e.tryErr
+	e.tryBuf, e.tryErr = nil, nil
+	e.tryMu.Unlock()
+	switch {
+	case err != nil:
+		return 0, false, err
+	case rerr == unix.EAGAIN:
+		return 0, false, nil
+	case rerr != nil:
+		return 0, false, rerr
+	}
+	return n, true, nil
 }
 
 // Fd returns the fd number (for attaching a channel at CQ creation). It is
@@ -232,10 +278,21 @@ func (e *EventFile) Read(ctx context.Context, buf []byte) (int, error) {
 	if err := ctx.Err(); err != nil {
 		return 0, err
 	}
+	// Fast path: a record already queued is read without parking and
+	// without watching ctx (context.AfterFunc allocates), so a busy
+	// completion loop allocates nothing. Errors fall through to the
+	// blocking read, which reports them (os.ErrClosed after Close).
+	if n, ok, err := e.try(buf); ok && err == nil {
+		return n, nil
+	}
 	// The file deadline is only ever set by ctx firing, so a deadline error
-	// always means ctx is done and ctx.Err() is the answer.
+	// always means ctx is done and ctx.Err() is the answer. A context that
+	// can never be done needs no watcher.
 	_ = e.f.SetReadDeadline(time.Time{})
-	stop := context.AfterFunc(ctx, func() { _ = e.f.SetReadDeadline(time.Unix(1, 0)) })
+	stop := func() bool { return false }
+	if ctx.Done() != nil {
+		stop = context.AfterFunc(ctx, func() { _ = e.f.SetReadDeadline(time.Unix(1, 0)) })
+	}
 	n, err := e.f.Read(buf)
 	stop()
 	if err == nil {
@@ -251,25 +308,7 @@ func (e *EventFile) Read(ctx context.Context, buf []byte) (int, error) {
 
 // TryRead reads one event if one is queued; ok is false when none is.
 func (e *EventFile) TryRead(buf []byte) (n int, ok bool, err error) {
-	rc, err := e.f.SyscallConn()
-	if err != nil {
-		return 0, false, err
-	}
-	var rerr error
-	err = rc.Read(func(fd uintptr) bool {
-		n, rerr = unix.Read(int(fd), buf)
-		return true
-	})
-	if err != nil {
-		return 0, false, err
-	}
-	if rerr == unix.EAGAIN {
-		return 0, false, nil
-	}
-	if rerr != nil {
-		return 0, false, rerr
-	}
-	return n, true, nil
+	return e.try(buf)
 }
 
 // Close closes the fd, waking a blocked Read with os.ErrClosed. Idempotent.

@@ -1,0 +1,5 @@
+//go:build race
+
+package ucmd
+
+const raceEnabled = true
