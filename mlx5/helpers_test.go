@@ -11,6 +11,8 @@ import (
 	"testing"
 
 	"github.com/rdmago/te/internal/dma"
+
+	"github.com/rdmago/te/internal/testenv"
 )
 
 // mapped returns n bytes of anonymous mmap'd memory unmapped at cleanup:
@@ -48,19 +50,7 @@ func newTestSQ(t testing.TB, cnt uint32, qpn uint32, sigAll bool, maxGS, maxInli
 // missing one fails the test; elsewhere it skips loudly.
 func requireOracle(t testing.TB) string {
 	t.Helper()
-	gcc, err := exec.LookPath("gcc")
-	if err == nil {
-		_, err = os.Stat("/usr/include/infiniband/mlx5dv.h")
-	}
-	if err != nil {
-		msg := fmt.Sprintf("the byte-exact mlx5 oracle needs gcc and rdma-core's infiniband/mlx5dv.h "+
-			"(apt-get install -y --no-install-recommends gcc libibverbs-dev): %v", err)
-		if os.Getenv("CI") == "true" {
-			t.Fatal(msg)
-		}
-		t.Skip("SKIP (not CI): " + msg)
-	}
-	return gcc
+	return testenv.GCC(t, "gcc libibverbs-dev", "/usr/include/infiniband/mlx5dv.h")
 }
 
 // runOracle compiles a C program against mlx5dv.h and returns its stdout.

@@ -10,24 +10,15 @@ import (
 	"strings"
 	"testing"
 	"unsafe"
+
+	"github.com/rdmago/te/internal/testenv"
 )
 
 // requireGCC returns the gcc path, skipping on a laptop without gcc or the
 // UAPI header but failing under CI=true, where both are part of the image.
 func requireGCC(t *testing.T, header string) string {
 	t.Helper()
-	gcc, err := exec.LookPath("gcc")
-	if err == nil {
-		_, err = os.Stat(header)
-	}
-	if err != nil {
-		msg := fmt.Sprintf("gcc and %s are needed to check mlx5 ABI layouts (apt-get install gcc linux-libc-dev): %v", header, err)
-		if os.Getenv("CI") == "true" {
-			t.Fatal(msg)
-		}
-		t.Skip("SKIP (not CI): " + msg)
-	}
-	return gcc
+	return testenv.GCC(t, "gcc linux-libc-dev", header)
 }
 
 // layoutCase pairs a Go ABI struct with its C struct name.

@@ -10,6 +10,8 @@ import (
 	"reflect"
 	"strings"
 	"testing"
+
+	"github.com/rdmago/te/internal/testenv"
 )
 
 // layouts maps every Go mirror type to the C struct it mirrors.
@@ -148,13 +150,7 @@ func goFields(t reflect.Type) []field {
 // TestLayoutsMatchKernelHeaders compiles a C program against the installed
 // UAPI headers and compares sizeof/offsetof of every mirrored struct and field.
 func TestLayoutsMatchKernelHeaders(t *testing.T) {
-	gcc, err := exec.LookPath("gcc")
-	if err != nil || !fileExists("/usr/include/rdma/ib_user_verbs.h") {
-		if os.Getenv("CI") == "true" {
-			t.Fatalf("gcc or /usr/include/rdma missing under CI=true: %v", err)
-		}
-		t.Skip("SKIP (loud): gcc or linux-libc-dev RDMA headers missing; layouts unchecked")
-	}
+	gcc := testenv.GCC(t, "gcc linux-libc-dev", "/usr/include/rdma/ib_user_verbs.h")
 	var src bytes.Buffer
 	src.WriteString(`#include <stdio.h>
 #include <stddef.h>
@@ -214,8 +210,6 @@ int main(void) {
 	}
 	t.Logf("checked %d sizes/offsets/constants against /usr/include/rdma", checked)
 }
-
-func fileExists(p string) bool { _, err := os.Stat(p); return err == nil }
 
 // TestHostLayout checks every mirror struct starts with structs.HostLayout and
 // uses only fixed-size kinds.
