@@ -64,6 +64,9 @@ type sendQueue struct {
 	maxSGE    int
 	maxInline int
 	ud        bool // UD: SEND/SEND_WITH_IMM to wr.AH, no RDMA or atomics
+	// posted is the payload byte count of the WQEs the last post wrote: a
+	// measure of the work the kick that follows will do.
+	posted uint64
 }
 
 // post writes wrs into the ring and returns how many it wrote. The
@@ -73,6 +76,7 @@ type sendQueue struct {
 func (q *sendQueue) post(wrs []uverbs.SendWR) (int, error) {
 	n := len(wrs)
 	var err error
+	q.posted = 0
 	for i := range wrs {
 		if err = q.postOne(&wrs[i]); err != nil {
 			n = i
@@ -170,6 +174,7 @@ func (q *sendQueue) postOne(wr *uverbs.SendWR) error {
 	w.DMA.Length = uint32(total)
 	w.DMA.Resid = uint32(total)
 	w.State = uapi.RxeWQEStatePosted
+	q.posted += total
 	q.prod = next // published by post
 	return nil
 }

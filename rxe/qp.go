@@ -18,7 +18,8 @@ type qp struct {
 	sq     sendQueue
 	rq     recvQueue
 	kickMR *dma.Region // the pre-built POST_SEND command (stable memory for its response pointer)
-	kick   func() error
+	kickFD int
+	kick   []byte // the POST_SEND command in kickMR
 }
 
 func (q *qp) Request() (uverbs.QPCaps, []byte, int) {
@@ -53,8 +54,7 @@ func (q *qp) Created(c uverbs.QPCreated, out []byte) (err error) {
 	if err != nil {
 		return err
 	}
-	fd := q.k.FD()
-	q.kick = func() error { return ucmd.RawWrite(fd, cmd) }
+	q.kickFD, q.kick = q.k.FD(), cmd
 	return nil
 }
 
@@ -90,12 +90,26 @@ func encodeKick(b []byte, qpHandle uint32) ([]byte, error) {
 func (q *qp) PostSend(wrs []uverbs.SendWR) (int, error) {
 	n, err := q.sq.post(wrs)
 	if n > 0 {
-		if kerr := q.kick(); kerr != nil {
+		// The kick runs rxe's requester in this thread (6.1 kernels) or
+		// just schedules it (later ones). Small posts take it as a quick
+		// write that keeps the P: on a round trip of a few bytes the
+		// scheduler's syscall hand-off cost more than the kernel work.
+		// Large ones may keep the kernel busy for a long while, so they
+		// go through the scheduler.
+		kick := ucmd.RawWrite
+		if q.sq.posted <= quickKickBytes {
+			kick = ucmd.QuickWrite
+		}
+		if kerr := kick(q.kickFD, q.kick); kerr != nil {
 			return n, kerr
 		}
 	}
 	return n, err
 }
+
+// quickKickBytes bounds the payload a post may carry and still be kicked
+// with ucmd.QuickWrite: a few MTUs of send processing.
+const quickKickBytes = 16 << 10
 
 func (q *qp) PostRecv(wrs []uverbs.RecvWR) (int, error) { return q.rq.post(wrs) }
 

@@ -75,6 +75,9 @@ func TestSendWQEEncoding(t *testing.T) {
 	if n, err := q.post(wrs); err != nil || n != 3 {
 		t.Fatalf("post: %d %v", n, err)
 	}
+	if q.posted != 128+17+8 { // sizes the kick choice in PostSend
+		t.Fatalf("posted %d payload bytes, want %d", q.posted, 128+17+8)
+	}
 	if p := binary.LittleEndian.Uint32(b[offProducer:]); p != 3 {
 		t.Fatalf("producer %d", p)
 	}

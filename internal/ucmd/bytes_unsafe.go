@@ -26,3 +26,15 @@ func ioctl(fd int, buf []byte) error {
 	}
 	return nil
 }
+
+// rawWrite is write(2) through RawSyscall: the goroutine keeps its P and the
+// scheduler is not told. Only for writes that cannot block (uverbs commands
+// that do bounded work and never wait on a peer). cmd is mmap'd memory owned
+// by the caller, so it cannot move while the kernel copies it.
+func rawWrite(fd int, cmd []byte) (int, error) {
+	n, _, e := unix.RawSyscall(unix.SYS_WRITE, uintptr(fd), uintptr(unsafe.Pointer(unsafe.SliceData(cmd))), uintptr(len(cmd)))
+	if e != 0 {
+		return 0, e
+	}
+	return int(n), nil
+}

@@ -186,8 +186,20 @@ func (f *File) Ioctl(object, method uint16, build func(*Builder), read func(*Bui
 // memory. It exists for allocation-free data-path commands such as the rxe
 // send kick; it does not take the File lock.
 func RawWrite(fd int, cmd []byte) error {
+	return writeAll(fd, cmd, func(fd int, b []byte) (int, error) { return unix.Write(fd, b) })
+}
+
+// QuickWrite is RawWrite for commands that do a short, bounded amount of
+// kernel work and never sleep waiting for anything (a small rxe send kick):
+// the write is issued without telling the scheduler a syscall is under way
+// (see rawWrite), so the goroutine keeps its P. Announcing such a call let
+// sysmon hand the P away mid-command, and taking it back afterwards put
+// tens of microseconds on Soft-RoCE round trips.
+func QuickWrite(fd int, cmd []byte) error { return writeAll(fd, cmd, rawWrite) }
+
+func writeAll(fd int, cmd []byte, write func(int, []byte) (int, error)) error {
 	for {
-		n, err := unix.Write(fd, cmd)
+		n, err := write(fd, cmd)
 		if err == unix.EINTR {
 			continue
 		}
