@@ -57,7 +57,7 @@ bench() {
 	while [ $# -gt 0 ] && [ "$1" != -- ]; do targs="$targs $1"; shift; done
 	shift
 	pargs="$*"
-	: > /tmp/te.v; : > /tmp/pt.v; : > /tmp/te.a; : > /tmp/pt.a
+	: > /tmp/te.v; : > /tmp/pt.v; : > /tmp/te.a; : > /tmp/pt.a; : > /tmp/te.9; : > /tmp/pt.9
 	for r in $(seq 1 $RUNS); do
 		# shellcheck disable=SC2086
 		t=$(teperf $sd $cd $targs) && if [ $kind = bw ]; then
@@ -65,6 +65,7 @@ bench() {
 		else
 			echo "$t" | json t_typical_us >> /tmp/te.v
 			echo "$t" | json t_avg_us >> /tmp/te.a
+			echo "$t" | json t_p99_us >> /tmp/te.9
 		fi
 		# shellcheck disable=SC2086
 		p=$(perftest $sd $sg $cd $cg $tool $pargs) && if [ $kind = bw ]; then
@@ -72,14 +73,15 @@ bench() {
 		else
 			echo "$p" | awk '{print $5}' >> /tmp/pt.v
 			echo "$p" | awk '{print $6}' >> /tmp/pt.a
+			echo "$p" | awk '{print $8}' >> /tmp/pt.9
 		fi
 	done
 	tv=$(median < /tmp/te.v) pv=$(median < /tmp/pt.v)
 	if [ $kind = bw ]; then
 		line=$(awk -v n="$name" -v t="$tv" -v p="$pv" -v r="$RUNS" 'BEGIN{printf "%-28s BW MB/s (median of %d)   te %9.2f   perftest %9.2f   te/perftest %.2f", n, r, t, p, (p>0 ? t/p : 0)}')
 	else
-		ta=$(median < /tmp/te.a) pa=$(median < /tmp/pt.a)
-		line=$(awk -v n="$name" -v t="$tv" -v p="$pv" -v ta="$ta" -v pa="$pa" -v r="$RUNS" 'BEGIN{printf "%-28s typical us (median of %d) te %9.2f   perftest %9.2f   te/perftest %.2f   (avg: te %.2f perftest %.2f)", n, r, t, p, (p>0 ? t/p : 0), ta, pa}')
+		ta=$(median < /tmp/te.a) pa=$(median < /tmp/pt.a) t9=$(median < /tmp/te.9) p9=$(median < /tmp/pt.9)
+		line=$(awk -v n="$name" -v t="$tv" -v p="$pv" -v ta="$ta" -v pa="$pa" -v t9="$t9" -v p9="$p9" -v r="$RUNS" 'BEGIN{printf "%-28s typical us (median of %d) te %9.2f   perftest %9.2f   te/perftest %.2f   (avg: te %.2f perftest %.2f; p99: te %.2f perftest %.2f)", n, r, t, p, (p>0 ? t/p : 0), ta, pa, t9, p9}')
 	fi
 	echo "BENCH $line"
 	echo "$line" >> "$OUT"
