@@ -9,7 +9,7 @@ import (
 	"testing"
 
 	"github.com/rdmago/te/mlx5"
-	"github.com/rdmago/te/mlx5/verbstest"
+	"github.com/rdmago/te/uverbs/verbstest"
 	"github.com/rdmago/te/uverbs"
 	"github.com/rdmago/te/uverbs/leakcheck"
 )

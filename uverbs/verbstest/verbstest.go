@@ -1,11 +1,13 @@
 // Package verbstest is a provider-neutral conformance suite for the verbs
 // data path: it runs the same RC checks (SEND/RECV with and without
 // immediate, RDMA WRITE/READ, atomics, inline data, multi-SGE gather and
-// scatter, unsignaled runs across ring wrap, error statuses, queue limits,
-// completion events, zero allocations, no stale completion matched to work
-// posted after a RESET) against any uverbs provider on real devices. The
-// mlx5 hardware tier runs it on ConnectX; the Soft-RoCE tier runs it on
-// rxe, which keeps the suite itself honest where CI has no NIC.
+// scatter, unsignaled runs across ring wrap, error statuses, local and
+// remote protection, a vanished peer, posting before RTS, queue limits,
+// completion events (next and solicited-only arms), zero allocations, no
+// stale completion matched to work posted after a RESET) against any uverbs
+// provider on real devices. The rxe provider's tests run it in the
+// Soft-RoCE guest (across a rail and on the loopback device, messages up to
+// 8 MiB); the mlx5 hardware tier runs it on ConnectX.
 package verbstest
 
 import (
@@ -202,6 +204,23 @@ func (s *side) quiet() {
 	}
 }
 
+// pollOne busy-polls (never arms the CQ) for one completion.
+func (s *side) pollOne() uverbs.WC {
+	s.t.Helper()
+	var wc [1]uverbs.WC
+	for deadline := time.Now().Add(20 * time.Second); time.Now().Before(deadline); time.Sleep(50 * time.Microsecond) {
+		n, err := s.cq.Poll(wc[:])
+		if err != nil {
+			s.t.Fatalf("%s: poll: %v", s.dev.Name, err)
+		}
+		if n == 1 {
+			return wc[0]
+		}
+	}
+	s.t.Fatalf("%s: no completion", s.dev.Name)
+	return uverbs.WC{}
+}
+
 func (s *side) postRecv(id uint64, sgl ...uverbs.SGE) {
 	s.t.Helper()
 	if n, err := s.qp.PostRecv([]uverbs.RecvWR{{ID: id, SGL: sgl}}); err != nil || n != 1 {
@@ -246,6 +265,9 @@ func Run(t *testing.T, tg Target) {
 		{"InlineAndSGL", testInlineAndSGL},
 		{"UnsignaledWrap", testUnsignaledWrap},
 		{"Errors", testErrors},
+		{"Access", testAccess},
+		{"PeerGone", testPeerGone},
+		{"PostState", testPostState},
 		{"Limits", testLimits},
 		{"Events", testEvents},
 		{"Allocs", testAllocs},
@@ -465,6 +487,9 @@ func testErrors(t *testing.T, tg Target) {
 			t.Fatalf("flushed receive %+v (%s)", wc, wc.Status)
 		}
 	}
+	// So are sends posted while it is in ERR.
+	b.postSend(uverbs.SendWR{ID: 12, Opcode: uverbs.WRSend, SGL: []uverbs.SGE{b.mr.SGE(0, 8)}})
+	b.wait1(12, uverbs.WCWRFlushErr)
 	// RNR: a SEND with no receive posted and rnr_retry 1 fails.
 	c, d := pair(t, tg, 1<<16, func(c *uverbs.ConnectConfig) { c.RNRRetry = 1; c.MinRNRTimer = 1 })
 	c.postSend(uverbs.SendWR{ID: 5, Opcode: uverbs.WRSend, Flags: uverbs.SendSignaled, SGL: []uverbs.SGE{c.mr.SGE(0, 8)}})
@@ -483,6 +508,96 @@ func testErrors(t *testing.T, tg Target) {
 		t.Fatalf("SEND into a short receive buffer: %+v (%s)", wc, wc.Status)
 	} else {
 		t.Logf("sender of an overlong SEND: %s", wc.Status)
+	}
+}
+
+// testAccess: local and remote protection. A bad lkey fails locally; a bad
+// rkey, a range past the end of the remote region, and a WRITE to a region
+// registered read-only fail remotely; READ of that region works.
+func testAccess(t *testing.T, tg Target) {
+	t.Run("bad-lkey", func(t *testing.T) {
+		a, b := pair(t, tg, 1<<16, nil)
+		sge := a.mr.SGE(0, 64)
+		sge.LKey ^= 0x55
+		a.postSend(uverbs.SendWR{ID: 1, Opcode: uverbs.WRRDMAWrite, Flags: uverbs.SendSignaled,
+			SGL: []uverbs.SGE{sge}, RemoteAddr: b.addr(0), RKey: b.mr.RKey()})
+		wc := a.wait(1)[0]
+		// The status is the device's choice: a local protection error
+		// (ConnectX, rxe on 6.1), a QP operation error, or (rxe on 6.12,
+		// which moves the QP to ERR first) a flush. Success is not.
+		switch wc.Status {
+		case uverbs.WCLocProtErr, uverbs.WCLocQPOpErr, uverbs.WCWRFlushErr:
+		default:
+			t.Fatalf("bad lkey: %+v (%s), want a local protection, QP operation or flush error", wc, wc.Status)
+		}
+		if wc.ID != 1 {
+			t.Fatalf("bad lkey: completion for WR %d, want 1", wc.ID)
+		}
+		t.Logf("bad lkey -> %s", wc.Status)
+	})
+	t.Run("bad-rkey", func(t *testing.T) {
+		a, b := pair(t, tg, 1<<16, nil)
+		a.postSend(uverbs.SendWR{ID: 2, Opcode: uverbs.WRRDMAWrite, Flags: uverbs.SendSignaled,
+			SGL: []uverbs.SGE{a.mr.SGE(0, 64)}, RemoteAddr: b.addr(0), RKey: b.mr.RKey() ^ 0x5500})
+		a.wait1(2, uverbs.WCRemAccessErr)
+	})
+	t.Run("out-of-range", func(t *testing.T) {
+		a, b := pair(t, tg, 1<<16, nil)
+		a.postSend(uverbs.SendWR{ID: 3, Opcode: uverbs.WRRDMARead, Flags: uverbs.SendSignaled,
+			SGL: []uverbs.SGE{a.mr.SGE(0, 64)}, RemoteAddr: b.addr(b.mr.Len() - 8), RKey: b.mr.RKey()})
+		a.wait1(3, uverbs.WCRemAccessErr)
+	})
+	t.Run("read-only-region", func(t *testing.T) {
+		a, b := pair(t, tg, 1<<16, nil)
+		ro, err := b.pd.AllocMR(4096, uverbs.AccessLocalWrite|uverbs.AccessRemoteRead)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer ro.Close()
+		fill(ro.Bytes()[:64], 4)
+		a.postSend(uverbs.SendWR{ID: 4, Opcode: uverbs.WRRDMARead, Flags: uverbs.SendSignaled,
+			SGL: []uverbs.SGE{a.mr.SGE(0, 64)}, RemoteAddr: ro.Addr(), RKey: ro.RKey()})
+		a.wait1(4, uverbs.WCSuccess)
+		if !bytes.Equal(a.buf()[:64], ro.Bytes()[:64]) {
+			t.Fatal("READ of a read-only region: data differs")
+		}
+		a.postSend(uverbs.SendWR{ID: 5, Opcode: uverbs.WRRDMAWrite, Flags: uverbs.SendSignaled,
+			SGL: []uverbs.SGE{a.mr.SGE(0, 64)}, RemoteAddr: ro.Addr(), RKey: ro.RKey()})
+		a.wait1(5, uverbs.WCRemAccessErr)
+	})
+}
+
+// testPeerGone: with the peer's QP destroyed and a small retry count, a
+// WRITE fails with RETRY_EXC_ERR within the transport timeout instead of
+// hanging, and what was queued behind it is flushed.
+func testPeerGone(t *testing.T, tg Target) {
+	// Timeout 8 is 4.096 us << 8, about 1 ms per try; 3 tries.
+	a, b := pair(t, tg, 1<<16, func(c *uverbs.ConnectConfig) { c.Timeout = 8; c.RetryCnt = 2 })
+	if err := b.qp.Close(); err != nil {
+		t.Fatal(err)
+	}
+	start := time.Now()
+	a.postSend(uverbs.SendWR{ID: 7, Opcode: uverbs.WRRDMAWrite, Flags: uverbs.SendSignaled,
+		SGL: []uverbs.SGE{a.mr.SGE(0, 64)}, RemoteAddr: b.addr(0), RKey: b.mr.RKey()})
+	a.postSend(uverbs.SendWR{ID: 8, Opcode: uverbs.WRSend, SGL: []uverbs.SGE{a.mr.SGE(0, 8)}})
+	a.wait1(7, uverbs.WCRetryExcErr)
+	a.wait1(8, uverbs.WCWRFlushErr)
+	t.Logf("retry exceeded after %v", time.Since(start))
+}
+
+// testPostState: posting sends on a QP that is not yet in RTS (RESET, INIT)
+// is refused with ErrQPState before anything reaches the queue.
+func testPostState(t *testing.T, tg Target) {
+	s := newSide(t, tg, tg.A, 4096)
+	wr := []uverbs.SendWR{{Opcode: uverbs.WRSend, SGL: []uverbs.SGE{s.mr.SGE(0, 8)}}}
+	if _, err := s.qp.PostSend(wr); !errors.Is(err, uverbs.ErrQPState) {
+		t.Fatalf("post in RESET: %v, want ErrQPState", err)
+	}
+	if err := s.qp.ToInit(s.dev.Port, 0); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := s.qp.PostSend(wr); !errors.Is(err, uverbs.ErrQPState) {
+		t.Fatalf("post in INIT: %v, want ErrQPState", err)
 	}
 }
 
@@ -569,6 +684,36 @@ func testEvents(t *testing.T, tg Target) {
 	if got := b.cq.CompEvents(); got != 3 {
 		t.Fatalf("%d completion events, want 3", got)
 	}
+	// A solicited-only arm lets an unsolicited completion through without
+	// an event, and raises one for the next solicited one.
+	waitEvent := func(d time.Duration) (*uverbs.CQ, error) {
+		ctx, cancel := context.WithTimeout(context.Background(), d)
+		defer cancel()
+		return b.ch.Wait(ctx)
+	}
+	b.postRecv(10, b.mr.SGE(0, 64))
+	b.postRecv(11, b.mr.SGE(0, 64))
+	if err := b.cq.ReqNotify(true); err != nil {
+		t.Fatal(err)
+	}
+	a.postSend(uverbs.SendWR{ID: 10, Opcode: uverbs.WRSend, SGL: []uverbs.SGE{a.mr.SGE(0, 16)}})
+	// Poll, never Wait: Wait could re-arm the CQ for any completion.
+	if wc := b.pollOne(); wc.ID != 10 || wc.Status != uverbs.WCSuccess {
+		t.Fatalf("unsolicited receive %+v", wc)
+	}
+	if cq, err := waitEvent(300 * time.Millisecond); !errors.Is(err, context.DeadlineExceeded) {
+		t.Fatalf("event %v / %v for an unsolicited completion under a solicited-only arm", cq, err)
+	}
+	a.postSend(uverbs.SendWR{ID: 11, Opcode: uverbs.WRSend, Flags: uverbs.SendSolicited, SGL: []uverbs.SGE{a.mr.SGE(0, 16)}})
+	if cq, err := waitEvent(20 * time.Second); err != nil || cq != b.cq {
+		t.Fatalf("solicited completion: event %v, %v", cq, err)
+	}
+	if wc := b.pollOne(); wc.ID != 11 || wc.Status != uverbs.WCSuccess {
+		t.Fatalf("solicited receive %+v", wc)
+	}
+	if got := b.cq.CompEvents(); got != 4 {
+		t.Fatalf("%d completion events, want 4", got)
+	}
 }
 
 func testAllocs(t *testing.T, tg Target) {
@@ -588,6 +733,21 @@ func testAllocs(t *testing.T, tg Target) {
 	})
 	if allocs != 0 {
 		t.Fatalf("%v allocations per WRITE post+poll", allocs)
+	}
+	recv := []uverbs.RecvWR{{ID: 2, SGL: []uverbs.SGE{b.mr.SGE(128, 64)}}}
+	if allocs := testing.AllocsPerRun(20, func() {
+		if _, err := b.qp.PostRecv(recv); err != nil {
+			t.Fatal(err)
+		}
+	}); allocs != 0 {
+		t.Fatalf("%v allocations per PostRecv", allocs)
+	}
+	if allocs := testing.AllocsPerRun(200, func() {
+		if _, err := a.cq.Poll(wc[:]); err != nil {
+			t.Fatal(err)
+		}
+	}); allocs != 0 {
+		t.Fatalf("%v allocations per empty Poll", allocs)
 	}
 }
 
