@@ -42,6 +42,7 @@ func (c *cqRing) next() []byte {
 	if !c.current(uint8(loadAcquire32(cqe, cqeWQECounter)>>24), c.ci) {
 		return nil
 	}
+	fromDeviceBarrier() // arm64: DMB OSHLD; x86-64: nothing (see above)
 	c.ci++
 	return cqe
 }
@@ -130,6 +131,7 @@ func (c *cqRing) clean(uidx uint32) {
 	for pi-c.ci < c.cnt && c.valid(pi) {
 		pi++
 	}
+	fromDeviceBarrier()
 	freed := uint32(0)
 	for i := pi; i != c.ci; {
 		i--

@@ -28,9 +28,13 @@
 //   - No scatter-to-CQE: every payload lands in the posted buffers.
 //   - The send doorbell is: doorbell record, SFENCE, one 64-bit MOVQ to the
 //     register, SFENCE, then the register half alternates; a single small
-//     inline WQE is copied whole (BlueFlame) with 64-bit stores. These live
-//     in mmio_amd64.s; the only other code that makes pointers from memory
-//     is mem_unsafe.go.
+//     inline WQE is copied whole (BlueFlame) with 64-bit stores. On arm64
+//     (Grace and other Neoverse hosts) the same steps carry rdma-core's
+//     aarch64 barriers: DMB OSHST before each doorbell record, DSB ST
+//     around the register store, DMB OSHLD after a CQE's owner check.
+//     These live in mmio_amd64.s and mmio_arm64.s; the only other code that
+//     makes pointers from memory is mem_unsafe.go. Other architectures
+//     compile (builders and decoders work) but cannot open a context.
 //   - RC only; no SRQ, memory windows or UMR, so a one-SGE WQE fits one
 //     64-byte block (rdma-core reserves 4 for memory-window binds).
 //

@@ -93,7 +93,7 @@ type Context struct {
 
 func newContext(k uverbs.Kernel, resp *abi.AllocUcontextResp) (*Context, error) {
 	if !mmioSupported {
-		return nil, fmt.Errorf("mlx5: doorbells are implemented for amd64 only: %w", ErrNotSupported)
+		return nil, fmt.Errorf("mlx5: doorbells are implemented for amd64 and arm64 only: %w", ErrNotSupported)
 	}
 	if resp.CQEVersion != 1 {
 		return nil, fmt.Errorf("mlx5: device offers CQE version %d, need 1: %w", resp.CQEVersion, ErrNotSupported)
