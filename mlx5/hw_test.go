@@ -9,9 +9,9 @@ import (
 	"testing"
 
 	"github.com/rdmago/te/mlx5"
-	"github.com/rdmago/te/uverbs/verbstest"
 	"github.com/rdmago/te/uverbs"
 	"github.com/rdmago/te/uverbs/leakcheck"
+	"github.com/rdmago/te/uverbs/verbstest"
 )
 
 // The hardware tier: the provider-neutral verbs conformance suite on a real
