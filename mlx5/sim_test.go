@@ -114,6 +114,7 @@ func TestSimulatedHCALaps(t *testing.T) {
 		wantLen          []uint32        // their payload lengths (SGLs are reused)
 		gotSend, gotRecv int
 		recvPosted       int
+		unsignaledRun    int // unsignaled WRs posted since the last signaled one
 		wcs              [8]uverbs.WC
 		wr               [4]uverbs.SendWR
 		sgl              [4][3]uverbs.SGE
@@ -128,14 +129,18 @@ func TestSimulatedHCALaps(t *testing.T) {
 			recvPosted++
 		}
 	}
-	deadline := time.Now().Add(30 * time.Second)
+	// A stall detector, not a timing assertion: the run fails only when no
+	// completion arrives for 30 s (under load the whole run may take
+	// minutes; on one P the HCA goroutine runs only when this one yields).
+	lastProgress := time.Now()
 	for posted < total || gotSend < len(wantSend) {
-		if time.Now().After(deadline) {
+		if time.Since(lastProgress) > 30*time.Second {
 			t.Fatalf("stuck: %d/%d send completions, HCA saw %d WQEs and wrote %d CQEs", gotSend, total, r.hca.wqes, r.hca.cqes)
 		}
 		postRecvs()
 		if posted < total {
 			k := 1 + rng.IntN(4)
+			run := unsignaledRun
 			for i := range k {
 				w := uverbs.SendWR{ID: posted + uint64(i), RemoteAddr: 0x1000, RKey: 3, Imm: rng.Uint32()}
 				w.Opcode = uverbs.WROpcode(rng.IntN(7))
@@ -152,8 +157,16 @@ func TestSimulatedHCALaps(t *testing.T) {
 						w.SGL = append(w.SGL[:0], sge(uint32(rng.IntN(61))))
 					}
 				}
-				if i == k-1 || rng.IntN(3) == 0 {
+				// Signal the last of a batch, some at random, and at least
+				// one in every four: a batch cut short by a full queue
+				// leaves an unsignaled tail, and a queue of 8 made only of
+				// such tails would never report the completion that frees
+				// it (real posters follow the same rule).
+				if i == k-1 || rng.IntN(3) == 0 || run == 3 {
 					w.Flags |= uverbs.SendSignaled
+					run = 0
+				} else {
+					run++
 				}
 				wr[i] = w
 			}
@@ -161,14 +174,12 @@ func TestSimulatedHCALaps(t *testing.T) {
 			if err != nil && !errors.Is(err, uverbs.ErrQueueFull) {
 				t.Fatalf("post send: %v", err)
 			}
-			if n > 0 && wr[n-1].Flags&uverbs.SendSignaled == 0 {
-				// The queue filled mid-batch: make sure something in
-				// flight will complete, or the ring never drains.
-				if r.qp.sq.head-r.qp.sq.tail.Load() == uint32(n) && n == int(r.qp.sq.maxPost) {
-					t.Fatal("the whole queue is unsignaled")
-				}
-			}
 			for i := range n {
+				if wr[i].Flags&uverbs.SendSignaled != 0 {
+					unsignaledRun = 0
+				} else {
+					unsignaledRun++
+				}
 				if wr[i].Flags&uverbs.SendSignaled != 0 {
 					wantSend = append(wantSend, wr[i])
 				}
@@ -187,6 +198,11 @@ func TestSimulatedHCALaps(t *testing.T) {
 		n, err := r.cq.poll(wcs[:], r.lookup)
 		if err != nil {
 			t.Fatal(err)
+		}
+		if n > 0 {
+			lastProgress = time.Now()
+		} else {
+			runtime.Gosched()
 		}
 		for _, wc := range wcs[:n] {
 			if wc.Status != uverbs.WCSuccess {
@@ -378,14 +394,17 @@ func TestPostAndPollOnDifferentGoroutines(t *testing.T) {
 		}
 	})
 	var wcs [8]uverbs.WC
-	deadline := time.Now().Add(60 * time.Second)
+	lastProgress := time.Now() // a stall detector, as in TestSimulatedHCALaps
 	for got := 0; got < total; {
-		if time.Now().After(deadline) {
+		if time.Since(lastProgress) > 30*time.Second {
 			t.Fatalf("stuck after %d completions", got)
 		}
 		n, err := r.cq.poll(wcs[:], r.lookup)
 		if err != nil {
 			t.Fatal(err)
+		}
+		if n > 0 {
+			lastProgress = time.Now()
 		}
 		for _, wc := range wcs[:n] {
 			if wc.ID != uint64(got) || wc.Status != uverbs.WCSuccess {
