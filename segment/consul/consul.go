@@ -25,6 +25,11 @@
 // each other: the second gets segment.ErrConflict. When the owning process
 // dies, its session stops being renewed and Consul deletes its keys within
 // TTL to 2×TTL; Close destroys the session, which deletes them at once.
+// A process restarted after a crash need not wait that long: the session's
+// name records the owner's machine boot, PID namespace, PID and start time,
+// and a store that finds a key held by a process of its own boot and PID
+// namespace that no longer runs ends that session and takes the key over
+// (owner.go); any holder it cannot prove gone keeps segment.ErrConflict.
 // Each Store draws a random Epoch, stamped on descriptors published with
 // Epoch 0, so a restarted process publishes a new epoch.
 //
@@ -198,6 +203,7 @@ type Store struct {
 	kv        *api.KV
 	tr        *http.Transport
 	epoch     uint64
+	me        process // written into the session's name (see owner.go)
 
 	life context.Context // ends at Close
 	kill context.CancelFunc
@@ -262,6 +268,7 @@ func New(ctx context.Context, cfg Config) (*Store, error) {
 		kv:        client.KV(),
 		tr:        tr,
 		epoch:     binary.LittleEndian.Uint64(e[:]) | 1,
+		me:        self(),
 		kick:      make(chan struct{}, 1),
 		owned:     map[string]*owned{},
 		cache:     map[string]cached{},
@@ -317,9 +324,8 @@ func (s *Store) PublishedAt(name string) (time.Time, bool) {
 }
 
 func (s *Store) createSession(ctx context.Context) (string, error) {
-	host, _ := os.Hostname()
 	id, _, err := s.client.Session().Create(&api.SessionEntry{
-		Name:      fmt.Sprintf("te segment store %s pid %d", host, os.Getpid()),
+		Name:      s.me.sessionName(),
 		TTL:       s.cfg.SessionTTL.String(),
 		Behavior:  api.SessionBehaviorDelete,
 		LockDelay: time.Nanosecond, // ~0: a restarted owner re-acquires at once
@@ -494,6 +500,7 @@ var errSessionLost = errors.New("session expired")
 // On success o is clean (or, for an unpublish, removed from owned).
 func (s *Store) sync(octx, parent context.Context, name string, o *owned, sid string) error {
 	key := s.Key(name)
+	tookOver := false
 	for attempt := 0; attempt < 3; attempt++ {
 		var ops api.KVTxnOps
 		switch {
@@ -566,8 +573,19 @@ func (s *Store) sync(octx, parent context.Context, name string, o *owned, sid st
 			holder := "session " + p.Session
 			if e, _, err := s.client.Session().Info(p.Session, s.q(octx)); err == nil && e != nil {
 				holder = fmt.Sprintf("%q, session %s, TTL %s", e.Name, e.ID, e.TTL)
+				if prev, ok := parseSessionName(e.Name); ok && !tookOver && s.me.provesGone(prev) {
+					// A crashed process of this machine (see owner.go):
+					// end its session, which deletes the key, and retry.
+					if _, err := s.client.Session().Destroy(e.ID, (&api.WriteOptions{}).WithContext(octx)); err != nil {
+						return s.failure(parent, "publish "+name, err)
+					}
+					s.cfg.Logf("consul: %s was held by pid %d of this machine, which is gone; ended its session %s and took the key over", key, prev.pid, e.ID)
+					tookOver = true
+					o.index = 0
+					continue
+				}
 			}
-			return fmt.Errorf("consul: publish %s: %w: key %s is held by another store (%s); if that process is gone, the key expires within twice its TTL", name, segment.ErrConflict, key, holder)
+			return fmt.Errorf("consul: publish %s: %w: key %s is held by another store (%s); if that process is gone, the key expires within twice its TTL (at once when it ran on this machine)", name, segment.ErrConflict, key, holder)
 		default:
 			if p.Session == sid {
 				// A plain write keeps our lock on the other writer's

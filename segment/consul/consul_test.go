@@ -81,8 +81,12 @@ func TestMain(m *testing.M) {
 // killed, so its session is neither renewed by a live process nor destroyed.
 func child() {
 	addr, prefix, name := os.Getenv("TE_ADDR"), os.Getenv("TE_PREFIX"), os.Getenv("TE_NAME")
+	ttl := time.Second
+	if v, err := time.ParseDuration(os.Getenv("TE_TTL")); err == nil {
+		ttl = v
+	}
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-	s, err := consul.New(ctx, consul.Config{Address: addr, Prefix: prefix, SessionTTL: time.Second})
+	s, err := consul.New(ctx, consul.Config{Address: addr, Prefix: prefix, SessionTTL: ttl})
 	if err == nil {
 		err = s.Publish(ctx, storetest.Descriptor(name, 0, 1))
 	}
@@ -303,31 +307,7 @@ func TestKilledOwnerExpires(t *testing.T) {
 	p := prefix(t)
 	const name = "doomed"
 	const ttl = time.Second
-	cmd := exec.Command(os.Args[0])
-	cmd.Env = append(os.Environ(), childEnv+"=1", "TE_ADDR="+a.Addr(), "TE_PREFIX="+p, "TE_NAME="+name)
-	out, err := cmd.StdoutPipe()
-	if err != nil {
-		t.Fatal(err)
-	}
-	cmd.Stderr = os.Stderr
-	if err := cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
-	defer cmd.Wait()
-	defer cmd.Process.Kill()
-	line := make(chan string, 1)
-	go func() {
-		l, _ := bufio.NewReader(out).ReadString('\n')
-		line <- l
-	}()
-	select {
-	case l := <-line:
-		if !strings.HasPrefix(l, "published ") {
-			t.Fatalf("child: %q", l)
-		}
-	case <-time.After(30 * time.Second):
-		t.Fatal("child did not publish")
-	}
+	cmd := startChild(t, a.Addr(), p, name, ttl)
 	reader := open(t, consul.Config{Address: a.Addr(), Prefix: p})
 	ctx := ctxT(t, 30*time.Second)
 	if _, err := reader.Get(ctx, name); err != nil {
@@ -355,6 +335,75 @@ func TestKilledOwnerExpires(t *testing.T) {
 		time.Sleep(50 * time.Millisecond)
 	}
 	t.Logf("killed owner's segment gone %v after SIGKILL (TTL %v)", time.Since(killed).Round(time.Millisecond), ttl)
+}
+
+// startChild runs a process that publishes name under prefix with a
+// session of the given TTL and then hangs until killed.
+func startChild(t *testing.T, addr, prefix, name string, ttl time.Duration) *exec.Cmd {
+	t.Helper()
+	cmd := exec.Command(os.Args[0])
+	cmd.Env = append(os.Environ(), childEnv+"=1", "TE_ADDR="+addr, "TE_PREFIX="+prefix, "TE_NAME="+name, "TE_TTL="+ttl.String())
+	out, err := cmd.StdoutPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	cmd.Stderr = os.Stderr
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		cmd.Process.Kill()
+		cmd.Wait()
+	})
+	line := make(chan string, 1)
+	go func() {
+		l, _ := bufio.NewReader(out).ReadString('\n')
+		line <- l
+	}()
+	select {
+	case l := <-line:
+		if !strings.HasPrefix(l, "published ") {
+			t.Fatalf("child: %q", l)
+		}
+	case <-time.After(30 * time.Second):
+		t.Fatal("child did not publish")
+	}
+	return cmd
+}
+
+// A process restarted under the name of one that crashed on this machine
+// takes the name over at once, not after the crashed one's session TTL
+// (30 s here, far longer than the test waits); while the first process
+// lives, the name stays its own.
+func TestRestartTakesOverFromDeadOwner(t *testing.T) {
+	a := agent(t)
+	p := prefix(t)
+	const name = "phoenix"
+	ctx := ctxT(t, 30*time.Second)
+	cmd := startChild(t, a.Addr(), p, name, 30*time.Second)
+	s := open(t, consul.Config{Address: a.Addr(), Prefix: p})
+	if err := s.Publish(ctx, storetest.Descriptor(name, 0, 1)); !errors.Is(err, segment.ErrConflict) {
+		t.Fatalf("publish over a live owner: %v, want ErrConflict", err)
+	}
+	// Killed but not yet reaped: a zombie renews nothing either.
+	if err := cmd.Process.Kill(); err != nil {
+		t.Fatal(err)
+	}
+	for {
+		if b, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", cmd.Process.Pid)); err != nil || strings.Contains(string(b), ") Z ") {
+			break
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	t0 := time.Now()
+	if err := s.Publish(ctx, storetest.Descriptor(name, 0, 1)); err != nil {
+		t.Fatalf("publish after the owner died: %v", err)
+	}
+	t.Logf("took the name over %v after the owner died (its TTL: 30s)", time.Since(t0).Round(time.Microsecond))
+	d, err := open(t, consul.Config{Address: a.Addr(), Prefix: p}).Get(ctx, name)
+	if err != nil || d.Epoch != s.Epoch() {
+		t.Fatalf("after take-over: %+v, %v; want epoch %#x", d, err, s.Epoch())
+	}
 }
 
 func TestURI(t *testing.T) {
