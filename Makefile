@@ -5,13 +5,17 @@ PKGS    := ./...
 
 export CGO_ENABLED ?= 0
 
-.PHONY: all build run test lint test-unit test-race test-arm64 test-softroce bench bench-smoke fuzz-smoke deps clean
+.PHONY: all build build-arm64 run test lint test-unit test-race test-arm64 test-softroce bench bench-smoke fuzz-smoke deps clean
 
 all: build
 
 ## build: static, cgo-free bin/te
 build:
 	CGO_ENABLED=0 $(GO) build -trimpath -ldflags='-s -w' -o $(BIN) ./cmd/te
+
+## build-arm64: the same binary for arm64 hosts (Grace), bin/te-arm64
+build-arm64:
+	CGO_ENABLED=0 GOARCH=arm64 $(GO) build -trimpath -ldflags='-s -w' -o $(BIN)-arm64 ./cmd/te
 
 ## run: the main job — te bench on loopback TCP with an in-process target
 run: build
@@ -37,8 +41,9 @@ test-unit:
 
 # arm64 (Grace hosts): the ABI, verbs, rxe and mlx5 unit suites (the mlx5dv
 # oracle, the simulated HCA, the doorbell stores of mmio_arm64.s) built for
-# arm64 and run under qemu-user. Without qemu-aarch64 it skips loudly, and
-# fails under CI=true.
+# arm64 and run under qemu-user, then the static arm64 te runs the main job
+# (te bench, loopback TCP, data verified). Without qemu-aarch64 it skips
+# loudly, and fails under CI=true.
 ARM64_PKGS := ./internal/... ./uverbs/... ./rxe ./mlx5
 test-arm64:
 	GOARCH=arm64 $(GO) vet $(PKGS)
@@ -46,7 +51,10 @@ test-arm64:
 		echo "test-arm64: qemu-aarch64 not found (apt-get install qemu-user, or make deps)"; \
 		if [ "$${CI:-}" = true ]; then exit 1; fi; echo "*** SKIPPED: arm64 tier ***"; exit 0; fi; \
 	echo "GOARCH=arm64 $(GO) test -count=1 -exec qemu-aarch64 $(ARM64_PKGS)"; \
-	GOARCH=arm64 $(GO) test -count=1 -exec qemu-aarch64 $(ARM64_PKGS)
+	GOARCH=arm64 $(GO) test -count=1 -exec qemu-aarch64 $(ARM64_PKGS) && \
+	$(MAKE) --no-print-directory build-arm64 && \
+	echo "qemu-aarch64 $(BIN)-arm64 bench --duration 1s --verify" && \
+	qemu-aarch64 $(BIN)-arm64 bench --duration 1s --verify
 
 fuzz-smoke:
 	bash .ci/fuzz-smoke
