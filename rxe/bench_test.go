@@ -9,14 +9,7 @@ import (
 )
 
 // benchPair connects two sides for a benchmark (b.Cleanup closes them).
-func benchPair(b *testing.B, tp topology) (*side, *side) {
-	a := newBenchSide(b, tp.a)
-	c := newBenchSide(b, tp.b)
-	ea, ec := a.endpoint(), c.endpoint()
-	a.connect(ec, nil)
-	c.connect(ea, nil)
-	return a, c
-}
+func benchPair(b *testing.B, tp topology) (*side, *side) { return pair(b, tp, 1<<20, nil) }
 
 // BenchmarkRDMAWrite measures signaled RDMA WRITEs on the rxe device: size
 // 8 B with one outstanding (latency) and 64 KiB with 4 outstanding
@@ -31,7 +24,7 @@ func BenchmarkRDMAWrite(b *testing.B) {
 			b.Run(fmt.Sprintf("%s/size=%d/depth=%d", tp.name, c.size, c.depth), func(b *testing.B) {
 				a, z := benchPair(b, tp)
 				wr := []uverbs.SendWR{{Opcode: uverbs.WRRDMAWrite, Flags: uverbs.SendSignaled,
-					SGL: []uverbs.SGE{a.mr.SGE(0, c.size)}, RemoteAddr: z.addr(0), RKey: z.mr.RKey()}}
+					SGL: []uverbs.SGE{a.MR.SGE(0, c.size)}, RemoteAddr: z.Addr(0), RKey: z.MR.RKey()}}
 				wc := make([]uverbs.WC, 16)
 				b.SetBytes(int64(c.size))
 				b.ReportAllocs()
@@ -51,13 +44,13 @@ func streamWrites(a *side, wr []uverbs.SendWR, wc []uverbs.WC, depth, total int)
 	for done < total {
 		for inflight < depth && posted < total {
 			wr[0].ID = uint64(posted)
-			if _, err := a.qp.PostSend(wr); err != nil {
+			if _, err := a.QP.PostSend(wr); err != nil {
 				return err
 			}
 			posted++
 			inflight++
 		}
-		n, err := a.cq.Poll(wc)
+		n, err := a.CQ.Poll(wc)
 		if err != nil {
 			return err
 		}

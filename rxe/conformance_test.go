@@ -15,12 +15,7 @@ import (
 func TestConformance(t *testing.T) {
 	for _, tp := range topologies(t) {
 		t.Run(tp.name, func(t *testing.T) {
-			verbstest.Run(t, verbstest.Target{
-				A:       verbstest.Device{Name: tp.a.Name, Port: 1, GIDIndex: tp.a.GIDIndex},
-				B:       verbstest.Device{Name: tp.b.Name, Port: 1, GIDIndex: tp.b.GIDIndex},
-				Options: opts,
-				MaxMsg:  maxMsg,
-			})
+			verbstest.Run(t, target(tp.a, tp.b))
 		})
 	}
 }
