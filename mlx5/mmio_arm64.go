@@ -19,9 +19,10 @@ func ringDoorbell(rec *uint32, recVal uint32, reg *uint64, val uint64)
 func ringBlueFlame(rec *uint32, recVal uint32, reg *uint64, a *uint64, na uintptr, b *uint64, nb uintptr)
 
 // storeRecord stores a doorbell record (receive producer index, CQ
-// consumer index) after DMB OSHST, so every earlier store to the rings,
-// and every earlier read of a CQE the record gives back, is ordered before
-// it as the device sees it. arm64 does not keep stores in program order.
+// consumer index) after DMB OSH, so every earlier store to the rings, and
+// every earlier read of a CQE the record gives back, is ordered before it
+// as the device sees it. arm64 keeps neither stores nor loads before
+// stores in program order.
 //
 //go:noescape
 func storeRecord(rec *uint32, v uint32)

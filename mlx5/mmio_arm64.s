@@ -13,7 +13,7 @@
 // Go never inlines assembly functions, so each call is also a compiler
 // barrier: stores made in Go before the call cannot sink below it.
 //
-// DMB/DSB option encodings (CRm): OSHLD 0x1, OSHST 0x2, ST 0xe.
+// DMB/DSB option encodings (CRm): OSHLD 0x1, OSHST 0x2, OSH 0x3, ST 0xe.
 
 #include "textflag.h"
 
@@ -60,10 +60,13 @@ done:
 	RET
 
 // func storeRecord(rec *uint32, v uint32)
+// DMB OSH (loads and stores): a consumer-index record must not become
+// visible before the reads of the CQEs it hands back, a receive record not
+// before the WQE stores it covers.
 TEXT ·storeRecord(SB), NOSPLIT, $0-12
 	MOVD rec+0(FP), R0
 	MOVWU v+8(FP), R1
-	DMB $0x2
+	DMB $0x3
 	MOVW R1, (R0)
 	RET
 
