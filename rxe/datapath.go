@@ -64,8 +64,9 @@ type sendQueue struct {
 	maxSGE    int
 	maxInline int
 	ud        bool // UD: SEND/SEND_WITH_IMM to wr.AH, no RDMA or atomics
-	// posted is the payload byte count of the WQEs the last post wrote: a
-	// measure of the work the kick that follows will do.
+	// posted is the payload byte count the WQEs of the last post send (READ
+	// requests count nothing): a measure of the work the kick that follows
+	// does.
 	posted uint64
 }
 
@@ -174,7 +175,9 @@ func (q *sendQueue) postOne(wr *uverbs.SendWR) error {
 	w.DMA.Length = uint32(total)
 	w.DMA.Resid = uint32(total)
 	w.State = uapi.RxeWQEStatePosted
-	q.posted += total
+	if wr.Opcode != uverbs.WRRDMARead { // a READ sends one request packet
+		q.posted += total
+	}
 	q.prod = next // published by post
 	return nil
 }

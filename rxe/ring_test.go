@@ -78,6 +78,11 @@ func TestSendWQEEncoding(t *testing.T) {
 	if q.posted != 128+17+8 { // sizes the kick choice in PostSend
 		t.Fatalf("posted %d payload bytes, want %d", q.posted, 128+17+8)
 	}
+	// A READ's bytes come back from the peer: its request is one packet.
+	rq, _ := newTestSQ(t, 4)
+	if _, err := rq.post([]uverbs.SendWR{{Opcode: uverbs.WRRDMARead, SGL: []uverbs.SGE{{Addr: 0x1000, Length: 1 << 20, LKey: 7}}}}); err != nil || rq.posted != 0 {
+		t.Fatalf("READ post: %v, posted %d bytes, want 0", err, rq.posted)
+	}
 	if p := binary.LittleEndian.Uint32(b[offProducer:]); p != 3 {
 		t.Fatalf("producer %d", p)
 	}
