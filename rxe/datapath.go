@@ -64,72 +64,70 @@ type sendQueue struct {
 	maxSGE    int
 	maxInline int
 	ud        bool // UD: SEND/SEND_WITH_IMM to wr.AH, no RDMA or atomics
-	// posted is the payload byte count the WQEs of the last post send (READ
-	// requests count nothing): a measure of the work the kick that follows
-	// does.
-	posted uint64
 }
 
-// post writes wrs into the ring and returns how many it wrote. The
-// producer index is published once, after the last WQE (a release store, so
-// the kernel sees every WQE body before the index that covers it). It does
-// not kick the kernel.
-func (q *sendQueue) post(wrs []uverbs.SendWR) (int, error) {
-	n := len(wrs)
-	var err error
-	q.posted = 0
+// post writes wrs into the ring and returns how many it wrote and the
+// payload bytes they send (a READ's request sends none): a measure of the
+// work the kick that follows does. The producer index is published once,
+// after the last WQE (a release store, so the kernel sees every WQE body
+// before the index that covers it). It does not kick the kernel.
+func (q *sendQueue) post(wrs []uverbs.SendWR) (n int, payload uint64, err error) {
+	n = len(wrs)
 	for i := range wrs {
-		if err = q.postOne(&wrs[i]); err != nil {
+		var b uint64
+		if b, err = q.postOne(&wrs[i]); err != nil {
 			n = i
 			break
 		}
+		payload += b
 	}
 	if n > 0 {
 		q.r.publishProducer(q.prod)
 	}
-	return n, err
+	return n, payload, err
 }
 
-func (q *sendQueue) postOne(wr *uverbs.SendWR) error {
+// postOne writes one WQE and returns the payload bytes it sends.
+func (q *sendQueue) postOne(wr *uverbs.SendWR) (uint64, error) {
 	if wr.Opcode > uverbs.WRAtomicFetchAndAdd {
-		return uverbs.ErrInvalidWR
+		return 0, uverbs.ErrInvalidWR
 	}
 	inline := wr.Flags&uverbs.SendInline != 0
 	if inline && (wr.Opcode == uverbs.WRRDMARead || wr.Opcode >= uverbs.WRAtomicCmpAndSwp) {
-		return uverbs.ErrInvalidWR
+		return 0, uverbs.ErrInvalidWR
 	}
 	var total uint64
 	for i := range wr.SGL {
 		total += uint64(wr.SGL[i].Length)
 	}
 	if total > 1<<31 {
-		return uverbs.ErrInvalidWR // beyond any message size a device accepts
+		return 0, uverbs.ErrInvalidWR // beyond any message size a device accepts
 	}
 	if inline {
 		if total > uint64(q.maxInline) {
-			return uverbs.ErrInlineTooLarge
+			return 0, uverbs.ErrInlineTooLarge
 		}
 	} else if len(wr.SGL) > q.maxSGE {
-		return uverbs.ErrTooManySGE
+		return 0, uverbs.ErrTooManySGE
 	}
 	var ahNum uint32
 	if q.ud {
 		if wr.Opcode != uverbs.WRSend && wr.Opcode != uverbs.WRSendWithImm || wr.AH == nil {
-			return uverbs.ErrInvalidWR
+			return 0, uverbs.ErrInvalidWR
 		}
 		a, ok := wr.AH.Driver().(*ah)
 		if !ok {
-			return uverbs.ErrInvalidWR
+			return 0, uverbs.ErrInvalidWR
 		}
 		ahNum = a.num
 	}
 	atomic := wr.Opcode == uverbs.WRAtomicCmpAndSwp || wr.Opcode == uverbs.WRAtomicFetchAndAdd
 	if atomic && (len(wr.SGL) != 1 || wr.SGL[0].Length < 8 || wr.RemoteAddr&7 != 0) {
-		return uverbs.ErrInvalidWR
+		return 0, uverbs.ErrInvalidWR
 	}
 	next := (q.prod + 1) & q.r.mask
 	if next == q.r.consumer() {
-		return uverbs.ErrQueueFull
+		return 0, uverbs.ErrQueueFull
 	}
 	off := q.r.slot(q.prod)
 	w := dma.View[uapi.RxeSendWQE](q.r.b, off)
@@ -175,11 +173,11 @@ func (q *sendQueue) postOne(wr *uverbs.SendWR) error {
 	w.DMA.Length = uint32(total)
 	w.DMA.Resid = uint32(total)
 	w.State = uapi.RxeWQEStatePosted
-	if wr.Opcode != uverbs.WRRDMARead { // a READ sends one request packet
-		q.posted += total
-	}
 	q.prod = next // published by post
-	return nil
+	if wr.Opcode == uverbs.WRRDMARead {
+		return 0, nil // the bytes come back from the peer
+	}
+	return total, nil
 }
 
 // recvQueue is the producer side of an rxe RQ.

@@ -88,7 +88,7 @@ func encodeKick(b []byte, qpHandle uint32) ([]byte, error) {
 }
 
 func (q *qp) PostSend(wrs []uverbs.SendWR) (int, error) {
-	n, err := q.sq.post(wrs)
+	n, payload, err := q.sq.post(wrs)
 	if n > 0 {
 		// The kick runs rxe's requester in this thread (6.1 kernels) or
 		// just schedules it (later ones). Small posts take it as a quick
@@ -97,7 +97,7 @@ func (q *qp) PostSend(wrs []uverbs.SendWR) (int, error) {
 		// Large ones may keep the kernel busy for a long while, so they
 		// go through the scheduler.
 		kick := ucmd.RawWrite
-		if q.sq.posted <= quickKickBytes {
+		if payload <= quickKickBytes {
 			kick = ucmd.QuickWrite
 		}
 		if kerr := kick(q.kickFD, q.kick); kerr != nil {

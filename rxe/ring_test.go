@@ -72,16 +72,13 @@ func TestSendWQEEncoding(t *testing.T) {
 		{ID: 13, Opcode: uverbs.WRAtomicCmpAndSwp, SGL: []uverbs.SGE{{Addr: 0x2000, Length: 8, LKey: 9}},
 			RemoteAddr: 0x5008, RKey: 0x99, CompareAdd: 5, Swap: 6},
 	}
-	if n, err := q.post(wrs); err != nil || n != 3 {
-		t.Fatalf("post: %d %v", n, err)
-	}
-	if q.posted != 128+17+8 { // sizes the kick choice in PostSend
-		t.Fatalf("posted %d payload bytes, want %d", q.posted, 128+17+8)
+	if n, payload, err := q.post(wrs); err != nil || n != 3 || payload != 128+17+8 { // payload sizes the kick choice in PostSend
+		t.Fatalf("post: %d WRs of %d payload bytes, %v; want 3 of %d", n, payload, err, 128+17+8)
 	}
 	// A READ's bytes come back from the peer: its request is one packet.
 	rq, _ := newTestSQ(t, 4)
-	if _, err := rq.post([]uverbs.SendWR{{Opcode: uverbs.WRRDMARead, SGL: []uverbs.SGE{{Addr: 0x1000, Length: 1 << 20, LKey: 7}}}}); err != nil || rq.posted != 0 {
-		t.Fatalf("READ post: %v, posted %d bytes, want 0", err, rq.posted)
+	if _, payload, err := rq.post([]uverbs.SendWR{{Opcode: uverbs.WRRDMARead, SGL: []uverbs.SGE{{Addr: 0x1000, Length: 1 << 20, LKey: 7}}}}); err != nil || payload != 0 {
+		t.Fatalf("READ post: %v, %d payload bytes, want 0", err, payload)
 	}
 	if p := binary.LittleEndian.Uint32(b[offProducer:]); p != 3 {
 		t.Fatalf("producer %d", p)
@@ -115,7 +112,7 @@ func TestSendWQEEncoding(t *testing.T) {
 		t.Fatalf("atomic WQE %+v", *w2)
 	}
 	// Capacity is slots-1: the fourth post finds the ring full.
-	if n, err := q.post(wrs[:1]); !errors.Is(err, uverbs.ErrQueueFull) || n != 0 {
+	if n, _, err := q.post(wrs[:1]); !errors.Is(err, uverbs.ErrQueueFull) || n != 0 {
 		t.Fatalf("post into a full ring: %d %v", n, err)
 	}
 }
@@ -136,12 +133,12 @@ func TestSendValidation(t *testing.T) {
 		{uverbs.SendWR{Opcode: uverbs.WRSend, SGL: []uverbs.SGE{{Length: 1 << 31}, {Length: 1 << 31}}}, uverbs.ErrInvalidWR},
 	}
 	for i, c := range cases {
-		if n, err := q.post([]uverbs.SendWR{c.wr}); !errors.Is(err, c.err) || n != 0 {
+		if n, _, err := q.post([]uverbs.SendWR{c.wr}); !errors.Is(err, c.err) || n != 0 {
 			t.Errorf("case %d: %d %v, want %v", i, n, err, c.err)
 		}
 	}
 	// A batch stops at the first bad WR and reports how many were posted.
-	n, err := q.post([]uverbs.SendWR{{Opcode: uverbs.WRSend}, {Opcode: 9}, {Opcode: uverbs.WRSend}})
+	n, _, err := q.post([]uverbs.SendWR{{Opcode: uverbs.WRSend}, {Opcode: 9}, {Opcode: uverbs.WRSend}})
 	if n != 1 || !errors.Is(err, uverbs.ErrInvalidWR) {
 		t.Fatalf("batch: %d %v", n, err)
 	}
@@ -177,7 +174,7 @@ func TestSendRingWithKernel(t *testing.T) {
 	for i := uint64(0); i < total; {
 		wr[0].ID = i
 		wr[0].SGL[0].Length = uint32(i % 1000)
-		if _, err := q.post(wr); errors.Is(err, uverbs.ErrQueueFull) {
+		if _, _, err := q.post(wr); errors.Is(err, uverbs.ErrQueueFull) {
 			continue
 		} else if err != nil {
 			t.Fatal(err)
@@ -284,7 +281,7 @@ func TestHostDataPathAllocs(t *testing.T) {
 	wr := []uverbs.SendWR{{Opcode: uverbs.WRRDMAWrite, SGL: []uverbs.SGE{{Addr: 1, Length: 8, LKey: 1}}}}
 	var cons uint32
 	if a := testing.AllocsPerRun(1000, func() {
-		if _, err := q.post(wr); err != nil {
+		if _, _, err := q.post(wr); err != nil {
 			panic(err)
 		}
 		cons = (cons + 1) & r.mask // the kernel consumes it
@@ -352,7 +349,7 @@ func BenchmarkPostPollRing(b *testing.B) {
 	var scons, prod, ccons uint32
 	b.ReportAllocs()
 	for b.Loop() {
-		if _, err := q.post(wr); err != nil {
+		if _, _, err := q.post(wr); err != nil {
 			b.Fatal(err)
 		}
 		scons = (scons + 1) & sr.mask
