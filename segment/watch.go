@@ -1,6 +1,9 @@
 package segment
 
-import "context"
+import (
+	"context"
+	"sync"
+)
 
 // WatchReport sends the reports of one Store.Watch, the same way for every
 // backend: the first state it is given (a descriptor, or nil for absent),
@@ -46,4 +49,25 @@ func (w *WatchReport) Send(ctx context.Context, d *Descriptor) bool {
 	case <-ctx.Done():
 		return false
 	}
+}
+
+// GoWatch starts run, the body of one Store.Watch, on its own goroutine and
+// returns the channel it reports on through rep. The goroutine is counted
+// in wg (a store's Close waits on it); run's ctx also ends when life (the
+// store's lifetime) ends; the channel is closed when run returns. Call it
+// with the store's lock held, after checking the store is open, so Close
+// cannot miss it.
+func GoWatch(ctx, life context.Context, wg *sync.WaitGroup, run func(ctx context.Context, rep *WatchReport)) <-chan *Descriptor {
+	ch := make(chan *Descriptor, 1)
+	wg.Add(1)
+	go func() {
+		defer wg.Done()
+		defer close(ch)
+		ctx, cancel := context.WithCancel(ctx)
+		defer cancel()
+		defer context.AfterFunc(life, cancel)()
+		rep := NewWatchReport(ch)
+		run(ctx, &rep)
+	}()
+	return ch
 }

@@ -2,6 +2,7 @@ package segment
 
 import (
 	"context"
+	"sync"
 	"testing"
 )
 
@@ -62,5 +63,39 @@ func TestWatchReportCancelled(t *testing.T) {
 	}
 	if w.Reported() || !w.Changed(nil) {
 		t.Fatal("a report that was never taken counts as reported")
+	}
+}
+
+// GoWatch: reports flow through rep, the body's context ends with the
+// caller's or with the store's life, the channel closes after the body
+// returns, and the WaitGroup counts the goroutine until then.
+func TestGoWatch(t *testing.T) {
+	for _, end := range []string{"caller", "store"} {
+		t.Run(end, func(t *testing.T) {
+			ctx, cancel := context.WithCancel(context.Background())
+			defer cancel()
+			life, kill := context.WithCancel(context.Background())
+			defer kill()
+			var wg sync.WaitGroup
+			returned := make(chan struct{})
+			ch := GoWatch(ctx, life, &wg, func(ctx context.Context, rep *WatchReport) {
+				defer close(returned)
+				rep.Send(ctx, nil)
+				<-ctx.Done()
+			})
+			if d, ok := <-ch; !ok || d != nil {
+				t.Fatalf("first report %v, %v; want nil, open", d, ok)
+			}
+			if end == "caller" {
+				cancel()
+			} else {
+				kill()
+			}
+			<-returned
+			if _, ok := <-ch; ok {
+				t.Fatal("channel still open after the body returned")
+			}
+			wg.Wait()
+		})
 	}
 }

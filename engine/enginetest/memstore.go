@@ -162,29 +162,20 @@ func (s *MemStore) Watch(ctx context.Context, name string) (<-chan *segment.Desc
 		return nil, err
 	}
 	w := &watcher{name: name, poke: make(chan struct{}, 1)}
-	out := make(chan *segment.Descriptor, 1)
+	w.poke <- struct{}{} // report the current state first
 	s.b.mu.Lock()
+	defer s.b.mu.Unlock()
 	if s.closed {
-		s.b.mu.Unlock()
 		return nil, segment.ErrClosed
 	}
 	s.b.watchers[w] = struct{}{}
-	s.wg.Add(1)
-	s.b.mu.Unlock()
-	w.poke <- struct{}{}
-	go func() {
-		defer s.wg.Done()
-		defer close(out)
+	// s.ctx ends when the store closes.
+	return segment.GoWatch(ctx, s.ctx, &s.wg, func(ctx context.Context, rep *segment.WatchReport) {
 		defer func() {
 			s.b.mu.Lock()
 			delete(s.b.watchers, w)
 			s.b.mu.Unlock()
 		}()
-		ctx, cancel := context.WithCancel(ctx)
-		defer cancel()
-		stop := context.AfterFunc(s.ctx, cancel) // the store closed
-		defer stop()
-		rep := segment.NewWatchReport(out)
 		for {
 			select {
 			case <-ctx.Done():
@@ -196,8 +187,7 @@ func (s *MemStore) Watch(ctx context.Context, name string) (<-chan *segment.Desc
 				return
 			}
 		}
-	}()
-	return out, nil
+	}), nil
 }
 
 // Close unpublishes what this store published and ends its watches. It is

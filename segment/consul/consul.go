@@ -812,22 +812,13 @@ func (s *Store) Watch(ctx context.Context, name string) (<-chan *segment.Descrip
 	if s.closed {
 		return nil, segment.ErrClosed
 	}
-	ch := make(chan *segment.Descriptor, 1)
-	s.wg.Add(1)
-	go s.watch(ctx, name, ch)
-	return ch, nil
+	return segment.GoWatch(ctx, s.life, &s.wg, func(ctx context.Context, rep *segment.WatchReport) {
+		s.watch(ctx, name, rep)
+	}), nil
 }
 
-func (s *Store) watch(ctx context.Context, name string, ch chan<- *segment.Descriptor) {
-	defer s.wg.Done()
-	defer close(ch)
-	ctx, cancel := context.WithCancel(ctx)
-	defer cancel()
-	stop := context.AfterFunc(s.life, cancel)
-	defer stop()
-
+func (s *Store) watch(ctx context.Context, name string, rep *segment.WatchReport) {
 	key := s.Key(name)
-	rep := segment.NewWatchReport(ch)
 	var (
 		index uint64
 		// After Consul failed or restarted, an absent key is not reported

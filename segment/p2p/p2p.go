@@ -598,22 +598,13 @@ func (s *Store) Watch(ctx context.Context, name string) (<-chan *segment.Descrip
 	if s.closed {
 		return nil, segment.ErrClosed
 	}
-	ch := make(chan *segment.Descriptor, 1)
-	s.wg.Add(1)
-	go s.watch(ctx, name, ch)
-	return ch, nil
+	// Close ends in-flight polls promptly through the store's life.
+	return segment.GoWatch(ctx, s.life, &s.wg, func(ctx context.Context, rep *segment.WatchReport) {
+		s.watch(ctx, name, rep)
+	}), nil
 }
 
-func (s *Store) watch(ctx context.Context, name string, ch chan<- *segment.Descriptor) {
-	defer s.wg.Done()
-	defer close(ch)
-	// Close ends in-flight polls promptly through the store's context.
-	ctx, cancel := context.WithCancel(ctx)
-	defer cancel()
-	stop := context.AfterFunc(s.life, cancel)
-	defer stop()
-
-	rep := segment.NewWatchReport(ch)
+func (s *Store) watch(ctx context.Context, name string, rep *segment.WatchReport) {
 	var downSince time.Time
 	ticker := time.NewTicker(s.opts.PollInterval)
 	defer ticker.Stop()
