@@ -45,4 +45,26 @@ var (
 	ErrStrayCompletion = errors.New("uverbs: completion for no known queue pair")
 	// ErrConcurrent means two goroutines used a single-owner queue at once.
 	ErrConcurrent = errors.New("uverbs: concurrent use of a single-owner queue")
+
+	// Completion error classes. A failed completion's *WCError matches at
+	// most one of them with errors.Is (WCStatus.Transient and
+	// WCStatus.AccessDenied say the same for a bare status). A status in
+	// neither class (a local length or QP operation error, a fatal error)
+	// is a defect of the request or the device: treat it as permanent.
+
+	// ErrCompletionTransient matches a completion that failed because of
+	// the connection, not the request: transport retries exceeded (the
+	// peer or the path is gone), RNR retries exceeded (the peer posted no
+	// receive in time), or flushed (the QP entered ERR because of an
+	// earlier request, or was moved there). The same request may succeed
+	// on a fresh QP or another rail. A transport built on uverbs wraps
+	// these as its own retryable error (engine.ErrTransient).
+	ErrCompletionTransient = errors.New("uverbs: transient completion error")
+	// ErrCompletionAccess matches a completion the memory protection
+	// refused: remote access (bad rkey, range outside the remote MR,
+	// missing access right), remote invalid request, local protection or
+	// local access (bad lkey). Retrying the request fails the same way; the
+	// error names the rkey and range when the poller supplied them
+	// (WC.ErrRemote).
+	ErrCompletionAccess = errors.New("uverbs: memory access refused")
 )

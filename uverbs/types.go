@@ -315,6 +315,20 @@ type WC struct {
 	PortNum      uint8
 }
 
+// Transient reports whether a failed completion with this status may
+// succeed when retried on a fresh QP: retry-exceeded, RNR-retry-exceeded
+// and flush (the class of ErrCompletionTransient).
+func (s WCStatus) Transient() bool {
+	return s == WCRetryExcErr || s == WCRNRRetryExcErr || s == WCWRFlushErr
+}
+
+// AccessDenied reports whether the status is a memory-protection refusal:
+// remote access, remote invalid request, local protection or local access
+// (the class of ErrCompletionAccess). Retrying cannot help.
+func (s WCStatus) AccessDenied() bool {
+	return s == WCRemAccessErr || s == WCRemInvReqErr || s == WCLocProtErr || s == WCLocAccessErr
+}
+
 // Err returns nil for a successful completion, or a *WCError.
 // It allocates only for failed completions.
 func (wc *WC) Err() error {
@@ -324,14 +338,50 @@ func (wc *WC) Err() error {
 	return &WCError{Status: wc.Status, VendorErr: wc.VendorErr, QPN: wc.QPN, ID: wc.ID}
 }
 
-// WCError is a failed work completion as an error.
+// ErrRemote is Err for a completion of an RDMA READ, WRITE or atomic whose
+// remote side the caller knows: a failure's message names the rkey and the
+// range [addr, addr+length) the request addressed, so that an access error
+// says which key and bytes the peer refused. It allocates only for failed
+// completions.
+func (wc *WC) ErrRemote(rkey RKey, addr, length uint64) error {
+	if wc.Status == WCSuccess {
+		return nil
+	}
+	return &WCError{Status: wc.Status, VendorErr: wc.VendorErr, QPN: wc.QPN, ID: wc.ID,
+		Remote: true, RKey: rkey, RemoteAddr: addr, Length: length}
+}
+
+// WCError is a failed work completion as an error. errors.Is matches it
+// against its class: ErrCompletionTransient or ErrCompletionAccess.
 type WCError struct {
 	Status    WCStatus
 	VendorErr uint32
 	QPN       QPN
 	ID        uint64
+	// Remote says RKey, RemoteAddr and Length hold the remote range of the
+	// request (set by WC.ErrRemote).
+	Remote     bool
+	RKey       RKey
+	RemoteAddr uint64
+	Length     uint64
 }
 
 func (e *WCError) Error() string {
-	return fmt.Sprintf("uverbs: work request %d on QP %#x completed with %s (vendor error %#x)", e.ID, uint32(e.QPN), e.Status, e.VendorErr)
+	msg := fmt.Sprintf("uverbs: work request %d on QP %#x completed with %s (vendor error %#x)", e.ID, uint32(e.QPN), e.Status, e.VendorErr)
+	if e.Remote {
+		msg += fmt.Sprintf(", rkey %#x range [%#x, %#x) (%d bytes)", e.RKey, e.RemoteAddr, e.RemoteAddr+e.Length, e.Length)
+	}
+	return msg
+}
+
+// Is reports whether target is the class of e's status
+// (ErrCompletionTransient or ErrCompletionAccess).
+func (e *WCError) Is(target error) bool {
+	switch target {
+	case ErrCompletionTransient:
+		return e.Status.Transient()
+	case ErrCompletionAccess:
+		return e.Status.AccessDenied()
+	}
+	return false
 }

@@ -15,7 +15,9 @@ import (
 	"context"
 	"encoding/binary"
 	"errors"
+	"fmt"
 	"math/rand/v2"
+	"strings"
 	"testing"
 	"time"
 
@@ -272,6 +274,16 @@ func testErrors(t *testing.T, tg Target) {
 	if wcs[1].ID != 2 || wcs[1].Status != uverbs.WCWRFlushErr {
 		t.Fatalf("after error: %+v (%s), want WR_FLUSH_ERR", wcs[1], wcs[1].Status)
 	}
+	// The refusal is permanent and names the key and range; the flushed
+	// request behind it is worth a retry on a fresh QP.
+	badKey := b.MR.RKey() ^ 0x5a5a00
+	if err := wcs[0].ErrRemote(badKey, b.Addr(0), 64); !errors.Is(err, uverbs.ErrCompletionAccess) || errors.Is(err, uverbs.ErrCompletionTransient) ||
+		!strings.Contains(err.Error(), fmt.Sprintf("rkey %#x range [%#x, %#x)", badKey, b.Addr(0), b.Addr(0)+64)) {
+		t.Errorf("bad rkey error: %v, want an access error naming the key and range", err)
+	}
+	if err := wcs[1].Err(); !errors.Is(err, uverbs.ErrCompletionTransient) || errors.Is(err, uverbs.ErrCompletionAccess) {
+		t.Errorf("flush error: %v, want transient", err)
+	}
 	// Receives posted on a QP moved to ERR are flushed too.
 	b.PostRecv(10, b.MR.SGE(0, 64))
 	b.PostRecv(11, b.MR.SGE(64, 64))
@@ -289,7 +301,9 @@ func testErrors(t *testing.T, tg Target) {
 	// RNR: a SEND with no receive posted and rnr_retry 1 fails.
 	c, d := Pair(t, tg, 1<<16, func(c *uverbs.ConnectConfig) { c.RNRRetry = 1; c.MinRNRTimer = 1 })
 	c.PostSend(uverbs.SendWR{ID: 5, Opcode: uverbs.WRSend, Flags: uverbs.SendSignaled, SGL: []uverbs.SGE{c.MR.SGE(0, 8)}})
-	c.Wait1(5, uverbs.WCRNRRetryExcErr)
+	if wc := c.Wait1(5, uverbs.WCRNRRetryExcErr); !errors.Is(wc.Err(), uverbs.ErrCompletionTransient) {
+		t.Errorf("RNR retries exceeded: %v, want transient", wc.Err())
+	}
 	_ = d
 	// A receive buffer smaller than the message fails on both sides. The
 	// receiver's status is the device's choice: ConnectX reports a local
@@ -329,7 +343,16 @@ func testAccess(t *testing.T, tg Target) {
 		if wc.ID != 1 {
 			t.Fatalf("bad lkey: completion for WR %d, want 1", wc.ID)
 		}
-		t.Logf("bad lkey -> %s", wc.Status)
+		// Whatever the device reports, the class follows the status: a
+		// protection error is permanent, a flush is transient (the engine
+		// never posts an unregistered lkey, so a retry of it is bounded by
+		// its retry count), a QP operation error is neither.
+		err := wc.Err()
+		if errors.Is(err, uverbs.ErrCompletionAccess) != (wc.Status != uverbs.WCLocQPOpErr && wc.Status != uverbs.WCWRFlushErr) ||
+			errors.Is(err, uverbs.ErrCompletionTransient) != (wc.Status == uverbs.WCWRFlushErr) {
+			t.Errorf("bad lkey: %v classified wrongly", err)
+		}
+		t.Logf("bad lkey -> %s (transient %v, access %v)", wc.Status, errors.Is(err, uverbs.ErrCompletionTransient), errors.Is(err, uverbs.ErrCompletionAccess))
 	})
 	t.Run("bad-rkey", func(t *testing.T) {
 		a, b := Pair(t, tg, 1<<16, nil)
