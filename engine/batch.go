@@ -34,7 +34,8 @@ type Request struct {
 	Target     SegmentID
 	TargetAddr uint64
 	// Transport, when set, forces a transport for this request; the
-	// target must offer it.
+	// target must offer it and the transport must reach it (shm: the
+	// target runs on this host).
 	Transport string
 }
 
@@ -504,10 +505,26 @@ func (e *Engine) admit(t *task, ts *transportSet, slot int) error {
 	}
 }
 
+// preference ranks the well-known protocols for the engine's own choice:
+// a memory copy on the same host, then RDMA, then TCP. Protocols not
+// listed come after them, in the target's order.
+var preference = [...]string{segment.ProtoSHM, segment.ProtoRDMA, segment.ProtoTCP}
+
+func preferred(name string) bool {
+	for _, p := range preference {
+		if p == name {
+			return true
+		}
+	}
+	return false
+}
+
 // pickSlot chooses the transport for a request: the request's hint, else
-// the segment's OpenOptions.Transport, else the first protocol the target
-// offers that is installed here (so uninstalling a transport falls back to
-// the next one). It does not allocate unless it fails.
+// the segment's OpenOptions.Transport, else the first of shm, rdma, tcp
+// that is installed here, offered by the target and reaches it (shm: same
+// host), else any other protocol the target offers that is installed here.
+// Uninstalling a transport falls back to the next. It does not allocate
+// unless it fails.
 func pickSlot(ts *transportSet, d *segment.Descriptor, hint, force string) (int, error) {
 	if hint == "" {
 		hint = force
@@ -517,13 +534,25 @@ func pickSlot(ts *transportSet, d *segment.Descriptor, hint, force string) (int,
 		if slot < 0 {
 			return -1, fmt.Errorf("%w: %q is not installed", ErrNoTransport, hint)
 		}
-		if _, ok := d.Protocol(hint); !ok {
+		if !offers(d, hint) {
 			return -1, fmt.Errorf("%w: %s does not offer %q", ErrNoTransport, d.Name, hint)
+		}
+		if !ts.usable(slot, d, hint) {
+			return -1, fmt.Errorf("%w: %q cannot reach %s from here (another host or user)", ErrNoTransport, hint, d.Name)
 		}
 		return slot, nil
 	}
+	for _, name := range preference {
+		if slot := ts.byName(name); slot >= 0 && ts.usable(slot, d, name) {
+			return slot, nil
+		}
+	}
 	for i := range d.Protocols {
-		if slot := ts.byName(d.Protocols[i].Name); slot >= 0 {
+		name := d.Protocols[i].Name
+		if preferred(name) {
+			continue
+		}
+		if slot := ts.byName(name); slot >= 0 && ts.usable(slot, d, name) {
 			return slot, nil
 		}
 	}

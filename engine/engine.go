@@ -82,6 +82,9 @@ type Engine struct {
 // transportSet is an immutable snapshot of the installed transports.
 type transportSet struct {
 	slots [maxTransports]Transport
+	// reach holds the slots' Reacher, nil for transports that reach every
+	// segment offering their protocol.
+	reach [maxTransports]Reacher
 	// order lists occupied slots in install order (preference order of
 	// the local descriptor's protocols).
 	order []int
@@ -89,6 +92,24 @@ type transportSet struct {
 	// Uninstall decides. Both are shared by every snapshot.
 	inflight *[maxTransports]atomic.Int64
 	closing  *[maxTransports]atomic.Bool
+}
+
+// usable reports whether the transport of slot may carry requests to d:
+// d offers its protocol and the transport reaches d.
+func (ts *transportSet) usable(slot int, d *segment.Descriptor, name string) bool {
+	if !offers(d, name) {
+		return false
+	}
+	return ts.reach[slot] == nil || ts.reach[slot].Reaches(d)
+}
+
+func offers(d *segment.Descriptor, name string) bool {
+	for i := range d.Protocols {
+		if d.Protocols[i].Name == name {
+			return true
+		}
+	}
+	return false
 }
 
 func (ts *transportSet) byName(name string) int {
@@ -166,6 +187,13 @@ func (e *Engine) Close() error {
 			}
 		}
 		e.tmu.Unlock()
+		// The transports are closed: no peer or NIC touches registered
+		// memory any more, so its Memory may be unmapped.
+		e.memMu.Lock()
+		for _, r := range e.mem.load() {
+			r.detach()
+		}
+		e.memMu.Unlock()
 		e.wg.Wait()
 		// Transfer adds to bg only under bgMu with closed unset, so
 		// after this barrier nothing is added while bg.Wait runs.
@@ -233,6 +261,7 @@ func (e *Engine) Install(t Transport) error {
 	}
 	ns := *old
 	ns.slots[slot] = t
+	ns.reach[slot], _ = t.(Reacher)
 	ns.order = append(slices.Clone(old.order), slot)
 	e.transports.Store(&ns)
 	if err := e.republish(); err != nil {
@@ -265,6 +294,7 @@ func (e *Engine) Uninstall(name string) error {
 	t := old.slots[slot]
 	ns := *old
 	ns.slots[slot] = nil
+	ns.reach[slot] = nil
 	ns.order = slices.DeleteFunc(slices.Clone(old.order), func(i int) bool { return i == slot })
 	e.transports.Store(&ns)
 	old.closing[slot].Store(false)

@@ -14,6 +14,11 @@ type Region struct {
 	addr     uint64
 	mem      []byte
 	location string
+	e        *Engine
+	// owner is the Memory (from Alloc or AllocShared) the region lies
+	// in, nil for memory mapped by other means; set once. Memory.Close
+	// unregisters the region before unmapping.
+	owner *Memory
 	// keys holds each transport's RegisterMemory result, by slot.
 	keys [maxTransports]any
 	// users counts pins: tasks in flight using the region as their local
@@ -35,6 +40,17 @@ func (r *Region) Location() string { return r.location }
 
 // Bytes returns the whole region.
 func (r *Region) Bytes() []byte { return r.mem }
+
+// SharedFD returns the memory file behind the region and the region's
+// offset in it, when the region lies in memory from AllocShared; ok is
+// false otherwise. The descriptor stays open while the region is
+// registered; the caller must not close it.
+func (r *Region) SharedFD() (fd int, off uint64, ok bool) {
+	if r.owner == nil {
+		return -1, 0, false
+	}
+	return r.owner.memfd(r.addr)
+}
 
 // Release drops a pin taken by Host.AcquireLocal.
 func (r *Region) Release() { r.users.Add(-1) }
@@ -174,7 +190,13 @@ func (e *Engine) register(addr uint64, mem []byte, location string) error {
 			return fmt.Errorf("%w: [%#x, %#x) overlaps [%#x, %#x)", ErrOverlap, addr, end, r.addr, r.addr+uint64(len(r.mem)))
 		}
 	}
-	r := &Region{addr: addr, mem: mem[:len(mem):len(mem)], location: location}
+	r := &Region{addr: addr, mem: mem[:len(mem):len(mem)], location: location, e: e}
+	if m := allocs.find(addr, uint64(len(mem))); m != nil {
+		if err := m.attach(r); err != nil {
+			return fmt.Errorf("engine: register [%#x, %#x): %w", addr, end, err)
+		}
+		r.owner = m
+	}
 	ts := e.transports.Load()
 	for i, t := range ts.slots {
 		if t == nil {
@@ -183,6 +205,7 @@ func (e *Engine) register(addr uint64, mem []byte, location string) error {
 		k, err := t.RegisterMemory(r)
 		if err != nil {
 			e.unregisterTransports(r, ts, i)
+			r.detach()
 			return fmt.Errorf("engine: register [%#x, %#x) with %s: %w", addr, end, t.Name(), err)
 		}
 		r.keys[i] = k
@@ -200,6 +223,7 @@ func (e *Engine) register(addr uint64, mem []byte, location string) error {
 	if err := e.republish(); err != nil {
 		e.mem.snap.Store(&rs)
 		e.unregisterTransports(r, ts, len(ts.slots))
+		r.detach()
 		return fmt.Errorf("engine: register [%#x, %#x): %w", addr, end, err)
 	}
 	return nil
@@ -219,11 +243,27 @@ func (e *Engine) unregisterTransports(r *Region, ts *transportSet, upto int) err
 	return first
 }
 
+// detach unlinks the region from the Memory it lies in.
+func (r *Region) detach() {
+	if r.owner != nil {
+		r.owner.detach(r)
+	}
+}
+
 func (e *Engine) unregister(addr uint64) error {
+	return e.unregisterWhere(func(r *Region) bool { return r.addr == addr }, addr)
+}
+
+// unregisterRegion unregisters r itself (Memory.Close).
+func (e *Engine) unregisterRegion(r *Region) error {
+	return e.unregisterWhere(func(x *Region) bool { return x == r }, r.addr)
+}
+
+func (e *Engine) unregisterWhere(match func(*Region) bool, addr uint64) error {
 	e.memMu.Lock()
 	defer e.memMu.Unlock()
 	rs := e.mem.load()
-	i := slices.IndexFunc(rs, func(r *Region) bool { return r.addr == addr })
+	i := slices.IndexFunc(rs, match)
 	if i < 0 {
 		return fmt.Errorf("%w: unregister: no region starts at %#x", ErrNotRegistered, addr)
 	}
@@ -236,6 +276,7 @@ func (e *Engine) unregister(addr uint64) error {
 	nrs := slices.Delete(slices.Clone(rs), i, i+1)
 	e.mem.snap.Store(&nrs)
 	err := e.unregisterTransports(r, e.transports.Load(), maxTransports)
+	r.detach()
 	if perr := e.republish(); perr != nil && err == nil && !e.closed.Load() {
 		err = fmt.Errorf("engine: unregister [%#x, %#x): %w", r.addr, r.addr+r.Len(), perr)
 	}

@@ -20,8 +20,9 @@ const LocalSegment SegmentID = 0
 
 // OpenOptions tunes OpenSegment. Nil means defaults.
 type OpenOptions struct {
-	// Transport forces one transport for the segment instead of the first
-	// protocol of its descriptor that is installed here.
+	// Transport forces one transport for the segment instead of the
+	// engine's choice (shm on the same host, else rdma, else tcp, else
+	// another protocol both sides have).
 	Transport string
 }
 
@@ -135,9 +136,10 @@ func closePeers(st *segState, slot int) {
 // OpenSegment resolves a segment by name through the store and returns its
 // ID; opening the same name again returns the same ID (each OpenSegment
 // should be matched by a CloseSegment). The local segment's own name
-// returns LocalSegment. The segment's transport is the first protocol of
-// its descriptor that is installed here, unless opts names one; it is
-// connected before OpenSegment returns. While open, the descriptor is kept
+// returns LocalSegment. The segment's transport is shm when the segment is
+// on this host, else rdma when both sides have it, else tcp, else another
+// protocol both have (requests may name another, Request.Transport),
+// unless opts names one; it is connected before OpenSegment returns. While open, the descriptor is kept
 // fresh through the store's Watch: a new version (new buffers) replaces it,
 // a new epoch (the owner restarted) also drops the transports' cached
 // connections. An unknown name fails with an error wrapping

@@ -56,6 +56,15 @@ type Transport interface {
 	Close() error
 }
 
+// Reacher is implemented by a transport that can serve only some of the
+// segments offering its protocol: shm reaches only segments on the same
+// host (and of the same user). The engine never chooses a transport for a
+// segment it does not reach, not even when a request or OpenOptions names
+// it. Reaches must not allocate; the engine calls it per request.
+type Reacher interface {
+	Reaches(remote *segment.Descriptor) bool
+}
+
 // Peer is a transport's state for one incarnation of a remote segment.
 // Closing it fails its slices still in flight (with an error wrapping
 // ErrPeerReset or ErrClosed) and releases its connections.

@@ -21,6 +21,9 @@ import (
 const (
 	ProtoTCP  = "tcp"
 	ProtoRDMA = "rdma"
+	// ProtoSHM is the same-host transport: shared memory handed over a
+	// unix socket.
+	ProtoSHM = "shm"
 )
 
 // Descriptor is one segment's published metadata.

@@ -9,6 +9,8 @@ import (
 	"fmt"
 	"sync/atomic"
 	"unsafe"
+
+	"golang.org/x/sys/unix"
 )
 
 // View returns a *T aliasing b[off:off+sizeof(T)]. It panics if the range is
@@ -67,4 +69,61 @@ func At(addr uint64, n int) []byte {
 	}
 	p := *(*unsafe.Pointer)(unsafe.Pointer(&addr))
 	return unsafe.Slice((*byte)(p), n)
+}
+
+// mapRaw maps size bytes (a multiple of PageSize) readable and writable,
+// starting at a multiple of align (a power of two, at least PageSize): of
+// fd at offset 0 when fd >= 0, else anonymous. See mapRawAt.
+func mapRaw(fd int, size int, flags int, align int) ([]byte, error) {
+	return mapRawAt(fd, 0, size, flags, align)
+}
+
+// mapRawAt maps size bytes of fd at offset (anonymous memory when fd < 0)
+// at an address aligned to align. For alignments above a page it reserves
+// size+align bytes of address space without access, maps the memory over
+// the aligned part of it (MAP_FIXED inside a reservation this function
+// owns, so nothing else is replaced) and returns the unused head and tail.
+func mapRawAt(fd int, offset int64, size int, flags int, align int) ([]byte, error) {
+	const prot = unix.PROT_READ | unix.PROT_WRITE
+	if align <= PageSize {
+		p, err := unix.MmapPtr(fd, offset, nil, uintptr(size), prot, flags)
+		if err != nil {
+			return nil, err
+		}
+		// Safe: the kernel mapped size bytes at p; they stay mapped until
+		// unmapRaw, and the Go heap never owns them.
+		return unsafe.Slice((*byte)(p), size), nil
+	}
+	resv := uintptr(size + align)
+	base, err := unix.MmapPtr(-1, 0, nil, resv, unix.PROT_NONE, unix.MAP_PRIVATE|unix.MAP_ANONYMOUS|unix.MAP_NORESERVE)
+	if err != nil {
+		return nil, err
+	}
+	start := (uintptr(base) + uintptr(align) - 1) &^ (uintptr(align) - 1)
+	head := start - uintptr(base)
+	// Safe: start lies inside the reservation [base, base+resv), which this
+	// function mapped and owns.
+	at := unsafe.Add(base, head)
+	p, err := unix.MmapPtr(fd, offset, at, uintptr(size), prot, flags|unix.MAP_FIXED)
+	if err != nil {
+		unix.MunmapPtr(base, resv)
+		return nil, err
+	}
+	if head > 0 {
+		unix.MunmapPtr(base, head)
+	}
+	if tail := resv - head - uintptr(size); tail > 0 {
+		unix.MunmapPtr(unsafe.Add(p, size), tail)
+	}
+	// Safe: as above, size bytes are mapped at p until unmapRaw.
+	return unsafe.Slice((*byte)(p), size), nil
+}
+
+// unmapRaw unmaps a mapping made by mapRawAt (b is the whole mapping).
+func unmapRaw(b []byte) error {
+	if len(b) == 0 {
+		return nil
+	}
+	// Safe: b is a whole mapping from mapRawAt; nothing uses it after this.
+	return unix.MunmapPtr(unsafe.Pointer(unsafe.SliceData(b)), uintptr(cap(b)))
 }

@@ -17,41 +17,138 @@ var ErrClosed = errors.New("dma: region unmapped")
 
 // Region is a memory mapping the Go runtime does not manage. Its bytes stay
 // at a fixed address until Unmap, so their address can be handed to the
-// kernel (REG_MR, ring views). Unmap is idempotent.
+// kernel (REG_MR, ring views) or to a peer process. Unmap is idempotent.
 type Region struct {
 	mu  sync.Mutex
-	b   []byte
-	len int // requested length (the mapping is rounded up to pages)
+	b   []byte // the whole mapping
+	len int    // requested length (the mapping is rounded up to pages)
+	raw bool   // mapped with mapRaw (Alloc, AllocShared, MapFD): unmap with unmapRaw
+	fd  int    // the memfd backing an AllocShared region, else -1
 }
 
 // RoundPage rounds n up to a whole number of pages.
 func RoundPage(n int) int { return (n + PageSize - 1) &^ (PageSize - 1) }
 
+// HugePage is the transparent huge page size Alloc aligns large regions to.
+const HugePage = 2 << 20
+
 // Alloc maps n bytes (rounded up to pages) of zeroed anonymous private
 // memory, excluded from fork (MADV_DONTFORK) so a child never gets a
-// copy-on-write copy of pages a device still writes.
+// copy-on-write copy of pages a device still writes. Regions of at least
+// HugePage bytes start on a HugePage boundary and ask for transparent huge
+// pages (MADV_HUGEPAGE): fewer translation entries for a NIC, fewer TLB
+// misses for copies. The kernel may refuse huge pages; that is not an
+// error.
 func Alloc(n int) (*Region, error) {
 	if n <= 0 {
 		return nil, fmt.Errorf("dma: alloc %d bytes: %w", n, unix.EINVAL)
 	}
-	b, err := unix.Mmap(-1, 0, RoundPage(n), unix.PROT_READ|unix.PROT_WRITE, unix.MAP_PRIVATE|unix.MAP_ANONYMOUS)
+	size := RoundPage(n)
+	align := PageSize
+	if size >= HugePage {
+		align = HugePage
+	}
+	b, err := mapRaw(-1, size, unix.MAP_PRIVATE|unix.MAP_ANONYMOUS, align)
 	if err != nil {
-		return nil, fmt.Errorf("dma: mmap %d anonymous bytes: %w", RoundPage(n), err)
+		return nil, fmt.Errorf("dma: mmap %d anonymous bytes: %w", size, err)
 	}
-	if err := unix.Madvise(b, unix.MADV_DONTFORK); err != nil {
-		_ = unix.Munmap(b)
-		return nil, fmt.Errorf("dma: madvise(MADV_DONTFORK): %w", err)
+	if err := advise(b); err != nil {
+		unmapRaw(b)
+		return nil, err
 	}
-	if len(b) >= hugePage {
-		// Best effort: transparent huge pages mean fewer translation entries
-		// for the NIC (mlx5) and fewer page walks for rxe. Not all kernels
-		// or configurations allow it; ignore refusal.
-		_ = unix.Madvise(b, unix.MADV_HUGEPAGE)
-	}
-	return &Region{b: b, len: n}, nil
+	return &Region{b: b, len: n, raw: true, fd: -1}, nil
 }
 
-const hugePage = 2 << 20
+// advise sets MADV_DONTFORK (required: registered pages must stay with
+// this process across a fork) and, for large regions, MADV_HUGEPAGE (best
+// effort).
+func advise(b []byte) error {
+	if err := unix.Madvise(b, unix.MADV_DONTFORK); err != nil {
+		return fmt.Errorf("dma: madvise(MADV_DONTFORK): %w", err)
+	}
+	if len(b) >= HugePage {
+		// Not all kernels or configurations allow it (shmem huge pages
+		// are off by default); refusal only costs TLB reach.
+		_ = unix.Madvise(b, unix.MADV_HUGEPAGE)
+	}
+	return nil
+}
+
+// AllocShared maps n bytes (rounded up to pages) of zeroed memory backed by
+// an anonymous memory file (memfd), mapped shared, so that the file
+// descriptor (FD) can be handed to a process on the same host that maps
+// the same pages. The file has no name in any file system: nothing is left
+// behind when the processes holding it end. Its size is sealed (no peer can
+// shrink it under this mapping and make it fault). The mapping is excluded
+// from fork like Alloc's.
+func AllocShared(n int) (*Region, error) {
+	if n <= 0 {
+		return nil, fmt.Errorf("dma: alloc shared %d bytes: %w", n, unix.EINVAL)
+	}
+	size := RoundPage(n)
+	fd, err := unix.MemfdCreate("te-mem", unix.MFD_CLOEXEC|unix.MFD_ALLOW_SEALING)
+	if err != nil {
+		return nil, fmt.Errorf("dma: memfd_create: %w", err)
+	}
+	fail := func(err error) (*Region, error) {
+		unix.Close(fd)
+		return nil, err
+	}
+	if err := unix.Ftruncate(fd, int64(size)); err != nil {
+		return fail(fmt.Errorf("dma: size memfd to %d bytes: %w", size, err))
+	}
+	if _, err := unix.FcntlInt(uintptr(fd), unix.F_ADD_SEALS, unix.F_SEAL_SHRINK|unix.F_SEAL_GROW|unix.F_SEAL_SEAL); err != nil {
+		return fail(fmt.Errorf("dma: seal memfd: %w", err))
+	}
+	align := PageSize
+	if size >= HugePage {
+		align = HugePage
+	}
+	b, err := mapRaw(fd, size, unix.MAP_SHARED, align)
+	if err != nil {
+		return fail(fmt.Errorf("dma: mmap %d bytes of memfd: %w", size, err))
+	}
+	if err := advise(b); err != nil {
+		unmapRaw(b)
+		return fail(err)
+	}
+	return &Region{b: b, len: n, raw: true, fd: fd}, nil
+}
+
+// MapFD maps length bytes at offset of a memory file received from another
+// process (a memfd made by AllocShared), shared and excluded from fork.
+// It checks first that the file is at least offset+length bytes long and
+// sealed against shrinking, so the owner cannot make this mapping fault.
+// The caller may close fd afterwards: the mapping keeps the file.
+func MapFD(fd int, offset int64, length int) (*Region, error) {
+	if length <= 0 || offset < 0 || offset%int64(PageSize) != 0 {
+		return nil, fmt.Errorf("dma: map fd %d offset %#x length %d: %w", fd, offset, length, unix.EINVAL)
+	}
+	var st unix.Stat_t
+	if err := unix.Fstat(fd, &st); err != nil {
+		return nil, fmt.Errorf("dma: fstat fd %d: %w", fd, err)
+	}
+	if st.Mode&unix.S_IFMT != unix.S_IFREG || st.Size < offset+int64(length) {
+		return nil, fmt.Errorf("dma: fd %d (mode %#o, %d bytes) cannot hold [%#x, %#x): %w", fd, st.Mode, st.Size, offset, offset+int64(length), unix.EINVAL)
+	}
+	seals, err := unix.FcntlInt(uintptr(fd), unix.F_GET_SEALS, 0)
+	if err != nil {
+		return nil, fmt.Errorf("dma: fd %d: get seals: %w", fd, err)
+	}
+	if seals&unix.F_SEAL_SHRINK == 0 {
+		return nil, fmt.Errorf("dma: fd %d is not sealed against shrinking: %w", fd, unix.EPERM)
+	}
+	size := RoundPage(length)
+	b, err := mapRawAt(fd, offset, size, unix.MAP_SHARED, PageSize)
+	if err != nil {
+		return nil, fmt.Errorf("dma: mmap fd %d offset %#x length %d: %w", fd, offset, size, err)
+	}
+	if err := unix.Madvise(b, unix.MADV_DONTFORK); err != nil {
+		unmapRaw(b)
+		return nil, fmt.Errorf("dma: madvise(MADV_DONTFORK): %w", err)
+	}
+	return &Region{b: b, len: length, raw: true, fd: -1}, nil
+}
 
 // MapShared maps length bytes of fd at offset, readable and writable and
 // shared with the kernel (the rxe queues on the uverbs fd).
@@ -63,7 +160,7 @@ func MapShared(fd int, offset int64, length int) (*Region, error) {
 	if err != nil {
 		return nil, fmt.Errorf("dma: mmap fd %d offset %#x length %d: %w", fd, offset, length, err)
 	}
-	return &Region{b: b, len: length}, nil
+	return &Region{b: b, len: length, fd: -1}, nil
 }
 
 // Bytes returns the mapped bytes (the requested length), or nil after Unmap.
@@ -79,7 +176,17 @@ func (r *Region) Bytes() []byte {
 	return r.b[:r.len]
 }
 
-// Unmap releases the mapping. Further calls return nil.
+// FD is the memory file backing an AllocShared region, valid until Unmap;
+// -1 for other regions.
+func (r *Region) FD() int {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return r.fd
+}
+
+// Unmap releases the mapping (and the memory file of an AllocShared
+// region; pages a peer still maps live on with the peer's mapping). Further
+// calls return nil.
 func (r *Region) Unmap() error {
 	if r == nil {
 		return nil
@@ -91,7 +198,19 @@ func (r *Region) Unmap() error {
 	}
 	b := r.b
 	r.b = nil
-	if err := unix.Munmap(b); err != nil {
+	var err error
+	if r.raw {
+		err = unmapRaw(b)
+	} else {
+		err = unix.Munmap(b)
+	}
+	if r.fd >= 0 {
+		if cerr := unix.Close(r.fd); cerr != nil && err == nil {
+			err = cerr
+		}
+		r.fd = -1
+	}
+	if err != nil {
 		return fmt.Errorf("dma: munmap: %w", err)
 	}
 	return nil

@@ -1,0 +1,55 @@
+package engine_test
+
+import (
+	"context"
+	"sync/atomic"
+
+	"github.com/rdmago/te/engine"
+	"github.com/rdmago/te/segment"
+)
+
+// fake is a transport that moves nothing: it completes every slice at
+// once and counts them. It stands in for transports this test binary
+// cannot run (rdma without a device) where only the engine's choices are
+// under test.
+type fake struct {
+	name string
+	host engine.Host
+	// reaches, when set, makes it a Reacher.
+	reaches func(*segment.Descriptor) bool
+	slices  atomic.Int64
+	connect atomic.Int64
+}
+
+type fakePeer struct{}
+
+func (fakePeer) Close() error { return nil }
+
+func (f *fake) Name() string { return f.name }
+func (f *fake) Install(h engine.Host) error {
+	f.host = h
+	return nil
+}
+func (f *fake) Describe(d *segment.Descriptor) error {
+	d.Protocols = append(d.Protocols, segment.Protocol{Name: f.name})
+	return nil
+}
+func (f *fake) RegisterMemory(*engine.Region) (any, error) { return nil, nil }
+func (f *fake) UnregisterMemory(*engine.Region, any) error { return nil }
+func (f *fake) SliceSize() uint64                          { return 0 }
+func (f *fake) Close() error                               { return nil }
+func (f *fake) Connect(context.Context, *segment.Descriptor) (engine.Peer, error) {
+	f.connect.Add(1)
+	return fakePeer{}, nil
+}
+func (f *fake) Submit(ss []*engine.Slice) {
+	for _, s := range ss {
+		f.slices.Add(1)
+		s.Done(uint64(len(s.Local)), nil)
+	}
+}
+
+// reacher is a fake that serves only the segments reaches accepts.
+type reacher struct{ *fake }
+
+func (r reacher) Reaches(d *segment.Descriptor) bool { return r.reaches(d) }
