@@ -1,0 +1,6 @@
+// Package sock reads what the kernel knows about a TCP socket this process
+// holds, without privileges: its cookie (SO_COOKIE, the key eBPF programs
+// see for the same socket) and the kernel's per-connection counters
+// (TCP_INFO). It also opens listeners inside another network namespace,
+// for tests that need a lossy link of their own.
+package sock
