@@ -13,10 +13,10 @@ var errOS = errors.New("sock: socket cookies and TCP_INFO need Linux")
 
 // Info is the part of the kernel's struct tcp_info the tracer reports.
 type Info struct {
-	State                                          uint8
+	State                                              uint8
 	BytesSent, BytesAcked, BytesReceived, BytesRetrans uint64
-	TotalRetrans                                   uint32
-	RTT, RTTVar, MinRTT, LastDataSent, LastDataRecv   time.Duration
+	TotalRetrans                                       uint32
+	RTT, RTTVar, MinRTT, LastDataSent, LastDataRecv    time.Duration
 }
 
 // Cookie needs Linux.
