@@ -4,7 +4,6 @@ import (
 	"fmt"
 	"slices"
 	"sync/atomic"
-	"unsafe"
 )
 
 // Region is a registered range of local memory. The engine creates it in
@@ -81,23 +80,6 @@ func (r *Region) sliceAt(addr, length uint64) []byte {
 // AddrOf returns the virtual address of b's first byte: the address space
 // of descriptors, Request.LocalAddr and Request.TargetAddr.
 func AddrOf(b []byte) uint64 { return addrOf(b) }
-
-// addrOf is the virtual address of b's first byte. Taking an address out of
-// a slice is safe; the engine never turns such a number back into a
-// pointer except in bytesAt.
-func addrOf(b []byte) uint64 {
-	return uint64(uintptr(unsafe.Pointer(unsafe.SliceData(b))))
-}
-
-// bytesAt makes a slice over memory the caller guarantees to be mapped
-// and outside the Go heap for as long as it stays registered
-// (RegisterLocalAddr). This is the one place the engine turns a number
-// into a pointer; the double conversion keeps vet's unsafeptr check quiet
-// about a conversion that is deliberate here.
-func bytesAt(addr uintptr, length uint64) []byte {
-	p := *(*unsafe.Pointer)(unsafe.Pointer(&addr))
-	return unsafe.Slice((*byte)(p), length)
-}
 
 // memTable is the sorted set of registered regions. Readers load the
 // snapshot without locks; writers (under Engine.memMu) publish a new one.

@@ -7,7 +7,6 @@ import (
 	"runtime"
 	"sync"
 	"sync/atomic"
-	"syscall"
 	"time"
 
 	"github.com/rdmago/te/internal/uapi"
@@ -139,10 +138,10 @@ type CQ struct {
 // write command on kernels without it).
 func (c *Context) CreateCQ(cfg CQConfig) (_ *CQ, err error) {
 	if cfg.Entries <= 0 {
-		return nil, fmt.Errorf("uverbs: create_cq: %d entries: %w", cfg.Entries, syscall.EINVAL)
+		return nil, fmt.Errorf("uverbs: create_cq: %d entries: %w", cfg.Entries, ucmd.EINVAL)
 	}
 	if max := c.limits.MaxCQE; max > 0 && uint64(cfg.Entries) > uint64(max) {
-		return nil, fmt.Errorf("uverbs: create_cq: %d entries exceed %s's limit of %d: %w", cfg.Entries, c.dev.Name, max, syscall.EINVAL)
+		return nil, fmt.Errorf("uverbs: create_cq: %d entries exceed %s's limit of %d: %w", cfg.Entries, c.dev.Name, max, ucmd.EINVAL)
 	}
 	if cfg.Channel != nil {
 		cfg.Channel.mu.Lock()
@@ -174,7 +173,7 @@ func (c *Context) CreateCQ(cfg CQConfig) (_ *CQ, err error) {
 	var handle, gotCQE uint32
 	var iHandle, iCQE, iOut int
 	out := make([]byte, outLen)
-	err = syscall.ENOTTY
+	err = ucmd.ENOTTY
 	if useIoctl {
 		err = c.file.Ioctl(uapi.ObjectCQ, uapi.MethodCQCreate, func(b *ucmd.Builder) {
 			iHandle = b.NewIDR(uapi.AttrCreateCQHandle, uapi.AttrFMandatory)
@@ -222,7 +221,7 @@ var useIoctl = true
 // noIoctl reports whether an ioctl failed because the kernel lacks the
 // method (then the legacy write() command does the job).
 func noIoctl(err error) bool {
-	return errors.Is(err, syscall.ENOTTY) || errors.Is(err, syscall.EPROTONOSUPPORT)
+	return errors.Is(err, ucmd.ENOTTY) || errors.Is(err, ucmd.EPROTONOSUPPORT)
 }
 
 // destroyObject destroys the object of handle h: the ioctl method (object,
@@ -230,7 +229,7 @@ func noIoctl(err error) bool {
 // respAttr) where the kernel has it, else the legacy write() command cmd
 // with request req and response resp.
 func (c *Context) destroyObject(object, method, hAttr, respAttr uint16, h Handle, cmd uint32, req, resp []byte) error {
-	err := error(syscall.ENOTTY)
+	err := error(ucmd.ENOTTY)
 	if useIoctl {
 		err = c.file.Ioctl(object, method, func(b *ucmd.Builder) {
 			b.IDR(hAttr, uint32(h), uapi.AttrFMandatory)

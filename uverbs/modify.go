@@ -2,7 +2,6 @@ package uverbs
 
 import (
 	"fmt"
-	"syscall"
 
 	"github.com/rdmago/te/internal/uapi"
 	"github.com/rdmago/te/internal/ucmd"
@@ -263,7 +262,7 @@ func connectAttrs(cfg *ConnectConfig, pa *PortAttr) (rtr, rts QPAttr, err error)
 	av := AddressVector{SL: cfg.SL, Port: cfg.Port}
 	if pa.LinkLayer == LinkLayerInfiniBand {
 		if cfg.Remote.LID == 0 {
-			return QPAttr{}, QPAttr{}, fmt.Errorf("InfiniBand port %d: the peer endpoint has no LID: %w", cfg.Port, syscall.EINVAL)
+			return QPAttr{}, QPAttr{}, fmt.Errorf("InfiniBand port %d: the peer endpoint has no LID: %w", cfg.Port, ucmd.EINVAL)
 		}
 		av.DLID = cfg.Remote.LID
 	} else {

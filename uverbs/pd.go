@@ -4,7 +4,6 @@ import (
 	"errors"
 	"fmt"
 	"sync"
-	"syscall"
 
 	"github.com/rdmago/te/internal/dma"
 	"github.com/rdmago/te/internal/uapi"
@@ -157,7 +156,7 @@ func (pd *PD) RegMR(buf []byte, access Access) (*MR, error) {
 	var r uapi.RegMRResp
 	if err := pd.ctx.file.Write(uapi.CmdRegMR, ucmd.Bytes(&req), nil, ucmd.Bytes(&r), nil); err != nil {
 		what := fmt.Sprintf("reg_mr(%d bytes, access %#x)", len(buf), uint32(access))
-		if errors.Is(err, syscall.ENOMEM) {
+		if errors.Is(err, ucmd.ENOMEM) {
 			what += " (pinned memory is limited by RLIMIT_MEMLOCK, see ulimit -l)"
 		}
 		return nil, opErr(what, pd.ctx.dev.Name, err)

@@ -6,7 +6,6 @@ import (
 	"runtime"
 	"sync"
 	"sync/atomic"
-	"syscall"
 
 	"github.com/rdmago/te/internal/uapi"
 	"github.com/rdmago/te/internal/ucmd"
@@ -50,7 +49,7 @@ func (pd *PD) CreateQP(cfg QPConfig) (_ *QP, err error) {
 		cfg.Type = QPTypeRC
 	}
 	if cfg.SendCQ == nil || cfg.RecvCQ == nil {
-		return nil, fmt.Errorf("uverbs: create_qp: send and receive CQs are required: %w", syscall.EINVAL)
+		return nil, fmt.Errorf("uverbs: create_qp: send and receive CQs are required: %w", ucmd.EINVAL)
 	}
 	pd.mu.Lock()
 	defer pd.mu.Unlock()
@@ -60,7 +59,7 @@ func (pd *PD) CreateQP(cfg QPConfig) (_ *QP, err error) {
 	c := pd.ctx
 	for _, cq := range []*CQ{cfg.SendCQ, cfg.RecvCQ} {
 		if cq.ctx != c {
-			return nil, fmt.Errorf("uverbs: create_qp: CQ of another context: %w", syscall.EINVAL)
+			return nil, fmt.Errorf("uverbs: create_qp: CQ of another context: %w", ucmd.EINVAL)
 		}
 	}
 	cfg.SendCQ.mu.Lock()

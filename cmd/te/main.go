@@ -12,7 +12,8 @@ import (
 	"os"
 	"os/signal"
 	"sort"
-	"syscall"
+
+	"github.com/rdmago/te/internal/proc"
 )
 
 // command is one subcommand of te.
@@ -67,7 +68,7 @@ func run(args []string) int {
 		usage()
 		return 2
 	}
-	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	ctx, stop := signal.NotifyContext(context.Background(), proc.StopSignals...)
 	defer stop()
 	if err := c.run(ctx, args[1:]); err != nil {
 		if errors.Is(err, errUsage) || errors.Is(err, flag.ErrHelp) {

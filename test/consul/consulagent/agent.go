@@ -21,10 +21,10 @@ import (
 	"path/filepath"
 	"strconv"
 	"sync"
-	"syscall"
 	"testing"
 	"time"
 
+	"github.com/rdmago/te/internal/proc"
 	"github.com/rdmago/te/internal/testenv"
 )
 
@@ -146,7 +146,7 @@ func (a *Agent) Start() error {
 	cmd.Stdout, cmd.Stderr = f, f
 	// Its own process group, so a killed test run does not leave it behind
 	// attached to the terminal's signals.
-	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
+	proc.OwnGroup(cmd)
 	if err := cmd.Start(); err != nil {
 		f.Close()
 		return fmt.Errorf("consulagent: start %s: %w", a.bin, err)
@@ -167,12 +167,12 @@ func (a *Agent) Start() error {
 
 // Stop stops the agent (SIGTERM, then SIGKILL after 10 s) and waits for it.
 // All its state is lost: it runs in memory. It is idempotent.
-func (a *Agent) Stop() { a.stop(syscall.SIGTERM) }
+func (a *Agent) Stop() { a.stop(proc.Terminate) }
 
 // Kill stops the agent with SIGKILL, as a crash would.
-func (a *Agent) Kill() { a.stop(syscall.SIGKILL) }
+func (a *Agent) Kill() { a.stop(os.Kill) }
 
-func (a *Agent) stop(sig syscall.Signal) {
+func (a *Agent) stop(sig os.Signal) {
 	a.mu.Lock()
 	defer a.mu.Unlock()
 	if a.cmd == nil {
