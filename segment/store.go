@@ -78,5 +78,11 @@ func Open(ctx context.Context, uri string) (Store, error) {
 	if !ok {
 		return nil, fmt.Errorf("segment: metadata %q: unknown scheme %q (known: %v)", uri, u.Scheme, Schemes())
 	}
-	return open(ctx, u)
+	st, err := open(ctx, u)
+	if err != nil {
+		// An opener that returned a typed nil inside the interface must
+		// not hand callers a Store whose Close dereferences nil.
+		return nil, err
+	}
+	return st, nil
 }

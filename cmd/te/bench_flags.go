@@ -70,8 +70,9 @@ type secondsFlag time.Duration
 
 func (d *secondsFlag) Set(v string) error {
 	if n, err := strconv.ParseFloat(v, 64); err == nil {
-		if n <= 0 || n > 1e6 {
-			return fmt.Errorf("%q: duration must be positive", v)
+		// Written so that NaN fails too (every comparison with it is false).
+		if !(n > 0 && n <= 1e6) {
+			return fmt.Errorf("%q: duration must be a positive number of seconds, at most 1e6", v)
 		}
 		*d = secondsFlag(n * float64(time.Second))
 		return nil

@@ -277,10 +277,44 @@ func TestBadFlags(t *testing.T) {
 		{[]string{"bench", "extra"}, `unexpected arguments "extra"`},
 		{[]string{"serve", "--buffer-size", "0"}, "--buffer-size must be positive"},
 		{[]string{"serve", "--protocol", "carrier-pigeon"}, "is not one of tcp, rdma"},
+		{[]string{"bench", "--duration", "NaN"}, "must be a positive number of seconds"},
+		{[]string{"bench", "--duration", "-3"}, "must be a positive number of seconds"},
+		{[]string{"bench", "--duration", "Inf"}, "must be a positive number of seconds"},
+		{[]string{"segments", "--timeout", "-1s", "127.0.0.1:1"}, "--timeout -1s: want a positive duration"},
+		{[]string{"segments", "--timeout", "0s", "127.0.0.1:1"}, "--timeout 0s: want a positive duration"},
+		{[]string{"segments", "--metadata", "p2p"}, "the p2p store has no server to list: name the peers"},
+		{[]string{"segments", "--bogus"}, "flag provided but not defined: -bogus"},
 	} {
 		_, stderr, code := runTE(t, c.args...)
 		if code != 2 || !strings.Contains(stderr, c.msg) {
 			t.Errorf("te %v: exit %d, stderr:\n%s\nwant exit 2 and %q", c.args, code, stderr, c.msg)
+		}
+	}
+}
+
+// TestBadListenAddress: a p2p address that cannot be listened on is a
+// clear error naming the cause, exit 1, never a panic.
+func TestBadListenAddress(t *testing.T) {
+	busy, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer busy.Close()
+	for _, c := range []struct{ metadata, want string }{
+		{"p2p://" + busy.Addr().String(), "address already in use"},
+		{"p2p://garbage", "garbage"},
+		{"p2p://127.0.0.1:99999", "invalid port"},
+		{"p2p://192.0.2.1:0", "cannot assign requested address"}, // TEST-NET-1: not on this host
+	} {
+		for _, cmd := range []string{"serve", "bench"} {
+			args := []string{cmd, "--metadata", c.metadata}
+			if cmd == "bench" {
+				args = append(args, "--duration", "1")
+			}
+			_, stderr, code := runTE(t, args...)
+			if code != 1 || !strings.Contains(stderr, c.want) || strings.Contains(stderr, "panic") || strings.Contains(stderr, "goroutine") {
+				t.Errorf("te %v: exit %d, stderr:\n%s\nwant exit 1 with %q and no panic", args, code, stderr, c.want)
+			}
 		}
 	}
 }

@@ -39,7 +39,10 @@ func runSegments(ctx context.Context, args []string) error {
 		fs.PrintDefaults()
 	}
 	if err := fs.Parse(args); err != nil {
-		return err
+		return usageErr(err)
+	}
+	if *timeout <= 0 {
+		return badUsage(fs.Output(), "segments", "--timeout %v: want a positive duration", *timeout)
 	}
 	var names []string
 	for _, n := range strings.Split(*peers, ",") {
@@ -67,7 +70,7 @@ func listSegments(ctx context.Context, w io.Writer, uri string, names []string, 
 		return fmt.Errorf("--metadata %q: %w", uri, err)
 	}
 	if u.Scheme == "p2p" && len(names) == 0 {
-		return fmt.Errorf("%w: the p2p store has no server to list: name the peers (--peers host:port,...)", errUsage)
+		return badUsage(os.Stderr, "segments", "the p2p store has no server to list: name the peers (--peers host:port,... or as arguments)")
 	}
 	st, err := segment.Open(ctx, uri)
 	if err != nil {

@@ -144,7 +144,11 @@ func openURI(ctx context.Context, u *url.URL) (segment.Store, error) {
 	if err != nil {
 		return nil, err
 	}
-	return New(ctx, opts)
+	s, err := New(ctx, opts)
+	if err != nil {
+		return nil, err // not a typed nil inside the interface
+	}
+	return s, nil
 }
 
 // ParseURI turns a p2p:// metadata URI into Options.

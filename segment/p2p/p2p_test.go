@@ -7,7 +7,9 @@ import (
 	"fmt"
 	"io"
 	"net"
+	"net/url"
 	"strconv"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -686,4 +688,22 @@ func waitFor(t *testing.T, cond func() bool) {
 		}
 	}
 	t.Fatal("condition not met within 5s")
+}
+
+// TestOpenFailureIsNil: a store that cannot listen comes back as a nil
+// interface with the cause, so a caller's deferred Close cannot panic.
+func TestOpenFailureIsNil(t *testing.T) {
+	busy, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer busy.Close()
+	s, err := segment.Open(ctxT(t), "p2p://"+busy.Addr().String())
+	if s != nil || err == nil || !strings.Contains(err.Error(), "address already in use") {
+		t.Fatalf("Open on a busy port = %#v, %v; want a nil Store and the cause", s, err)
+	}
+	st, err := openURI(ctxT(t), &url.URL{Scheme: "p2p", Host: busy.Addr().String()})
+	if st != nil || err == nil {
+		t.Fatalf("openURI on a busy port = %#v, %v; want a nil interface", st, err)
+	}
 }
