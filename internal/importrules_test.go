@@ -17,11 +17,7 @@ import (
 // allowSyscall lists product files outside internal/ that may still import
 // syscall or golang.org/x/sys/unix, each with the reason and the change
 // that removes it. Keep it empty.
-var allowSyscall = map[string]string{
-	// Temporary: engine.Alloc maps memory with syscall.Mmap. It goes when
-	// issue 10's change lands (Alloc through internal/dma, MADV_DONTFORK).
-	"engine/mem_unix.go": "issue 10: engine.Alloc moves to internal/dma",
-}
+var allowSyscall = map[string]string{}
 
 // importRule checks one file's imports against the module's rules and
 // returns the violations:
@@ -72,7 +68,7 @@ func TestImportRuleCases(t *testing.T) {
 		{"engine/view_unsafe_test.go", []string{"unsafe"}, 0},
 		{"internal/x/x_test.go", []string{"C"}, 1},
 		{"cmd/te/main.go", []string{"C", "syscall"}, 2},
-		{"engine/mem_unix.go", []string{"syscall"}, 0}, // allowSyscall, while it lasts
+		{"engine/mem_unix.go", []string{"syscall"}, 1},
 	} {
 		if got := importRule(c.path, c.imports); len(got) != c.bad {
 			t.Errorf("%s %v: %d violations %q, want %d", c.path, c.imports, len(got), got, c.bad)
