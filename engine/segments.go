@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"maps"
+	"slices"
 	"sync"
 	"sync/atomic"
 
@@ -292,7 +293,8 @@ func (e *Engine) refresh(s *remoteSegment, d *segment.Descriptor) {
 	}
 	if same && !old.gone {
 		// Same process: keep the connections of every transport whose
-		// protocol entry (endpoint, attributes) did not change.
+		// protocol entry (endpoint, attributes), rails and keys did not
+		// change (samePeer).
 		ts := e.transports.Load()
 		var stale []*peerRef
 		for i := range old.peers {
@@ -300,7 +302,7 @@ func (e *Engine) refresh(s *remoteSegment, d *segment.Descriptor) {
 			if ref == nil {
 				continue
 			}
-			if t := ts.slots[i]; t != nil && sameProtocol(old.desc, d, t.Name()) {
+			if t := ts.slots[i]; t != nil && samePeer(old.desc, d, t.Name()) {
 				ns.peers[i].Store(ref)
 			} else {
 				stale = append(stale, ref)
@@ -317,10 +319,34 @@ func (e *Engine) refresh(s *remoteSegment, d *segment.Descriptor) {
 	e.log.Info("engine: segment restarted; endpoints dropped", "segment", s.name, "epoch", d.Epoch)
 }
 
-func sameProtocol(a, b *segment.Descriptor, name string) bool {
+// samePeer reports whether a Peer that transport name connected for
+// descriptor a still fits b, a later version of the same incarnation: the
+// transport's protocol entry (endpoint, attributes) is unchanged, the
+// rails (Devices: GIDs, LIDs, MTUs, handshake endpoints) are unchanged,
+// and every buffer both versions have at the same address kept its keys.
+// A Peer may hold state derived from any of them (QPs connected to a rail,
+// keys it checked), so a change in any of them gets a fresh Connect.
+// Buffers that were only added or removed leave the Peer alone: slices
+// carry their buffer's keys from the current descriptor.
+func samePeer(a, b *segment.Descriptor, name string) bool {
 	pa, oka := a.Protocol(name)
 	pb, okb := b.Protocol(name)
-	return oka && okb && pa.Endpoint == pb.Endpoint && maps.Equal(pa.Attrs, pb.Attrs)
+	if !oka || !okb || pa.Endpoint != pb.Endpoint || !maps.Equal(pa.Attrs, pb.Attrs) {
+		return false
+	}
+	if !slices.Equal(a.Devices, b.Devices) {
+		return false
+	}
+	keys := make(map[uint64][]uint32, len(a.Buffers))
+	for _, buf := range a.Buffers {
+		keys[buf.Addr] = buf.RKeys
+	}
+	for _, buf := range b.Buffers {
+		if old, ok := keys[buf.Addr]; ok && !slices.Equal(old, buf.RKeys) {
+			return false
+		}
+	}
+	return true
 }
 
 // SyncSegment fetches the segment's descriptor from the store now, instead

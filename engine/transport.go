@@ -37,8 +37,12 @@ type Transport interface {
 	UnregisterMemory(r *Region, key any) error
 	// Connect returns the transport's state for one incarnation of a
 	// remote segment (endpoint addresses, connections, queue pairs). It may
-	// set up connections eagerly or lazily. The engine calls it again when
-	// the remote epoch changes, after closing the old Peer.
+	// set up connections eagerly or lazily. The engine calls it again,
+	// after closing the old Peer, when the remote epoch changes, and within
+	// one epoch when the transport's protocol entry, the rails
+	// (remote.Devices) or the keys of a buffer the previous descriptor
+	// already had (Buffers[i].RKeys) change; buffers only added or removed
+	// keep the Peer (slices carry the current buffer's keys).
 	Connect(ctx context.Context, remote *segment.Descriptor) (Peer, error)
 	// SliceSize is the largest slice the transport wants; the engine cuts
 	// requests into slices of at most this many bytes unless configured
