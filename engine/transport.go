@@ -53,6 +53,15 @@ type Transport interface {
 	// another goroutine — whatever happens: failures are reported per
 	// slice, never dropped. Submit must not block on a peer indefinitely.
 	// The ss slice itself may be reused by the engine after Submit returns.
+	//
+	// Submit is re-entered: Slice.Done of a slice failed with an error
+	// wrapping ErrTransient resubmits it (Attempt() > 0) by calling Submit
+	// from inside Done, on the goroutine that called Done: the transport's
+	// completion poller, or Submit itself when it fails a slice at once.
+	// There Submit must only enqueue: it must not wait for completions or
+	// queue space that only the calling goroutine would deliver (the
+	// poller would deadlock on itself), and the transport must not call
+	// Done while holding a lock that Submit takes.
 	Submit(ss []*Slice)
 	// Close stops the transport, fails every slice still in flight and
 	// releases its resources, memory registrations included (the engine
