@@ -1,0 +1,447 @@
+package shm
+
+import (
+	"context"
+	"fmt"
+	"net"
+	"runtime"
+	"slices"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/rdmago/te/auth"
+	"github.com/rdmago/te/engine"
+	"github.com/rdmago/te/internal/dma"
+	"github.com/rdmago/te/internal/uds"
+	"github.com/rdmago/te/internal/wire"
+	"github.com/rdmago/te/segment"
+)
+
+// peer is the initiator's side of one target incarnation: the connection,
+// the control page and the target's regions mapped here.
+type peer struct {
+	t    *Transport
+	name string
+	c    *net.UnixConn
+	ctl  *dma.Region
+	page *ctlPage
+
+	maps  atomic.Pointer[[]*mapping] // sorted by addr; replaced, never edited
+	users atomic.Int64               // copies in progress (they touch page and maps)
+	dead  atomic.Bool
+
+	reqMu    sync.Mutex    // one MAPREQ at a time
+	replies  chan struct{} // the reader answers a MAPREQ (MAP or NOMAP)
+	nomap    atomic.Bool
+	gone     chan struct{} // closed when the peer goes down
+	done     chan struct{} // closed when the reader has exited
+	stopOnce sync.Once
+}
+
+// mapping is one target region mapped into this process.
+type mapping struct {
+	addr, n   uint64
+	slot, gen uint32
+	reg       *dma.Region
+	mem       []byte
+	dead      atomic.Bool
+}
+
+func dialPeer(ctx context.Context, t *Transport, d *segment.Descriptor, endpoint string) (_ *peer, err error) {
+	if _, ok := ctx.Deadline(); !ok {
+		var cancel context.CancelFunc
+		ctx, cancel = context.WithTimeout(ctx, t.cfg.IOTimeout)
+		defer cancel()
+	}
+	var dl net.Dialer
+	nc, err := dl.DialContext(ctx, "unixpacket", endpoint)
+	if err != nil {
+		return nil, fmt.Errorf("%w: %w", engine.ErrPeerReset, err)
+	}
+	c := nc.(*net.UnixConn)
+	p := &peer{t: t, name: d.Name, c: c, replies: make(chan struct{}, 1), gone: make(chan struct{}), done: make(chan struct{})}
+	empty := []*mapping{}
+	p.maps.Store(&empty)
+	ok := false
+	defer func() {
+		if !ok {
+			p.teardown()
+		}
+	}()
+	// The socket name is public: check who holds it before handing it
+	// any data (another user may have bound the name of a dead target).
+	cred, err := uds.PeerCred(c)
+	if err != nil {
+		return nil, err
+	}
+	if cred.UID != t.uid {
+		return nil, fmt.Errorf("%w: %s is served by user %d, not %d", ErrRefused, endpoint, cred.UID, t.uid)
+	}
+	dl2, _ := ctx.Deadline()
+	c.SetDeadline(dl2)
+	stop := context.AfterFunc(ctx, func() { c.SetDeadline(time.Unix(1, 0)) })
+	defer stop()
+
+	in := t.cfg.Secret.Initiate(segment.ProtoSHM, auth.Party{Name: t.host.LocalName(), Epoch: t.host.Epoch()}, auth.Party{Name: d.Name, Epoch: d.Epoch})
+	if err := uds.Send(c, proto.Append(nil, msgHello, 0, auth.AppendHello(nil, in.Hello())), nil); err != nil {
+		return nil, err
+	}
+	buf := make([]byte, maxPacket)
+	typ, pl, _, err := recv(c, buf, 0)
+	if err != nil {
+		return nil, err
+	}
+	if err := refused(typ, pl, msgChallenge); err != nil {
+		return nil, err
+	}
+	ch, rest, err := auth.ParseChallenge(pl)
+	if err == nil && len(rest) > 0 {
+		err = fmt.Errorf("%w: %d bytes after the challenge", ErrProtocol, len(rest))
+	}
+	if err != nil {
+		return nil, err
+	}
+	if ch.Epoch != d.Epoch {
+		return nil, fmt.Errorf("%w: %s has epoch %#x, descriptor says %#x", engine.ErrPeerReset, d.Name, ch.Epoch, d.Epoch)
+	}
+	ans, err := in.Finish(ch)
+	if err != nil {
+		return nil, err
+	}
+	if err := uds.Send(c, proto.Append(nil, msgAnswer, 0, auth.AppendAnswer(nil, ans)), nil); err != nil {
+		return nil, err
+	}
+	typ, pl, fds, err := recv(c, buf, 1)
+	if err != nil {
+		return nil, err
+	}
+	if err := refused(typ, pl, msgWelcome); err != nil {
+		uds.Close(fds)
+		return nil, err
+	}
+	w, err := parseWelcome(pl)
+	if err == nil && (len(fds) != 1 || w.slots != maxSlots || int(w.ctlSize) != ctlSize) {
+		err = fmt.Errorf("%w: WELCOME with %d descriptors, %d slots, control page of %d bytes", ErrProtocol, len(fds), w.slots, w.ctlSize)
+	}
+	if err != nil {
+		uds.Close(fds)
+		return nil, err
+	}
+	p.ctl, err = dma.MapFD(fds[0], 0, ctlSize)
+	uds.Close(fds)
+	if err != nil {
+		return nil, err
+	}
+	p.page = viewCtl(p.ctl.Bytes())
+	if p.page.magic != ctlMagic {
+		return nil, fmt.Errorf("%w: control page magic %#x", ErrProtocol, p.page.magic)
+	}
+	for range w.maps {
+		typ, pl, fds, err := recv(c, buf, 1)
+		if err != nil {
+			return nil, err
+		}
+		if typ != msgMap {
+			uds.Close(fds)
+			return nil, fmt.Errorf("%w: %s among the initial MAPs", ErrProtocol, proto.TypeName(typ))
+		}
+		if err := p.addMap(pl, fds); err != nil {
+			return nil, err
+		}
+	}
+	c.SetDeadline(time.Time{})
+	ok = true
+	go p.read()
+	return p, nil
+}
+
+// refused turns a REFUSED or unexpected message into an error.
+func refused(typ wire.Type, pl []byte, want wire.Type) error {
+	if typ == want {
+		return nil
+	}
+	if typ == msgRefused {
+		reason, err := parseRefused(pl)
+		if err != nil {
+			return fmt.Errorf("%w: %w", ErrProtocol, err)
+		}
+		return fmt.Errorf("%w: %s", ErrRefused, reason)
+	}
+	return fmt.Errorf("%w: %s instead of %s", ErrProtocol, proto.TypeName(typ), proto.TypeName(want))
+}
+
+// addMap maps a region from a MAP message and its descriptor (consumed).
+func (p *peer) addMap(pl []byte, fds []int) error {
+	defer uds.Close(fds)
+	m, err := parseMap(pl)
+	if err == nil && len(fds) != 1 {
+		err = fmt.Errorf("%w: MAP with %d descriptors", ErrProtocol, len(fds))
+	}
+	if err != nil {
+		return err
+	}
+	old := *p.maps.Load()
+	for _, x := range old {
+		if x.slot == m.slot && x.gen == m.gen {
+			return nil // already mapped (answer to a MAPREQ that raced)
+		}
+	}
+	// Map whole pages: a region may start anywhere inside its memory.
+	page := uint64(dma.PageSize)
+	aoff := m.off &^ (page - 1)
+	delta := m.off - aoff
+	reg, err := dma.MapFD(fds[0], int64(aoff), int(delta+m.n))
+	if err != nil {
+		return fmt.Errorf("shm: map region [%#x, %#x) of %s: %w", m.addr, m.addr+m.n, p.name, err)
+	}
+	nm := &mapping{addr: m.addr, n: m.n, slot: m.slot, gen: m.gen, reg: reg, mem: reg.Bytes()[delta : delta+m.n : delta+m.n]}
+	var stale []*mapping
+	next := make([]*mapping, 0, len(old)+1)
+	for _, x := range old {
+		// A slot taken over by a new region, or an overlapping range,
+		// means the old mapping is dead.
+		if x.slot == nm.slot || (x.addr < nm.addr+nm.n && nm.addr < x.addr+x.n) {
+			stale = append(stale, x)
+			continue
+		}
+		next = append(next, x)
+	}
+	next = append(next, nm)
+	slices.SortFunc(next, func(a, b *mapping) int { return cmpU64(a.addr, b.addr) })
+	p.maps.Store(&next)
+	for _, x := range stale {
+		p.unmap(x)
+	}
+	return nil
+}
+
+func cmpU64(a, b uint64) int {
+	switch {
+	case a < b:
+		return -1
+	case a > b:
+		return 1
+	}
+	return 0
+}
+
+// unmap releases a mapping no longer in p.maps once no copy uses it.
+func (p *peer) unmap(m *mapping) {
+	m.dead.Store(true)
+	for spins := 0; p.page.busy[m.slot].Load() > 0; spins++ {
+		if spins < 100 {
+			runtime.Gosched()
+		} else {
+			time.Sleep(20 * time.Microsecond)
+		}
+	}
+	m.reg.Unmap()
+}
+
+// removeSlot drops the mapping of (slot, gen) after an UNMAP.
+func (p *peer) removeSlot(slot, gen uint32) {
+	old := *p.maps.Load()
+	i := slices.IndexFunc(old, func(x *mapping) bool { return x.slot == slot && x.gen == gen })
+	if i < 0 {
+		return
+	}
+	m := old[i]
+	next := slices.Delete(slices.Clone(old), i, i+1)
+	p.maps.Store(&next)
+	p.unmap(m)
+}
+
+// read serves the target's messages until the connection ends; then the
+// peer goes down.
+func (p *peer) read() {
+	defer close(p.done)
+	defer p.teardown()
+	buf := make([]byte, maxPacket)
+	for {
+		typ, pl, fds, err := recv(p.c, buf, 1)
+		if err != nil {
+			if !p.dead.Load() {
+				p.t.log.Info("shm: target connection ends", "segment", p.name, "err", err)
+			}
+			return
+		}
+		switch typ {
+		case msgMap:
+			if err := p.addMap(pl, fds); err != nil {
+				p.t.log.Warn("shm: cannot map target memory", "segment", p.name, "err", err)
+				return
+			}
+			p.answer()
+		case msgNoMap:
+			uds.Close(fds)
+			p.nomap.Store(true)
+			p.answer()
+		case msgUnmap:
+			uds.Close(fds)
+			slot, gen, err := parseUnmap(pl)
+			if err != nil {
+				p.t.log.Warn("shm: bad UNMAP", "segment", p.name, "err", err)
+				return
+			}
+			p.removeSlot(slot, gen)
+		default:
+			uds.Close(fds)
+			if typ == msgRefused {
+				reason, _ := parseRefused(pl)
+				p.t.log.Warn("shm: target disconnects", "segment", p.name, "reason", reason)
+			} else {
+				p.t.log.Warn("shm: target sent an unexpected message", "segment", p.name, "type", proto.TypeName(typ))
+			}
+			return
+		}
+	}
+}
+
+func (p *peer) answer() {
+	select {
+	case p.replies <- struct{}{}:
+	default:
+	}
+}
+
+// find returns the mapping holding [addr, addr+n), or nil. It does not
+// allocate.
+func (p *peer) find(addr, n uint64) *mapping {
+	ms := *p.maps.Load()
+	lo, hi := 0, len(ms)
+	for lo < hi {
+		m := int(uint(lo+hi) >> 1)
+		if ms[m].addr <= addr {
+			lo = m + 1
+		} else {
+			hi = m
+		}
+	}
+	if lo == 0 {
+		return nil
+	}
+	m := ms[lo-1]
+	if n <= m.n && addr-m.addr <= m.n-n {
+		return m
+	}
+	return nil
+}
+
+// fetch asks the target for the region holding [addr, addr+n) (one
+// registered after the handshake) and waits for it, at most IOTimeout.
+func (p *peer) fetch(addr, n uint64) (*mapping, error) {
+	p.reqMu.Lock()
+	defer p.reqMu.Unlock()
+	if m := p.find(addr, n); m != nil {
+		return m, nil
+	}
+	select {
+	case <-p.replies:
+	default:
+	}
+	p.nomap.Store(false)
+	if err := uds.Send(p.c, appendRange(nil, msgMapReq, addr, n), nil); err != nil {
+		return nil, errGone
+	}
+	tm := time.NewTimer(p.t.cfg.IOTimeout)
+	defer tm.Stop()
+	for {
+		select {
+		case <-p.replies:
+			if m := p.find(addr, n); m != nil {
+				return m, nil
+			}
+			if p.nomap.Load() {
+				return nil, errNotShared
+			}
+		case <-p.gone:
+			return nil, errGone
+		case <-tm.C:
+			return nil, errMapWait
+		}
+	}
+}
+
+// copy moves one slice; the caller holds p.users. It makes no system call
+// and does not allocate once the region is mapped.
+func (p *peer) copy(s *engine.Slice) (uint64, error) {
+	if p.dead.Load() {
+		return 0, errGone
+	}
+	n := uint64(len(s.Local))
+	m := p.find(s.RemoteAddr, n)
+	if m == nil {
+		var err error
+		if m, err = p.fetch(s.RemoteAddr, n); err != nil {
+			return 0, err
+		}
+	}
+	busy := &p.page.busy[m.slot]
+	busy.Add(1)
+	// Raise busy, then look: the target zeroes gen, then looks at busy.
+	if m.dead.Load() || p.page.gen[m.slot].Load() != m.gen {
+		busy.Add(-1)
+		if p.dead.Load() {
+			return 0, errGone
+		}
+		return 0, errRevoked
+	}
+	off := s.RemoteAddr - m.addr
+	if s.Op == engine.Write {
+		copy(m.mem[off:off+n], s.Local)
+	} else {
+		copy(s.Local, m.mem[off:off+n])
+	}
+	busy.Add(-1)
+	return n, nil
+}
+
+// stop marks the peer down: no copy starts after it, and a copy waiting
+// for a MAP gives up.
+func (p *peer) stop() {
+	p.stopOnce.Do(func() {
+		p.dead.Store(true)
+		close(p.gone)
+	})
+}
+
+// teardown takes the peer down: no copy starts, running ones finish, every
+// mapping and the control page are unmapped, then the socket closes (so
+// the target, seeing it close, knows nothing of this peer writes any
+// more). Only the reader calls it (or dialPeer, before there is one): it
+// owns the mappings.
+func (p *peer) teardown() {
+	p.stop()
+	for spins := 0; p.users.Load() > 0; spins++ {
+		if spins < 100 {
+			runtime.Gosched()
+		} else {
+			time.Sleep(20 * time.Microsecond)
+		}
+	}
+	if ms := p.maps.Load(); ms != nil {
+		empty := []*mapping{}
+		p.maps.Store(&empty)
+		for _, m := range *ms {
+			m.dead.Store(true)
+			m.reg.Unmap()
+		}
+	}
+	if p.ctl != nil {
+		p.ctl.Unmap()
+	}
+	p.c.Close()
+	p.t.forget(p)
+}
+
+// Close takes the peer down (slices not yet copied fail with
+// engine.ErrPeerReset) and waits until everything is unmapped. Shutting
+// the socket's receiving side wakes the reader, which tears down; the
+// target sees the connection close only after that.
+func (p *peer) Close() error {
+	p.stop()
+	p.c.CloseRead()
+	<-p.done
+	return nil
+}

@@ -1,0 +1,471 @@
+package shm
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net"
+	"os"
+	"runtime"
+	"strconv"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/rdmago/te/auth"
+	"github.com/rdmago/te/engine"
+	"github.com/rdmago/te/internal/hostid"
+	"github.com/rdmago/te/segment"
+)
+
+// Defaults.
+const (
+	// DefaultSliceSize: the engine cuts requests into slices of 1 MiB,
+	// the unit spread over copier goroutines.
+	DefaultSliceSize = 1 << 20
+	// DefaultParallelMin: submissions carrying at least this many bytes
+	// are copied by several goroutines.
+	DefaultParallelMin = 512 << 10
+	// DefaultIOTimeout bounds a handshake, a control message and an
+	// unregistration's wait for a peer's copy.
+	DefaultIOTimeout = 5 * time.Second
+	// DefaultMaxConns bounds the initiators served at once.
+	DefaultMaxConns = 1024
+)
+
+const wireAttr = "1"
+
+// Config configures a Transport. Zero fields select defaults.
+type Config struct {
+	// SliceSize is the largest slice the transport asks the engine for.
+	SliceSize uint64
+	// Copiers is the number of goroutines, besides the submitting one,
+	// that copy the slices of a large submission. Default
+	// GOMAXPROCS-1; negative means none.
+	Copiers int
+	// ParallelMin is the smallest submission (bytes) spread over the
+	// copiers.
+	ParallelMin uint64
+	// IOTimeout bounds handshakes, control messages, and how long an
+	// unregistration waits for a peer inside a copy.
+	IOTimeout time.Duration
+	// MaxConns bounds the initiators served at once.
+	MaxConns int
+	// Secret turns cluster authentication on (auth.FromEnv loads it);
+	// nil means off. With it, only peers holding the same secret get any
+	// memory; without it, a peer that has one refuses this one.
+	Secret *auth.Secret
+}
+
+// Errors; compare with errors.Is.
+var (
+	// ErrNotReachable: the segment is not on this host (or belongs to
+	// another user, or exposes memory that cannot be shared).
+	ErrNotReachable = fmt.Errorf("shm: segment not reachable by shared memory: %w", engine.ErrNoTransport)
+	// ErrRefused: the target refused the connection (another user, failed
+	// authentication, stale epoch, too many peers).
+	ErrRefused = errors.New("shm: target refused the connection")
+	// ErrProtocol: the peer broke the control protocol.
+	ErrProtocol = errors.New("shm: protocol violation")
+)
+
+// Slice errors, allocated once.
+var (
+	errGone      = fmt.Errorf("shm: target closed, restarted or unreachable: %w", engine.ErrPeerReset)
+	errRevoked   = fmt.Errorf("shm: target unregistered the buffer: %w", engine.ErrOutOfRange)
+	errNotShared = fmt.Errorf("shm: target range is not in shared memory: %w", engine.ErrOutOfRange)
+	errMapWait   = fmt.Errorf("shm: target did not hand out the buffer in time: %w", engine.ErrPeerReset)
+	errForeign   = fmt.Errorf("shm: slice for a foreign peer: %w", engine.ErrInvalidRequest)
+	errClosed    = fmt.Errorf("shm: transport closed: %w", engine.ErrClosed)
+)
+
+// Transport is the shm transport. Create it with New and install it in an
+// engine; it is both target (serving its registered memory) and
+// initiator.
+type Transport struct {
+	cfg    Config
+	host   engine.Host
+	log    *slog.Logger
+	fails  *auth.FailureLog
+	hostID string
+	uid    uint32
+	uidStr string
+
+	ln       *net.UnixListener
+	endpoint string
+
+	closed     atomic.Bool
+	submitting atomic.Int64
+	closeOnce  sync.Once
+	wg         sync.WaitGroup
+	work       []chan *engine.Slice
+	rr         atomic.Uint32
+
+	mu      sync.Mutex
+	slots   [maxSlots]*sharedRegion // live shared regions
+	gen     uint32
+	partial int // registered regions that are not shared
+	conns   map[*serverConn]struct{}
+	peers   map[*peer]struct{}
+}
+
+// sharedRegion is a registered region in shared memory: RegisterMemory's
+// key.
+type sharedRegion struct {
+	r         *engine.Region
+	slot, gen uint32
+	fd        int
+	off       uint64
+}
+
+var (
+	_ engine.Transport = (*Transport)(nil)
+	_ engine.Reacher   = (*Transport)(nil)
+)
+
+// New returns an shm transport; it listens once installed.
+func New(cfg Config) *Transport {
+	if cfg.SliceSize == 0 {
+		cfg.SliceSize = DefaultSliceSize
+	}
+	if cfg.Copiers == 0 {
+		cfg.Copiers = runtime.GOMAXPROCS(0) - 1
+	}
+	cfg.Copiers = max(cfg.Copiers, 0)
+	if cfg.ParallelMin == 0 {
+		cfg.ParallelMin = DefaultParallelMin
+	}
+	if cfg.IOTimeout <= 0 {
+		cfg.IOTimeout = DefaultIOTimeout
+	}
+	if cfg.MaxConns <= 0 {
+		cfg.MaxConns = DefaultMaxConns
+	}
+	uid := uint32(os.Geteuid())
+	return &Transport{cfg: cfg, uid: uid, uidStr: strconv.FormatUint(uint64(uid), 10),
+		conns: map[*serverConn]struct{}{}, peers: map[*peer]struct{}{}}
+}
+
+// Name returns segment.ProtoSHM.
+func (t *Transport) Name() string { return segment.ProtoSHM }
+
+// SliceSize returns Config.SliceSize.
+func (t *Transport) SliceSize() uint64 { return t.cfg.SliceSize }
+
+// Endpoint is the abstract socket name peers connect to (after Install).
+func (t *Transport) Endpoint() string { return t.endpoint }
+
+// Install listens on a fresh abstract unix socket and starts the copiers.
+func (t *Transport) Install(h engine.Host) error {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	if t.closed.Load() {
+		return engine.ErrClosed
+	}
+	if t.host != nil {
+		return fmt.Errorf("shm: already installed")
+	}
+	id, err := hostid.ID()
+	if err != nil {
+		return fmt.Errorf("shm: %w", err)
+	}
+	var rb [12]byte
+	rand.Read(rb[:])
+	name := "@te-shm-" + hex.EncodeToString(rb[:])
+	ln, err := net.ListenUnix("unixpacket", &net.UnixAddr{Name: name, Net: "unixpacket"})
+	if err != nil {
+		return fmt.Errorf("shm: listen %s: %w", name, err)
+	}
+	t.host, t.log, t.hostID, t.ln, t.endpoint = h, h.Logger(), id, ln, name
+	t.fails = auth.NewFailureLog(t.log, segment.ProtoSHM, 0)
+	t.wg.Add(1)
+	go t.acceptLoop()
+	for range t.cfg.Copiers {
+		ch := make(chan *engine.Slice, 1024)
+		t.work = append(t.work, ch)
+		t.wg.Add(1)
+		go func() {
+			defer t.wg.Done()
+			for s := range ch {
+				copySlice(s)
+			}
+		}()
+	}
+	return nil
+}
+
+// Describe adds the shm protocol entry: the socket, the host and user
+// identity, and "partial" when some registered memory is not shareable
+// (then initiators do not choose shm for this segment).
+func (t *Transport) Describe(d *segment.Descriptor) error {
+	if t.endpoint == "" {
+		return fmt.Errorf("shm: not installed")
+	}
+	attrs := map[string]string{"wire": wireAttr, "host": t.hostID, "uid": t.uidStr}
+	t.mu.Lock()
+	if t.partial > 0 {
+		attrs["partial"] = strconv.Itoa(t.partial)
+	}
+	t.mu.Unlock()
+	d.Protocols = append(d.Protocols, segment.Protocol{Name: segment.ProtoSHM, Endpoint: t.endpoint, Attrs: attrs})
+	return nil
+}
+
+// Reaches reports whether d is a segment on this host, of this user, all
+// of whose memory is shared. It does not allocate.
+func (t *Transport) Reaches(d *segment.Descriptor) bool {
+	for i := range d.Protocols {
+		p := &d.Protocols[i]
+		if p.Name != segment.ProtoSHM {
+			continue
+		}
+		return t.hostID != "" && p.Endpoint != "" && p.Attrs["host"] == t.hostID && p.Attrs["uid"] == t.uidStr &&
+			p.Attrs["partial"] == "" && p.Attrs["wire"] == wireAttr
+	}
+	return false
+}
+
+// RegisterMemory gives a region in shared memory (engine.AllocShared) a
+// slot; other memory is counted as not shareable.
+func (t *Transport) RegisterMemory(r *engine.Region) (any, error) {
+	fd, off, ok := r.SharedFD()
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	if !ok {
+		t.partial++
+		return nil, nil
+	}
+	for i := range t.slots {
+		if t.slots[i] == nil {
+			t.gen++
+			if t.gen == 0 {
+				t.gen = 1
+			}
+			sr := &sharedRegion{r: r, slot: uint32(i), gen: t.gen, fd: fd, off: off}
+			t.slots[i] = sr
+			return sr, nil
+		}
+	}
+	t.log.Warn("shm: too many shared regions; this one is reachable over other transports only", "max", maxSlots)
+	t.partial++
+	return nil, nil
+}
+
+// UnregisterMemory revokes the region from every peer: once it returns, no
+// peer copy into it is in progress and none can start.
+func (t *Transport) UnregisterMemory(r *engine.Region, key any) error {
+	sr, _ := key.(*sharedRegion)
+	t.mu.Lock()
+	if sr == nil {
+		t.partial--
+		t.mu.Unlock()
+		return nil
+	}
+	t.slots[sr.slot] = nil
+	conns := make([]*serverConn, 0, len(t.conns))
+	for c := range t.conns {
+		conns = append(conns, c)
+	}
+	t.mu.Unlock()
+	for _, c := range conns {
+		c.revoke(sr)
+	}
+	return nil
+}
+
+// live returns the shared region holding [addr, addr+n), or nil.
+func (t *Transport) live(addr, n uint64) *sharedRegion {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	for _, sr := range t.slots {
+		if sr != nil && addr >= sr.r.Addr() && n <= sr.r.Len() && addr-sr.r.Addr() <= sr.r.Len()-n {
+			return sr
+		}
+	}
+	return nil
+}
+
+// liveAll lists the live shared regions.
+func (t *Transport) liveAll() []*sharedRegion {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	var out []*sharedRegion
+	for _, sr := range t.slots {
+		if sr != nil {
+			out = append(out, sr)
+		}
+	}
+	return out
+}
+
+func (t *Transport) isLive(sr *sharedRegion) bool {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	return t.slots[sr.slot] == sr
+}
+
+// Submit copies the slices. Small submissions are copied by the calling
+// goroutine before Submit returns; large ones are spread over the
+// copiers, and their slices complete from those goroutines.
+func (t *Transport) Submit(ss []*engine.Slice) {
+	t.submitting.Add(1)
+	defer t.submitting.Add(-1)
+	if t.closed.Load() {
+		for _, s := range ss {
+			s.Done(0, errClosed)
+		}
+		return
+	}
+	if len(t.work) > 0 && len(ss) > 1 {
+		var total uint64
+		for _, s := range ss {
+			total += uint64(len(s.Local))
+		}
+		if total >= t.cfg.ParallelMin {
+			k := len(t.work) + 1
+			w := int(t.rr.Add(1))
+			mine := 0
+			for i, s := range ss {
+				if j := (i + w) % k; j < len(t.work) {
+					select {
+					case t.work[j] <- s:
+						continue
+					default:
+					}
+				}
+				// This goroutine's share, and anything a full queue
+				// refused, is copied below, in order.
+				ss[mine] = s
+				mine++
+			}
+			ss = ss[:mine]
+		}
+	}
+	for _, s := range ss {
+		copySlice(s)
+	}
+}
+
+// copySlice moves one slice and completes it.
+func copySlice(s *engine.Slice) {
+	p, ok := s.Peer.(*peer)
+	if !ok {
+		s.Done(0, errForeign)
+		return
+	}
+	p.users.Add(1)
+	n, err := p.copy(s)
+	p.users.Add(-1)
+	s.Done(n, err)
+}
+
+// Connect hands the target's memory to this process: it checks that the
+// segment is reachable, connects, authenticates and maps every region the
+// target shares.
+func (t *Transport) Connect(ctx context.Context, remote *segment.Descriptor) (engine.Peer, error) {
+	if t.host == nil {
+		return nil, fmt.Errorf("shm: not installed")
+	}
+	if !t.Reaches(remote) {
+		return nil, fmt.Errorf("%w: %s", ErrNotReachable, remote.Name)
+	}
+	pr, _ := remote.Protocol(segment.ProtoSHM)
+	p, err := dialPeer(ctx, t, remote, pr.Endpoint)
+	if err != nil {
+		return nil, fmt.Errorf("shm: connect %s: %w", remote.Name, err)
+	}
+	t.mu.Lock()
+	if t.closed.Load() {
+		t.mu.Unlock()
+		p.Close()
+		return nil, engine.ErrClosed
+	}
+	t.peers[p] = struct{}{}
+	t.mu.Unlock()
+	return p, nil
+}
+
+// Stats counts the transport's live state, for tests and diagnostics.
+type Stats struct {
+	// Served is the number of initiators connected to this target.
+	Served int
+	// Peers is the number of targets this process is connected to.
+	Peers int
+	// Mapped is the number of target regions this process maps, and
+	// MappedBytes their size.
+	Mapped      int
+	MappedBytes uint64
+	// Shared is the number of local regions shared with peers.
+	Shared int
+}
+
+// Stats returns the current counts.
+func (t *Transport) Stats() Stats {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	st := Stats{Served: len(t.conns), Peers: len(t.peers)}
+	for p := range t.peers {
+		if ms := p.maps.Load(); ms != nil {
+			for _, m := range *ms {
+				st.Mapped++
+				st.MappedBytes += m.n
+			}
+		}
+	}
+	for _, sr := range t.slots {
+		if sr != nil {
+			st.Shared++
+		}
+	}
+	return st
+}
+
+// Close stops serving, disconnects every peer (their slices not yet
+// copied fail) and unmaps everything. It is idempotent and safe on a nil
+// Transport.
+func (t *Transport) Close() error {
+	if t == nil {
+		return nil
+	}
+	t.closeOnce.Do(t.close)
+	return nil
+}
+
+func (t *Transport) close() {
+	t.closed.Store(true)
+	for t.submitting.Load() != 0 {
+		runtime.Gosched()
+	}
+	t.mu.Lock()
+	if t.ln != nil {
+		t.ln.Close()
+	}
+	conns := make([]*serverConn, 0, len(t.conns))
+	for c := range t.conns {
+		conns = append(conns, c)
+	}
+	peers := make([]*peer, 0, len(t.peers))
+	for p := range t.peers {
+		peers = append(peers, p)
+	}
+	t.mu.Unlock()
+	for _, c := range conns {
+		c.close()
+	}
+	for _, p := range peers {
+		p.Close()
+	}
+	for _, ch := range t.work {
+		close(ch)
+	}
+	t.wg.Wait()
+}
+
+func (t *Transport) forget(p *peer) {
+	t.mu.Lock()
+	delete(t.peers, p)
+	t.mu.Unlock()
+}
