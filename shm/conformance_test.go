@@ -10,6 +10,7 @@ import (
 )
 
 func TestMain(m *testing.M) {
+	runChildIfAsked()
 	transporttest.ServeTargetIfChild(func() engine.Transport { return New(Config{IOTimeout: 2 * time.Second}) })
 	os.Exit(m.Run())
 }

@@ -82,6 +82,11 @@ var (
 	errClosed    = fmt.Errorf("shm: transport closed: %w", engine.ErrClosed)
 )
 
+// hostID identifies this host; tests replace it to play another host.
+var hostID = defaultHostID
+
+var defaultHostID = hostid.ID
+
 // Transport is the shm transport. Create it with New and install it in an
 // engine; it is both target (serving its registered memory) and
 // initiator.
@@ -168,7 +173,7 @@ func (t *Transport) Install(h engine.Host) error {
 	if t.host != nil {
 		return fmt.Errorf("shm: already installed")
 	}
-	id, err := hostid.ID()
+	id, err := hostID()
 	if err != nil {
 		return fmt.Errorf("shm: %w", err)
 	}

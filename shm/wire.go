@@ -79,6 +79,9 @@ func parse(pkt []byte) (wire.Type, []byte, error) {
 	if err != nil {
 		return 0, nil, err
 	}
+	if h.Flags != 0 {
+		return 0, nil, fmt.Errorf("%w: shm: %s with unknown flags %#x", wire.ErrFrame, proto.TypeName(h.Type), h.Flags)
+	}
 	if h.Len != len(pkt)-wire.HeaderLen {
 		return 0, nil, fmt.Errorf("%w: shm: %s declares %d payload bytes, packet has %d", wire.ErrFrame, proto.TypeName(h.Type), h.Len, len(pkt)-wire.HeaderLen)
 	}

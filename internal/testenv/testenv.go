@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"os"
 	"os/exec"
+	"syscall"
 	"testing"
 )
 
@@ -41,4 +42,10 @@ func GCC(t testing.TB, packages string, files ...string) string {
 		Unavailable(t, "gcc and %v are needed (apt-get install -y --no-install-recommends %s): %v", files, packages, err)
 	}
 	return gcc
+}
+
+// RunAs makes cmd run as the given user and group (the caller must be
+// root): tests of what another user may do.
+func RunAs(cmd *exec.Cmd, uid, gid uint32) {
+	cmd.SysProcAttr = &syscall.SysProcAttr{Credential: &syscall.Credential{Uid: uid, Gid: gid}}
 }

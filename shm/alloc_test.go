@@ -1,0 +1,138 @@
+package shm
+
+import (
+	"context"
+	"testing"
+	"time"
+
+	"github.com/rdmago/te/engine"
+	"github.com/rdmago/te/engine/enginetest"
+)
+
+// inProcessPair starts a target and an initiator engine in this process,
+// both with shm, and opens the target.
+func inProcessPair(t testing.TB, size int, cfg Config) (ini, tgt *enginetest.Node, itr, ttr *Transport, seg engine.SegmentID) {
+	t.Helper()
+	st := enginetest.NewMemStore()
+	t.Cleanup(func() { st.Close() })
+	node := func(name string, tr *Transport) *enginetest.Node {
+		n := enginetest.NewNode(t, engine.Config{Name: name, Store: st}, 0, tr)
+		mem, err := engine.AllocShared(size)
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { mem.Close() })
+		if err := n.Engine.RegisterLocalMemory(mem.Bytes(), ""); err != nil {
+			t.Fatal(err)
+		}
+		n.Mem = mem
+		return n
+	}
+	ttr, itr = New(cfg), New(cfg)
+	tgt, ini = node("target", ttr), node("initiator", itr)
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	var err error
+	if seg, err = ini.Engine.OpenSegment(ctx, "target", nil); err != nil {
+		t.Fatal(err)
+	}
+	return
+}
+
+// TestZeroAllocs: a steady stream of batches (small ones copied by the
+// submitter, large ones spread over the copiers) allocates nothing.
+func TestZeroAllocs(t *testing.T) {
+	const size = 16 << 20
+	ini, tgt, _, _, seg := inProcessPair(t, size, Config{})
+	e := ini.Engine
+	ctx := context.Background()
+	base := engine.AddrOf(tgt.Mem.Bytes())
+	for _, c := range []struct {
+		n, blk int
+	}{{128, 4096}, {16, 1 << 20}} {
+		reqs := make([]engine.Request, c.n)
+		for i := range reqs {
+			reqs[i] = engine.Request{Op: engine.Op(1 + i%2), Local: ini.Mem.Bytes()[i*c.blk : (i+1)*c.blk], Target: seg, TargetAddr: base + uint64(i*c.blk)}
+		}
+		b, _ := e.AllocateBatch(c.n)
+		run := func() {
+			if err := e.Submit(b, reqs); err != nil {
+				t.Fatal(err)
+			}
+			if err := e.Wait(ctx, b); err != nil {
+				t.Fatal(err)
+			}
+			e.FreeBatch(b)
+			b, _ = e.AllocateBatch(c.n)
+		}
+		run()
+		if a := testing.AllocsPerRun(100, run); a != 0 {
+			t.Errorf("%d × %d B: %.1f allocations per batch", c.n, c.blk, a)
+		}
+	}
+}
+
+// TestUnregisterWaitsForCopy: while an initiator is inside a copy into a
+// region, unregistering the region waits; once the copy ends it returns,
+// and the next copy is refused. A copy stuck past IOTimeout gets its
+// initiator disconnected instead.
+func TestUnregisterWaitsForCopy(t *testing.T) {
+	for _, stuck := range []bool{false, true} {
+		timeout := 30 * time.Second
+		if stuck {
+			timeout = 200 * time.Millisecond
+		}
+		ini, tgt, itr, ttr, seg := inProcessPair(t, 1<<20, Config{IOTimeout: timeout})
+		ctx := context.Background()
+		base := engine.AddrOf(tgt.Mem.Bytes())
+		if err := ini.Engine.Transfer(ctx, []engine.Request{{Op: engine.Write, Local: ini.Mem.Bytes()[:64], Target: seg, TargetAddr: base}}); err != nil {
+			t.Fatal(err)
+		}
+		// Play an initiator inside a copy: hold the peer and raise the
+		// slot's busy counter, as copySlice and copy do.
+		var p *peer
+		itr.mu.Lock()
+		for x := range itr.peers {
+			p = x
+		}
+		itr.mu.Unlock()
+		m := p.find(base, 64)
+		p.users.Add(1)
+		p.page.busy[m.slot].Add(1)
+		release := func() {
+			p.page.busy[m.slot].Add(-1)
+			p.users.Add(-1)
+		}
+		done := make(chan error, 1)
+		start := time.Now()
+		go func() { done <- tgt.Engine.UnregisterLocalMemory(tgt.Mem.Bytes()) }()
+		if !stuck {
+			select {
+			case err := <-done:
+				t.Fatalf("unregistered during a copy: %v", err)
+			case <-time.After(50 * time.Millisecond):
+			}
+			if g := p.page.gen[m.slot].Load(); g != 0 {
+				t.Fatalf("generation %d during revocation, want 0", g)
+			}
+			release()
+		}
+		if err := <-done; err != nil {
+			t.Fatal(err)
+		}
+		if stuck {
+			if d := time.Since(start); d < timeout {
+				t.Fatalf("gave up on the stuck peer after %v, before IOTimeout %v", d, timeout)
+			}
+			eventually(t, 5*time.Second, "stuck initiator disconnected", func() bool { return ttr.Stats().Served == 0 })
+			release()
+			continue
+		}
+		// The next copy is refused, and the initiator unmaps the region.
+		err := ini.Engine.Transfer(ctx, []engine.Request{{Op: engine.Write, Local: ini.Mem.Bytes()[:64], Target: seg, TargetAddr: base}})
+		if err == nil {
+			t.Fatal("WRITE after unregistration succeeded")
+		}
+		eventually(t, 5*time.Second, "initiator unmaps the region", func() bool { return itr.Stats().Mapped == 0 })
+	}
+}
