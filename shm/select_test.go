@@ -57,11 +57,11 @@ func TestSelection(t *testing.T) {
 		name string
 		shm  bool
 	}{{"near", true}, {"private-memory", false}, {"far", false}} {
+		before := tr.Stats().Peers
 		seg, err := e.OpenSegment(ctx, c.name, nil)
 		if err != nil {
 			t.Fatal(err)
 		}
-		before := tr.Stats().Peers
 		if err := e.Transfer(ctx, []engine.Request{{Op: engine.Write, Local: mem.Bytes()[:4096], Target: seg, TargetAddr: addr[c.name]}}); err != nil {
 			t.Fatalf("%s: %v", c.name, err)
 		}
