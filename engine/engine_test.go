@@ -10,8 +10,10 @@ import (
 	"testing"
 	"time"
 
+	"github.com/rdmago/te/auth"
 	"github.com/rdmago/te/engine"
 	"github.com/rdmago/te/engine/enginetest"
+	"github.com/rdmago/te/internal/tcphs"
 	"github.com/rdmago/te/segment"
 	"github.com/rdmago/te/tcp"
 )
@@ -404,8 +406,9 @@ func TestSubmitErrors(t *testing.T) {
 	}
 }
 
-// blackhole publishes a segment whose tcp endpoint accepts connections
-// and never answers, so transfers to it stay in flight.
+// blackhole publishes a segment whose tcp endpoint accepts connections,
+// completes their handshake and never answers a request, so transfers to
+// it stay in flight.
 func blackhole(t *testing.T, st *enginetest.MemStore, name string) (seg segment.Buffer, stop func()) {
 	t.Helper()
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
@@ -425,6 +428,7 @@ func blackhole(t *testing.T, st *enginetest.MemStore, name string) (seg segment.
 			mu.Lock()
 			conns = append(conns, c)
 			mu.Unlock()
+			go tcphs.Accept(c, nil, auth.Party{Name: name, Epoch: 7})
 		}
 	}()
 	buf := segment.Buffer{Addr: 1 << 40, Length: 1 << 20}

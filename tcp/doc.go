@@ -19,18 +19,33 @@
 // (pinning the region while it copies), and batches its replies into one
 // write whenever it has no further request buffered.
 //
+// Handshake: every connection opens with internal/tcphs (hello,
+// challenge, answer, verdict): the initiator names the target's segment
+// and epoch, so nothing addressed to another incarnation (a restarted
+// target: engine.ErrPeerReset) or another segment is served; with
+// Config.Auth set on both sides each proves the cluster secret to the
+// other (package auth), and a peer without it gets no lane and no byte of
+// memory (ErrDenied). Failed handshakes are logged with the peer's
+// address, rate-limited.
+//
 // Failures: a broken connection fails every slice in flight on it with an
 // error wrapping ErrConnection (and engine.ErrTransient: the engine tries
 // such a slice again, on a new connection, up to its Retries); a lane whose
 // oldest request saw no reply for Config.IOTimeout is closed and its
 // slices fail with ErrTimeout, so a hung or dead peer fails tasks within a
-// bounded time. A submission after a failure dials again. On the target
-// side the same timeout bounds a blocked reply write and a stalled payload
-// read, so no initiator can keep registered memory pinned, and the wait
-// for a new connection's HELLO; at most Config.MaxConns initiator
-// connections are served at once, so no client can make the target
-// allocate without bound. A target that restarted (a new epoch) refuses the connection's HELLO and
-// the slices fail with engine.ErrPeerReset.
+// bounded time. A submission after a failure dials again.
+//
+// Hostile initiators: on the target side every wait on the initiator is
+// bounded: the handshake, the rest of a frame once it has begun (header,
+// payload, or a refused WRITE's discarded payload) and a blocked reply
+// write each within Config.IOTimeout, and replies held for a burst's next
+// request (the More flag) at most as long; so no initiator can keep
+// registered memory pinned past the I/O timeout. Between requests a
+// connection may idle, but at Config.MaxConns (or MaxConnsPerSource for
+// one address) a new connection takes the slot of the one that has waited
+// longest for its initiator, so idle connections cannot lock real
+// initiators out. The accept loop survives running out of descriptors or
+// memory (EMFILE, ENFILE, ENOMEM): it backs off and logs.
 //
 // The wire format is documented at the constants in frame.go.
 package tcp

@@ -6,26 +6,25 @@ import (
 	"fmt"
 )
 
-// Wire format, version 1. Every frame starts with a 32-byte little-endian
-// header:
+// Wire format, version 2. A connection opens with the handshake of
+// handshake.go (internal/wire frames: hello, challenge, answer, verdict;
+// cluster authentication when a secret is set), then carries data frames,
+// each starting with a 32-byte little-endian header:
 //
 //	off len field
 //	  0   2 magic    "TE" (0x54 0x45)
-//	  2   1 version  1
-//	  3   1 op       1 HELLO, 2 WRITE, 3 READ; replies set bit 0x80
+//	  2   1 version  2
+//	  3   1 op       2 WRITE, 3 READ; replies set bit 0x80
 //	  4   2 status   0 in requests; the outcome in replies
 //	  6   2 flags    requests: bit 0 More; all other bits (and any bit
 //	                 in replies) are reserved and rejected
 //	  8   8 id       request id, echoed by the reply
-//	 16   8 addr     target address (HELLO: the epoch the initiator expects)
+//	 16   8 addr     target address
 //	 24   8 length   payload or requested bytes, see below
 //
-// A connection starts with HELLO from the initiator (addr = the target
-// segment's epoch from its descriptor, length 0); the target answers
-// HELLO|reply with status 0, or status StaleEpoch and closes the
-// connection, so nothing addressed to a previous incarnation of the
-// segment ever touches memory. Requests may follow the HELLO without
-// waiting for its reply.
+// The handshake checks that the initiator addresses this incarnation of
+// the segment (the epoch of its descriptor), so nothing addressed to a
+// previous one ever touches memory. Then:
 //
 //	WRITE        header + length bytes of payload, to be stored at addr.
 //	WRITE|reply  header, length 0; status says whether the payload is in
@@ -36,7 +35,8 @@ import (
 //
 // More is a hint from the initiator: further requests follow at once in
 // the same burst. The target holds its replies while More is set (up to a
-// bound) and writes them together after the burst's last request.
+// bound, and for at most the I/O timeout) and writes them together after
+// the burst's last request.
 //
 // The target serves the requests of one connection in order, so replies
 // come back in request order; ids let the initiator check that. Every
@@ -47,7 +47,7 @@ import (
 // means the framing cannot be trusted: the receiver closes the connection.
 const (
 	headerLen   = 32
-	wireVersion = 1
+	wireVersion = 2
 	// maxPayload bounds one frame's payload (and a READ's request).
 	maxPayload = 1 << 30
 )
@@ -55,7 +55,6 @@ const (
 type op uint8
 
 const (
-	opHello op = 1
 	opWrite op = 2
 	opRead  op = 3
 	opReply op = 0x80
@@ -70,7 +69,7 @@ const (
 	statusOK         status = 0
 	statusOutOfRange status = 1 // range not inside registered memory
 	statusBusy       status = 2 // region being unregistered
-	statusStaleEpoch status = 3 // HELLO for another incarnation
+	statusStaleEpoch status = 3 // handshake for another incarnation
 	statusBadRequest status = 4
 )
 
@@ -124,7 +123,7 @@ func decodeHeader(b []byte) (header, error) {
 		length: binary.LittleEndian.Uint64(b[24:]),
 	}
 	switch h.op &^ opReply {
-	case opHello, opWrite, opRead:
+	case opWrite, opRead:
 	default:
 		return header{}, errOp
 	}
@@ -134,7 +133,7 @@ func decodeHeader(b []byte) (header, error) {
 	if h.op&opReply == 0 && h.status != statusOK {
 		return header{}, errStatus
 	}
-	if h.length > maxPayload || (h.op&^opReply == opHello && h.length != 0) {
+	if h.length > maxPayload {
 		return header{}, errLength
 	}
 	return h, nil

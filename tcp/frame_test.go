@@ -8,7 +8,6 @@ import (
 
 func TestHeaderRoundTrip(t *testing.T) {
 	for _, h := range []header{
-		{op: opHello, addr: 0xdeadbeef},
 		{op: opWrite, id: 1, addr: 1 << 40, length: 4096},
 		{op: opWrite, flags: flagMore, id: 2, addr: 1 << 40, length: 4096},
 		{op: opRead, id: 1<<64 - 1, addr: 42, length: maxPayload},
@@ -37,7 +36,7 @@ func TestHeaderRejects(t *testing.T) {
 	}{
 		{"short", func(b []byte) []byte { return b[:headerLen-1] }, errShort},
 		{"magic", func(b []byte) []byte { b[0] = 'X'; return b }, errMagic},
-		{"version", func(b []byte) []byte { b[2] = 2; return b }, errVersion},
+		{"version", func(b []byte) []byte { b[2] = 1; return b }, errVersion},
 		{"op", func(b []byte) []byte { b[3] = 9; return b }, errOp},
 		{"reply op", func(b []byte) []byte { b[3] = 0x80; return b }, errOp},
 		{"flags", func(b []byte) []byte { b[7] = 1; return b }, errFlags},
@@ -45,7 +44,7 @@ func TestHeaderRejects(t *testing.T) {
 		{"flag on a reply", func(b []byte) []byte { b[3] |= byte(opReply); b[6] = 1; return b }, errFlags},
 		{"status in request", func(b []byte) []byte { b[4] = 1; return b }, errStatus},
 		{"length", func(b []byte) []byte { b[24+4] = 0x40; return b }, errLength},
-		{"hello payload", func(b []byte) []byte { b[3] = byte(opHello); b[24] = 1; return b }, errLength},
+		{"old hello op", func(b []byte) []byte { b[3] = 1; return b }, errOp},
 	}
 	for _, c := range cases {
 		if _, err := decodeHeader(c.mut(good())); !errors.Is(err, c.want) {
@@ -66,7 +65,7 @@ func TestDecodeHeaderAllocs(t *testing.T) {
 // same bytes and satisfies every invariant the receiver relies on.
 func FuzzDecodeHeader(f *testing.F) {
 	for _, h := range []header{
-		{op: opHello, addr: 7},
+		{op: opWrite | opReply, status: statusOutOfRange, id: 7},
 		{op: opWrite, id: 1, addr: 1 << 40, length: 4096},
 		{op: opRead | opReply, status: statusBusy, id: 2},
 	} {

@@ -10,6 +10,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/rdmago/te/auth"
 	"github.com/rdmago/te/engine"
 	"github.com/rdmago/te/engine/enginetest"
 	"github.com/rdmago/te/segment"
@@ -36,12 +37,10 @@ func FuzzReplyStream(f *testing.F) {
 			wg.Go(func() {
 				defer c.Close()
 				c.SetDeadline(time.Now().Add(time.Minute))
-				var hb [headerLen]byte
-				if _, err := io.ReadFull(c, hb[:]); err != nil {
+				if _, err := acceptHandshake(c, nil, auth.Party{Name: "evil", Epoch: 5}); err != nil {
 					return
 				}
-				h, _ := decodeHeader(hb[:])
-				c.Write(frame(header{op: opHello | opReply, addr: h.addr}, nil))
+				var hb [headerLen]byte
 				if _, err := io.ReadFull(c, hb[:]); err != nil {
 					return // the first request
 				}

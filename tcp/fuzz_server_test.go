@@ -3,11 +3,13 @@ package tcp
 import (
 	"bytes"
 	"encoding/binary"
+	"fmt"
 	"io"
 	"net"
 	"testing"
 	"time"
 
+	"github.com/rdmago/te/auth"
 	"github.com/rdmago/te/engine"
 )
 
@@ -17,44 +19,72 @@ import (
 // it registered (guard regions around it stay intact).
 func FuzzServerStream(f *testing.F) {
 	const size = 1 << 16
-	n := newNode(f, nil, "fuzz-target", 0, Config{})
-	all, err := engine.Alloc(3 * size)
+	secret := testSecret(f)
+	// Two targets, one without and one with a cluster secret; the stream
+	// picks one (bit 1 of its first byte).
+	type target struct {
+		n    *node
+		base uint64
+		s    *auth.Secret
+	}
+	var targets [2]target
+	all, err := engine.Alloc(5 * size)
 	if err != nil {
 		f.Fatal(err)
 	}
-	f.Cleanup(func() { n.e.Close(); all.Close() })
-	if err := n.e.RegisterLocalMemory(all.Bytes()[size:2*size], ""); err != nil {
-		f.Fatal(err)
-	}
 	fill(f, all.Bytes())
-	before, after := bytes.Clone(all.Bytes()[:size]), bytes.Clone(all.Bytes()[2*size:])
-	base := engine.AddrOf(all.Bytes()[size:])
+	for i, s := range []*auth.Secret{nil, secret} {
+		n := newNode(f, nil, fmt.Sprint("fuzz-target-", i), 0, Config{Auth: s})
+		reg := all.Bytes()[(1+2*i)*size : (2+2*i)*size]
+		if err := n.e.RegisterLocalMemory(reg, ""); err != nil {
+			f.Fatal(err)
+		}
+		targets[i] = target{n: n, base: engine.AddrOf(reg), s: s}
+	}
+	f.Cleanup(func() {
+		for _, tg := range targets {
+			tg.n.e.Close()
+		}
+		all.Close()
+	})
+	// Guards: the unregistered stretches around and between the regions.
+	guards := [][2]int{{0, size}, {2 * size, 3 * size}, {4 * size, 5 * size}}
+	want := make([][]byte, len(guards))
+	for i, g := range guards {
+		want[i] = bytes.Clone(all.Bytes()[g[0]:g[1]])
+	}
 	frameBytes := func(h header, payload []byte) []byte {
 		b := make([]byte, headerLen)
 		h.encode(b)
 		return append(b, payload...)
 	}
+	base := targets[0].base
 	f.Add(frameBytes(header{op: opWrite, id: 1, addr: base, length: 4}, []byte("abcd")))
 	f.Add(frameBytes(header{op: opRead, id: 2, addr: base + 100, length: 16}, nil))
 	f.Add(frameBytes(header{op: opWrite, id: 3, addr: base + 1<<16 - 2, length: 4}, []byte("wxyz")))
 	f.Add(append(frameBytes(header{op: opWrite, flags: flagMore, id: 4, addr: 8, length: 3}, []byte("abc")), 'T', 'E'))
 	f.Fuzz(func(t *testing.T, stream []byte) {
+		tg := targets[0]
+		if len(stream) > 0 && stream[0]&2 != 0 {
+			tg = targets[1]
+		}
 		// Rebase addresses into the registered region half of the time,
 		// so in-range frames are exercised, not only refusals.
 		if len(stream) >= headerLen && stream[0]&1 == 1 {
 			stream = bytes.Clone(stream)
 			a := binary.LittleEndian.Uint64(stream[16:])
-			binary.LittleEndian.PutUint64(stream[16:], base+a%(1<<16))
+			binary.LittleEndian.PutUint64(stream[16:], tg.base+a%(1<<16))
 		}
-		c, err := net.Dial("tcp", n.tr.Endpoint())
+		c, err := net.Dial("tcp", tg.n.tr.Endpoint())
 		if err != nil {
 			t.Fatal(err)
 		}
 		defer c.Close()
 		c.SetDeadline(time.Now().Add(5 * time.Second))
-		hello := make([]byte, headerLen)
-		(&header{op: opHello, addr: n.e.Epoch()}).encode(hello)
-		if _, err := c.Write(append(hello, stream...)); err != nil {
+		if err := dialHandshake(c, tg.s, auth.Party{Name: "fuzz", Epoch: 1}, auth.Party{Name: tg.n.e.Name(), Epoch: tg.n.e.Epoch()}); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := c.Write(stream); err != nil {
 			return // the target may already have closed on bad framing
 		}
 		c.(*net.TCPConn).CloseWrite()
@@ -62,8 +92,10 @@ func FuzzServerStream(f *testing.F) {
 		if ne, ok := err.(net.Error); ok && ne.Timeout() {
 			t.Fatal("target hung on the stream")
 		}
-		if !bytes.Equal(all.Bytes()[:size], before) || !bytes.Equal(all.Bytes()[2*size:], after) {
-			t.Fatal("memory next to the registered region changed")
+		for i, g := range guards {
+			if !bytes.Equal(all.Bytes()[g[0]:g[1]], want[i]) {
+				t.Fatal("memory next to a registered region changed")
+			}
 		}
 		// Every reply is a well-formed header (plus READ payload).
 		for off := 0; off+headerLen <= len(replies); {

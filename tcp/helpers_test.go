@@ -6,6 +6,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/rdmago/te/auth"
 	"github.com/rdmago/te/engine"
 	"github.com/rdmago/te/engine/enginetest"
 )
@@ -64,4 +65,15 @@ func ctxT(t testing.TB, d time.Duration) context.Context {
 	ctx, cancel := context.WithTimeout(context.Background(), d)
 	t.Cleanup(cancel)
 	return ctx
+}
+
+const testKey = "the tcp tests' cluster secret"
+
+func testSecret(t testing.TB) *auth.Secret {
+	t.Helper()
+	s, err := auth.New([]byte(testKey))
+	if err != nil {
+		t.Fatal(err)
+	}
+	return s
 }

@@ -11,6 +11,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/rdmago/te/auth"
 	"github.com/rdmago/te/engine"
 	"github.com/rdmago/te/engine/enginetest"
 	"github.com/rdmago/te/segment"
@@ -47,20 +48,17 @@ func fakeTarget(t *testing.T, st *enginetest.MemStore, name string, misbehave fu
 			mu.Unlock()
 			wg.Go(func() {
 				defer c.Close()
+				if _, err := acceptHandshake(c, nil, auth.Party{Name: name, Epoch: 5}); err != nil {
+					return
+				}
 				var hb [headerLen]byte
-				for first := true; ; first = false {
+				for {
 					if _, err := io.ReadFull(c, hb[:]); err != nil {
 						return
 					}
 					h, err := decodeHeader(hb[:])
 					if err != nil {
 						return
-					}
-					if first {
-						r := header{op: opHello | opReply, addr: h.addr}
-						r.encode(hb[:])
-						c.Write(hb[:])
-						continue
 					}
 					if h.op == opWrite {
 						io.CopyN(io.Discard, c, int64(h.length))
@@ -180,16 +178,15 @@ func flakyTarget(t *testing.T, st *enginetest.MemStore, name string, midPayload 
 			wg.Go(func() {
 				defer c.Close()
 				c.SetDeadline(time.Now().Add(10 * time.Second))
+				if _, err := acceptHandshake(c, nil, auth.Party{Name: name, Epoch: 5}); err != nil {
+					return
+				}
 				var hb [headerLen]byte
-				for n := 0; ; n++ {
+				for {
 					if _, err := io.ReadFull(c, hb[:]); err != nil {
 						return
 					}
 					h, _ := decodeHeader(hb[:])
-					if n == 0 {
-						c.Write(frame(header{op: opHello | opReply, addr: h.addr}, nil))
-						continue
-					}
 					switch {
 					case first && midPayload:
 						c.Write(frame(header{op: opRead | opReply, id: h.id, length: h.length}, bytes.Repeat([]byte{readPattern}, int(h.length/2))))

@@ -2,6 +2,7 @@ package tcp
 
 import (
 	"bufio"
+	"errors"
 	"io"
 	"net"
 	"time"
@@ -23,30 +24,80 @@ type frameReader struct {
 	br     *bufio.Reader
 	c      *net.TCPConn
 	direct bool // the last payload was large
-	// payloadTimeout, when set, bounds reading a payload that is not
-	// already buffered: a sender that stalls mid-payload must not keep
-	// the destination region pinned.
-	payloadTimeout time.Duration
+	// timeout, when set, bounds reading the rest of a frame once it has
+	// begun (header, payload, discarded payload): a sender that stalls
+	// mid-frame must not hold the connection, or keep the destination
+	// region pinned.
+	timeout time.Duration
 }
 
 func newFrameReader(c *net.TCPConn) *frameReader {
 	return &frameReader{br: bufio.NewReaderSize(c, connBufSize), c: c}
 }
 
-func (r *frameReader) header(hb *[headerLen]byte) error {
+// errIdle: no byte of the next header arrived within the idle bound.
+var errIdle = errors.New("tcp: no request within the idle bound")
+
+// ready reports whether a whole header is buffered (reading it will not
+// wait).
+func (r *frameReader) ready() bool {
+	return !(r.direct && r.br.Buffered() == 0) && r.br.Buffered() >= headerLen
+}
+
+// header reads the next frame header. With idle > 0 it returns errIdle,
+// having consumed nothing, when no byte arrives within idle; once a byte
+// has arrived, the rest must come within r.timeout (when set).
+func (r *frameReader) header(hb *[headerLen]byte, idle time.Duration) error {
+	raw := r.direct && r.br.Buffered() == 0
+	if r.ready() || (idle == 0 && r.timeout == 0) {
+		var err error
+		if raw {
+			_, err = io.ReadFull(r.c, hb[:])
+		} else {
+			_, err = io.ReadFull(r.br, hb[:])
+		}
+		return err
+	}
+	// Wait for the first byte, for at most idle.
+	if idle > 0 {
+		r.c.SetReadDeadline(time.Now().Add(idle))
+	}
+	n := 0
 	var err error
-	if r.direct && r.br.Buffered() == 0 {
-		_, err = io.ReadFull(r.c, hb[:])
+	if raw {
+		n, err = r.c.Read(hb[:])
+	} else if r.br.Buffered() == 0 {
+		_, err = r.br.Peek(1)
+	}
+	if err != nil {
+		r.c.SetReadDeadline(time.Time{})
+		var ne net.Error
+		if n == 0 && idle > 0 && errors.As(err, &ne) && ne.Timeout() {
+			return errIdle
+		}
+		return err
+	}
+	// The header has begun: the rest within the timeout.
+	if r.timeout > 0 {
+		r.c.SetReadDeadline(time.Now().Add(r.timeout))
+	} else if idle > 0 {
+		r.c.SetReadDeadline(time.Time{})
+	}
+	if raw {
+		_, err = io.ReadFull(r.c, hb[n:])
 	} else {
 		_, err = io.ReadFull(r.br, hb[:])
+	}
+	if r.timeout > 0 {
+		r.c.SetReadDeadline(time.Time{})
 	}
 	return err
 }
 
 // payload fills dst.
 func (r *frameReader) payload(dst []byte) error {
-	if r.payloadTimeout > 0 && r.br.Buffered() < len(dst) {
-		r.c.SetReadDeadline(time.Now().Add(r.payloadTimeout))
+	if r.timeout > 0 && r.br.Buffered() < len(dst) {
+		r.c.SetReadDeadline(time.Now().Add(r.timeout))
 		defer r.c.SetReadDeadline(time.Time{})
 	}
 	r.direct = len(dst) >= directRead
@@ -65,8 +116,12 @@ func (r *frameReader) payload(dst []byte) error {
 	return nil
 }
 
-// discard drops n payload bytes.
+// discard drops n payload bytes, within the timeout.
 func (r *frameReader) discard(n int) error {
+	if r.timeout > 0 && r.br.Buffered() < n {
+		r.c.SetReadDeadline(time.Now().Add(r.timeout))
+		defer r.c.SetReadDeadline(time.Time{})
+	}
 	_, err := r.br.Discard(n)
 	return err
 }

@@ -2,12 +2,14 @@ package tcp
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"net"
 	"sync"
 	"sync/atomic"
 	"time"
 
+	"github.com/rdmago/te/auth"
 	"github.com/rdmago/te/engine"
 )
 
@@ -278,8 +280,8 @@ func (l *lane) recycle(batch []*engine.Slice) {
 	l.spare = batch[:0]
 }
 
-// connect dials the lane's connection and sends HELLO; the reader it
-// starts checks the HELLO reply.
+// connect dials the lane's connection and runs the handshake (within
+// DialTimeout); then it starts the connection's reader.
 func (l *lane) connect(ctx context.Context) error {
 	t := l.p.t
 	ctx, cancel := context.WithTimeout(ctx, t.cfg.DialTimeout)
@@ -290,15 +292,16 @@ func (l *lane) connect(ctx context.Context) error {
 		return fmt.Errorf("%w: dial %s at %s: %v", ErrConnection, l.p.name, l.p.addr, err)
 	}
 	tc := c.(*net.TCPConn)
-	var hb [headerLen]byte
-	h := header{op: opHello, addr: l.p.epoch}
-	h.encode(hb[:])
-	tc.SetWriteDeadline(time.Now().Add(t.cfg.DialTimeout))
-	_, err = tc.Write(hb[:])
-	tc.SetWriteDeadline(time.Time{})
+	tc.SetDeadline(time.Now().Add(t.cfg.DialTimeout))
+	err = dialHandshake(tc, t.cfg.Auth,
+		auth.Party{Name: t.host.LocalName(), Epoch: t.host.Epoch()}, auth.Party{Name: l.p.name, Epoch: l.p.epoch})
+	tc.SetDeadline(time.Time{})
 	if err != nil {
 		tc.Close()
-		return fmt.Errorf("%w: hello to %s at %s: %v", ErrConnection, l.p.name, l.p.addr, err)
+		if errors.Is(err, auth.ErrDenied) || errors.Is(err, engine.ErrPeerReset) {
+			return fmt.Errorf("%w (%s at %s)", err, l.p.name, l.p.addr)
+		}
+		return fmt.Errorf("%w: handshake with %s at %s: %v", ErrConnection, l.p.name, l.p.addr, err)
 	}
 	l.mu.Lock()
 	defer l.mu.Unlock()
@@ -375,18 +378,8 @@ func (l *lane) readReplies(c *net.TCPConn) error {
 	connErr := func(err error) error {
 		return l.cause(c, fmt.Errorf("%w: read from %s at %s: %v", ErrConnection, l.p.name, l.p.addr, err))
 	}
-	if err := fr.header(&hb); err != nil {
-		return connErr(err)
-	}
-	h, err := decodeHeader(hb[:])
-	if err != nil || h.op != opHello|opReply {
-		return fmt.Errorf("%w: bad HELLO reply from %s: %v", ErrProtocol, l.p.addr, err)
-	}
-	if h.status != statusOK {
-		return statusErr(h.status)
-	}
 	for {
-		if err := fr.header(&hb); err != nil {
+		if err := fr.header(&hb, 0); err != nil {
 			return connErr(err)
 		}
 		h, err := decodeHeader(hb[:])

@@ -12,5 +12,9 @@ func TestMain(m *testing.M) {
 		runChildTarget()
 		return
 	}
+	if os.Getenv(emfileEnv) != "" {
+		runEMFILETarget()
+		return
+	}
 	goleak.VerifyTestMain(m)
 }

@@ -4,53 +4,147 @@ import (
 	"errors"
 	"io"
 	"net"
+	"net/netip"
+	"sync/atomic"
 	"time"
 
+	"github.com/rdmago/te/auth"
 	"github.com/rdmago/te/engine"
 )
 
 const connBufSize = 64 << 10
 
+// sconn is one accepted connection as admission control sees it.
+type sconn struct {
+	c   *net.TCPConn
+	src netip.Addr
+	// waiting is when the connection began to wait for its initiator
+	// (unix nanoseconds): for the handshake, the next request, the rest
+	// of a frame or a reply write; 0 while the target works on a request.
+	// Its serve goroutine sets it; admission reads it to choose whom to
+	// evict.
+	waiting atomic.Int64
+}
+
+func (sc *sconn) wait() { sc.waiting.Store(time.Now().UnixNano()) }
+func (sc *sconn) work() { sc.waiting.Store(0) }
+
+// Accept backoff after a failure (out of file descriptors or memory).
+const (
+	acceptBackoffMin = 5 * time.Millisecond
+	acceptBackoffMax = time.Second
+)
+
 func (t *Transport) acceptLoop() {
 	defer t.wg.Done()
+	var (
+		backoff  time.Duration
+		lastWarn time.Time
+		failed   int // failures not logged since lastWarn
+	)
 	for {
 		c, err := t.ln.Accept()
 		if err != nil {
-			var ne net.Error
-			if errors.As(err, &ne) && ne.Timeout() {
-				continue
+			if t.ctx.Err() != nil || errors.Is(err, net.ErrClosed) {
+				return // listener closed
 			}
-			return // listener closed
-		}
-		t.mu.Lock()
-		if t.closed {
-			t.mu.Unlock()
-			c.Close()
-			return
-		}
-		if len(t.conns) >= t.cfg.MaxConns {
-			t.mu.Unlock()
-			c.Close()
-			t.log.Debug("tcp: connection refused: too many", "remote", c.RemoteAddr(), "max", t.cfg.MaxConns)
+			// EMFILE, ENFILE, ENOMEM, ECONNABORTED...: the listener
+			// is fine; wait for resources instead of spinning, or of
+			// giving up (the port would stay open with nobody
+			// accepting, and every initiator would wait out its I/O
+			// timeout). Logged at most once a second.
+			backoff = min(max(2*backoff, acceptBackoffMin), acceptBackoffMax)
+			if now := time.Now(); now.Sub(lastWarn) >= time.Second {
+				t.log.Warn("tcp: accept failed; backing off", "listen", t.ln.Addr(), "err", err, "retry_in", backoff, "not_logged_since_last", failed)
+				lastWarn, failed = now, 0
+			} else {
+				failed++
+			}
+			select {
+			case <-t.ctx.Done():
+				return
+			case <-time.After(backoff):
+			}
 			continue
 		}
-		t.conns[c] = struct{}{}
-		t.wg.Add(1)
+		backoff = 0
+		t.admit(c.(*net.TCPConn))
+	}
+}
+
+// admit serves c unless the target is at its limits and no connection
+// can make room: at MaxConns (or MaxConnsPerSource for c's source
+// address), the connection that has waited longest for its initiator
+// (idle between requests, stalled mid-frame, or still in its handshake)
+// is closed instead, so connections that hold a slot without using it
+// cannot lock new initiators out.
+func (t *Transport) admit(c *net.TCPConn) {
+	src := addrPort(c.RemoteAddr()).Addr()
+	t.mu.Lock()
+	if t.closed {
 		t.mu.Unlock()
-		go t.serve(c.(*net.TCPConn))
+		c.Close()
+		return
+	}
+	var victim *sconn
+	full := len(t.conns) >= t.cfg.MaxConns
+	srcFull := t.perSource[src] >= t.cfg.MaxConnsPerSource
+	if full || srcFull {
+		oldest := int64(0)
+		for _, sc := range t.conns {
+			w := sc.waiting.Load()
+			if w == 0 || (srcFull && sc.src != src) {
+				continue
+			}
+			if victim == nil || w < oldest {
+				victim, oldest = sc, w
+			}
+		}
+		if victim == nil {
+			t.mu.Unlock()
+			c.Close()
+			t.log.Debug("tcp: connection refused: every slot busy", "remote", c.RemoteAddr(), "max", t.cfg.MaxConns, "per_source", t.cfg.MaxConnsPerSource)
+			return
+		}
+		t.dropLocked(victim.c)
+	}
+	sc := &sconn{c: c, src: src}
+	sc.wait()
+	t.conns[c] = sc
+	t.perSource[src]++
+	t.wg.Add(1)
+	t.mu.Unlock()
+	if victim != nil {
+		victim.c.Close() // its serve goroutine ends, releasing what it pinned
+		t.log.Debug("tcp: evicted a waiting connection to admit a new one", "evicted", victim.c.RemoteAddr(), "remote", c.RemoteAddr())
+	}
+	go t.serve(sc)
+}
+
+// dropLocked forgets an accepted connection (once); t.mu is held.
+func (t *Transport) dropLocked(c net.Conn) {
+	sc, ok := t.conns[c]
+	if !ok {
+		return
+	}
+	delete(t.conns, c)
+	if t.perSource[sc.src]--; t.perSource[sc.src] <= 0 {
+		delete(t.perSource, sc.src)
 	}
 }
 
 // serve answers one initiator connection's requests, in order.
-func (t *Transport) serve(c *net.TCPConn) {
+func (t *Transport) serve(sc *sconn) {
+	c := sc.c
 	defer t.wg.Done()
 	defer func() {
 		c.Close()
 		t.mu.Lock()
-		delete(t.conns, c)
+		t.dropLocked(c)
 		t.mu.Unlock()
 	}()
-	if err := t.serveConn(c); err != nil && !errors.Is(err, io.EOF) && !errors.Is(err, net.ErrClosed) {
+	err := t.serveConn(sc)
+	if err != nil && !errors.Is(err, io.EOF) && !errors.Is(err, net.ErrClosed) {
 		t.log.Debug("tcp: serve connection", "remote", c.RemoteAddr(), "err", err)
 	}
 }
@@ -58,52 +152,59 @@ func (t *Transport) serve(c *net.TCPConn) {
 // flushBytes bounds the reply bytes gathered before a write.
 const flushBytes = 1 << 20
 
-func (t *Transport) serveConn(c *net.TCPConn) error {
+// handshake runs the target's side of the handshake within IOTimeout;
+// failures are logged (rate-limited) with the peer's address.
+func (t *Transport) handshake(c *net.TCPConn) error {
+	c.SetDeadline(time.Now().Add(t.cfg.IOTimeout))
+	_, err := acceptHandshake(c, t.cfg.Auth, auth.Party{Name: t.host.LocalName(), Epoch: t.host.Epoch()})
+	c.SetDeadline(time.Time{})
+	if err != nil && !errors.Is(err, errRemoteStale) && !errors.Is(err, io.EOF) && !errors.Is(err, net.ErrClosed) {
+		t.authLog.Failed(c.RemoteAddr(), err)
+	}
+	return err
+}
+
+func (t *Transport) serveConn(sc *sconn) error {
+	c := sc.c
+	// No request is read, and no byte of memory exposed, before the
+	// handshake has succeeded.
+	if err := t.handshake(c); err != nil {
+		return err
+	}
 	fr := newFrameReader(c)
-	fr.payloadTimeout = t.cfg.IOTimeout
+	fr.timeout = t.cfg.IOTimeout
 	g := newGather(maxFramesPerWrite)
 	defer g.reset()
 	var hb [headerLen]byte
-
-	// HELLO: refuse initiators that address another incarnation, and
-	// connections that hold a slot without saying anything.
-	c.SetReadDeadline(time.Now().Add(t.cfg.IOTimeout))
-	if err := fr.header(&hb); err != nil {
-		return err
-	}
-	c.SetReadDeadline(time.Time{})
-	h, err := decodeHeader(hb[:])
-	if err != nil {
-		return err
-	}
-	if h.op != opHello {
-		return errProtocolNoHello
-	}
-	reply := header{op: opHello | opReply, id: h.id, addr: t.host.Epoch()}
-	if h.addr != t.host.Epoch() {
-		reply.status = statusStaleEpoch
-	}
-	reply.encode(hb[:])
-	if _, err := c.Write(hb[:]); err != nil {
-		return err
-	}
-	if reply.status != statusOK {
-		return errRemoteStale
-	}
-
 	more := false
 	for {
 		// Write the gathered replies once a burst of requests ends (or
 		// the gather is full), so they leave in one writev.
 		if !g.empty() && (!more || g.full() || g.bytes >= flushBytes) {
-			// An initiator that stops reading must not keep regions
-			// pinned (READ payloads wait in g) for ever.
-			c.SetWriteDeadline(time.Now().Add(t.cfg.IOTimeout))
-			if err := g.flush(c); err != nil {
+			if err := t.flush(sc, g); err != nil {
 				return err
 			}
 		}
-		if err := fr.header(&hb); err != nil {
+		// Gathered replies wait for the burst's next request at most
+		// IOTimeout: a More flag followed by silence must not keep the
+		// regions of READ replies pinned.
+		var idle time.Duration
+		if !g.empty() {
+			idle = t.cfg.IOTimeout
+		}
+		if !fr.ready() {
+			sc.wait()
+		}
+		err := fr.header(&hb, idle)
+		if err == errIdle {
+			if err := t.flush(sc, g); err != nil {
+				return err
+			}
+			sc.wait()
+			err = fr.header(&hb, 0)
+		}
+		sc.work()
+		if err != nil {
 			return err
 		}
 		h, err := decodeHeader(hb[:])
@@ -111,18 +212,25 @@ func (t *Transport) serveConn(c *net.TCPConn) error {
 			return err // framing cannot be trusted: drop the connection
 		}
 		more = h.flags&flagMore != 0
+		var reply header
 		switch h.op {
 		case opWrite:
 			reply = header{op: opWrite | opReply, id: h.id, addr: h.addr}
 			mem, r, aerr := t.host.AcquireLocal(h.addr, h.length)
 			if aerr != nil {
 				reply.status = acquireStatus(aerr)
-				// Nothing is written: the payload is consumed and dropped.
-				if err := fr.discard(int(h.length)); err != nil {
+				// Nothing is written: the payload is consumed and
+				// dropped, within the I/O timeout.
+				sc.wait()
+				err := fr.discard(int(h.length))
+				sc.work()
+				if err != nil {
 					return err
 				}
 			} else {
+				sc.wait()
 				err := fr.payload(mem)
+				sc.work()
 				r.Release()
 				if err != nil {
 					return err
@@ -145,10 +253,20 @@ func (t *Transport) serveConn(c *net.TCPConn) error {
 	}
 }
 
-var (
-	errProtocolNoHello = errors.New("tcp: connection did not start with HELLO")
-	errProtocolOp      = errors.New("tcp: unexpected op from initiator")
-)
+// flush writes the gathered replies within IOTimeout: an initiator that
+// stops reading must not keep regions pinned (READ payloads wait in g).
+func (t *Transport) flush(sc *sconn, g *gather) error {
+	if g.empty() {
+		return nil
+	}
+	sc.wait()
+	sc.c.SetWriteDeadline(time.Now().Add(t.cfg.IOTimeout))
+	err := g.flush(sc.c)
+	sc.work()
+	return err
+}
+
+var errProtocolOp = errors.New("tcp: unexpected op from initiator")
 
 func acquireStatus(err error) status {
 	if errors.Is(err, engine.ErrMemoryBusy) {

@@ -6,10 +6,12 @@ import (
 	"fmt"
 	"log/slog"
 	"net"
+	"net/netip"
 	"strconv"
 	"sync"
 	"time"
 
+	"github.com/rdmago/te/auth"
 	"github.com/rdmago/te/engine"
 	"github.com/rdmago/te/segment"
 )
@@ -34,6 +36,8 @@ const (
 	DefaultDialTimeout = 5 * time.Second
 	DefaultIOTimeout   = 10 * time.Second
 	DefaultMaxConns    = 4096
+	// DefaultMaxConnsPerSource bounds one address's share of MaxConns.
+	DefaultMaxConnsPerSource = 1024
 )
 
 // Config configures a Transport. Zero fields select defaults.
@@ -58,8 +62,20 @@ type Config struct {
 	// also send its HELLO within it.
 	IOTimeout time.Duration
 	// MaxConns bounds the initiator connections served at once (each
-	// holds buffers); further ones are closed on accept.
+	// holds buffers). At the bound a new connection takes the slot of
+	// the one that has waited longest for its initiator (idle, stalled
+	// or still in its handshake); when every connection is busy it is
+	// closed on accept.
 	MaxConns int
+	// MaxConnsPerSource bounds the connections from one IP address the
+	// same way, so one host cannot take every slot. Default
+	// DefaultMaxConnsPerSource (at most MaxConns).
+	MaxConnsPerSource int
+	// Auth is the cluster secret: with it, every connection starts with
+	// a mutual challenge-response (package auth) and a peer without the
+	// secret gets no lane and no byte of memory. Nil: no authentication
+	// (a listener on a non-loopback address then logs a warning).
+	Auth *auth.Secret
 }
 
 // Errors; compare with errors.Is.
@@ -121,8 +137,10 @@ type Transport struct {
 	closeOnce sync.Once // a second Close waits for the first
 	mu        sync.Mutex
 	closed    bool
-	conns     map[net.Conn]struct{} // accepted connections
+	conns     map[net.Conn]*sconn // accepted connections
+	perSource map[netip.Addr]int  // accepted connections per source address
 	peers     map[*peer]struct{}
+	authLog   *auth.FailureLog
 }
 
 var _ engine.Transport = (*Transport)(nil)
@@ -148,7 +166,11 @@ func New(cfg Config) *Transport {
 	if cfg.MaxConns <= 0 {
 		cfg.MaxConns = DefaultMaxConns
 	}
-	t := &Transport{cfg: cfg, conns: map[net.Conn]struct{}{}, peers: map[*peer]struct{}{}}
+	if cfg.MaxConnsPerSource <= 0 {
+		cfg.MaxConnsPerSource = DefaultMaxConnsPerSource
+	}
+	cfg.MaxConnsPerSource = min(cfg.MaxConnsPerSource, cfg.MaxConns)
+	t := &Transport{cfg: cfg, conns: map[net.Conn]*sconn{}, perSource: map[netip.Addr]int{}, peers: map[*peer]struct{}{}}
 	t.ctx, t.cancel = context.WithCancel(context.Background())
 	return t
 }
@@ -185,6 +207,8 @@ func (t *Transport) Install(h engine.Host) error {
 		}
 	}
 	t.host, t.log, t.ln, t.endpoint = h, h.Logger(), ln, ep
+	t.authLog = auth.NewFailureLog(t.log, "tcp", 0)
+	auth.WarnUnauthenticated(t.log, "tcp", ln.Addr(), t.cfg.Auth)
 	t.wg.Add(2)
 	go t.acceptLoop()
 	go t.watchdog()

@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"io"
 	"net"
+	"net/netip"
 	"os"
 	"os/exec"
 	"strings"
@@ -16,8 +17,11 @@ import (
 	"testing"
 	"time"
 
+	"github.com/rdmago/te/auth"
 	"github.com/rdmago/te/engine"
 	"github.com/rdmago/te/engine/enginetest"
+	"github.com/rdmago/te/internal/tcphs"
+	"github.com/rdmago/te/internal/wire"
 	"github.com/rdmago/te/segment"
 )
 
@@ -38,13 +42,9 @@ func dialRaw(t *testing.T, n *node, epoch uint64, hello bool) *rawConn {
 	c.SetDeadline(time.Now().Add(5 * time.Second))
 	r := &rawConn{t: t, c: c, br: bufio.NewReader(c)}
 	if hello {
-		r.send(header{op: opHello, addr: epoch}, nil)
-		h := r.reply()
-		if h.op != opHello|opReply {
-			t.Fatalf("hello reply %v", h)
-		}
-		if epoch == n.e.Epoch() && h.status != statusOK {
-			t.Fatalf("hello refused: %v", h)
+		// The raw client holds the target's secret (if any).
+		if err := dialHandshake(c, n.tr.cfg.Auth, auth.Party{Name: "raw", Epoch: 1}, auth.Party{Name: n.e.Name(), Epoch: epoch}); err != nil {
+			t.Fatalf("handshake: %v", err)
 		}
 	}
 	return r
@@ -95,8 +95,20 @@ func (r *rawConn) closed() {
 // the connection stays in sync after a refused WRITE's payload, and frames
 // whose framing cannot be trusted close the connection, writing nothing.
 func TestHostileFrames(t *testing.T) {
+	for _, on := range []bool{false, true} {
+		t.Run(fmt.Sprint("auth=", on), func(t *testing.T) {
+			var s *auth.Secret
+			if on {
+				s = testSecret(t)
+			}
+			testHostileFrames(t, s)
+		})
+	}
+}
+
+func testHostileFrames(t *testing.T, s *auth.Secret) {
 	const size = 1 << 16
-	n := newNode(t, nil, "victim", size, Config{})
+	n := newNode(t, nil, "victim", size, Config{Auth: s})
 	base := n.base()
 	fill(t, n.buf())
 	want := bytes.Clone(n.buf())
@@ -162,7 +174,7 @@ func TestHostileFrames(t *testing.T) {
 		{"flags", true, n.e.Epoch(), func(b []byte) { b[6] = 4 }},
 		{"oversized", true, n.e.Epoch(), func(b []byte) { b[24+7] = 1 }},
 		{"no hello", false, 0, nil},
-		{"second hello", true, n.e.Epoch(), func(b []byte) { b[3] = byte(opHello); clear(b[24:]) }},
+		{"second hello", true, n.e.Epoch(), func(b []byte) { copy(b, "TETH\x01\x01") }},
 	}
 	for _, c := range fatal {
 		r := dialRaw(t, n, c.epoch, c.hello)
@@ -170,13 +182,20 @@ func TestHostileFrames(t *testing.T) {
 		r.closed()
 		unchanged(c.name)
 	}
-	// A HELLO for another incarnation is refused, and what follows it
+	// A hello for another incarnation is refused, and what follows it
 	// is never applied.
-	r = dialRaw(t, n, n.e.Epoch()+1, false)
-	r.send(header{op: opHello, addr: n.e.Epoch() + 1}, nil)
-	r.send(inRange, junk[:64])
-	if h := r.reply(); h.op != opHello|opReply || h.status != statusStaleEpoch || h.addr != n.e.Epoch() {
-		t.Fatalf("stale hello: %v", h)
+	r = dialRaw(t, n, 0, false)
+	hello := auth.Hello{Proto: "tcp", Initiator: auth.Party{Name: "raw", Epoch: 1}, Target: auth.Party{Name: n.e.Name(), Epoch: n.e.Epoch() + 1}}
+	if _, err := r.c.Write(append(handshakeProto.Append(nil, hsHello, 0, auth.AppendHello(nil, hello)), frame(inRange, junk[:64])...)); err != nil {
+		t.Fatal(err)
+	}
+	var hdr [wire.HeaderLen]byte
+	h, p, err := handshakeProto.Read(r.br, hdr[:], nil)
+	if err != nil || h.Type != hsChallenge || p[0] != 0 || uint16(p[1]) != tcphs.StatusStale {
+		t.Fatalf("stale hello: %v %x %v", h, p, err)
+	}
+	if ch, _, err := auth.ParseChallenge(p[2:]); err != nil || ch.Epoch != n.e.Epoch() {
+		t.Fatalf("stale hello's challenge: %+v %v", ch, err)
 	}
 	r.closed()
 	unchanged("stale epoch")
@@ -404,27 +423,23 @@ func TestPeerKilled(t *testing.T) {
 }
 
 // TestStaleEpoch: a descriptor whose epoch is not the target's (the target
-// restarted on the same address and the store is behind) gets every
-// transfer refused with engine.ErrPeerReset; nothing is written.
+// restarted on the same address and the store is behind) is refused at
+// the handshake with engine.ErrPeerReset, every time; nothing is written.
 func TestStaleEpoch(t *testing.T) {
 	p := newPair(t, 1<<16, 1<<16, Config{})
 	real, _ := p.ini.e.SegmentDescriptor(p.seg)
-	liar := real.Clone()
-	liar.Name = "liar"
-	liar.Epoch++
-	if err := p.st.Publish(context.Background(), liar); err != nil {
-		t.Fatal(err)
-	}
-	seg, err := p.ini.e.OpenSegment(ctxT(t, 5*time.Second), "liar", nil)
-	if err != nil {
+	stale := real.Clone()
+	stale.Name = "stale"
+	stale.Epoch++
+	if err := p.st.Publish(context.Background(), stale); err != nil {
 		t.Fatal(err)
 	}
 	fill(t, p.tgt.buf())
 	want := bytes.Clone(p.tgt.buf())
-	for range 3 { // the first on the HELLO'd lane, later ones after redials
-		err := p.ini.e.Transfer(ctxT(t, 5*time.Second), []engine.Request{{Op: engine.Write, Local: p.ini.buf()[:4096], Target: seg, TargetAddr: p.tgt.base()}})
+	for range 3 {
+		_, err := p.ini.e.OpenSegment(ctxT(t, 5*time.Second), "stale", nil)
 		if !errors.Is(err, engine.ErrPeerReset) {
-			t.Fatalf("write to a stale incarnation: %v", err)
+			t.Fatalf("open a stale incarnation: %v", err)
 		}
 	}
 	if !bytes.Equal(p.tgt.buf(), want) {
@@ -524,18 +539,21 @@ func TestInitiatorStallsMidPayload(t *testing.T) {
 	r.closed()
 }
 
-// TestConnectionBounds: connections beyond MaxConns are closed on accept,
-// one that does not send its HELLO within IOTimeout is closed, and a
-// freed slot serves again.
+// TestConnectionBounds: at MaxConns a new connection takes the slot of
+// the one that has waited longest (idle after its handshake, or silent
+// before it); a connection busy with a request keeps its slot; a silent
+// connection is dropped after IOTimeout; MaxConnsPerSource bounds one
+// address the same way.
 func TestConnectionBounds(t *testing.T) {
-	n := newNode(t, nil, "bounded", 1<<16, Config{MaxConns: 2, IOTimeout: 500 * time.Millisecond})
+	n := newNode(t, nil, "bounded", 1<<16, Config{MaxConns: 2, IOTimeout: 2 * time.Second})
 	a := dialRaw(t, n, n.e.Epoch(), true)
+	time.Sleep(10 * time.Millisecond) // a has waited longer than b
 	b := dialRaw(t, n, n.e.Epoch(), true)
-	over := dialRaw(t, n, 0, false)
-	over.c.SetDeadline(time.Now().Add(30 * time.Second))
-	over.closed()
-	// Both served connections still work.
-	for _, r := range []*rawConn{a, b} {
+	// A third connection evicts a, the longest idle, and is served.
+	c := dialRaw(t, n, n.e.Epoch(), true)
+	a.c.SetDeadline(time.Now().Add(30 * time.Second))
+	a.closed()
+	for _, r := range []*rawConn{b, c} {
 		r.c.SetDeadline(time.Now().Add(30 * time.Second))
 		r.send(header{op: opRead, id: 1, addr: n.base(), length: 8}, nil)
 		if h := r.reply(); h.status != statusOK || h.length != 8 {
@@ -545,41 +563,37 @@ func TestConnectionBounds(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	// A freed slot is taken by a silent connection, which is dropped for
-	// not saying HELLO; then a proper initiator is served.
-	a.c.Close()
-	for deadline := time.Now().Add(30 * time.Second); ; {
-		silent := dialRaw(t, n, 0, false)
-		silent.c.SetDeadline(time.Now().Add(30 * time.Second))
-		start := time.Now()
-		silent.closed()
-		if time.Since(start) >= 400*time.Millisecond {
-			break // held its slot until the HELLO deadline: it was served
-		}
-		if time.Now().After(deadline) {
-			t.Fatal("the closed connection's slot was never freed")
-		}
-		time.Sleep(10 * time.Millisecond) // refused at once: slot not freed yet
+	// A silent connection (no handshake) is dropped after IOTimeout.
+	silent := dialRaw(t, n, 0, false)
+	silent.c.SetDeadline(time.Now().Add(30 * time.Second))
+	start := time.Now()
+	silent.closed()
+	t.Logf("silent connection closed after %v", time.Since(start))
+}
+
+// TestPerSourceLimit: one address holds at most MaxConnsPerSource
+// connections; beyond, its own longest-waiting one makes room.
+func TestPerSourceLimit(t *testing.T) {
+	n := newNode(t, nil, "persource", 1<<16, Config{MaxConns: 100, MaxConnsPerSource: 3})
+	var rs []*rawConn
+	for range 3 {
+		rs = append(rs, dialRaw(t, n, n.e.Epoch(), true))
+		time.Sleep(5 * time.Millisecond)
 	}
-	for deadline := time.Now().Add(30 * time.Second); ; time.Sleep(10 * time.Millisecond) {
-		c, err := net.Dial("tcp", n.tr.Endpoint())
-		if err != nil {
-			t.Fatal(err)
-		}
-		defer c.Close()
-		c.SetDeadline(time.Now().Add(30 * time.Second))
-		hello := frame(header{op: opHello, addr: n.e.Epoch()}, nil)
-		var hb [headerLen]byte
-		if _, err := c.Write(hello); err == nil {
-			if _, err := io.ReadFull(c, hb[:]); err == nil {
-				if h, err := decodeHeader(hb[:]); err != nil || h.op != opHello|opReply || h.status != statusOK {
-					t.Fatalf("HELLO reply %v, %v", h, err)
-				}
-				break // served
-			}
-		}
-		if time.Now().After(deadline) {
-			t.Fatal("no initiator served after the silent connection left")
+	rs = append(rs, dialRaw(t, n, n.e.Epoch(), true)) // evicts rs[0]
+	rs[0].c.SetDeadline(time.Now().Add(30 * time.Second))
+	rs[0].closed()
+	n.tr.mu.Lock()
+	got := n.tr.perSource[netip.MustParseAddr("127.0.0.1")]
+	n.tr.mu.Unlock()
+	if got > 3 {
+		t.Fatalf("%d connections from one source", got)
+	}
+	for _, r := range rs[1:] {
+		r.c.SetDeadline(time.Now().Add(30 * time.Second))
+		r.send(header{op: opRead, id: 1, addr: n.base(), length: 8}, nil)
+		if h := r.reply(); h.status != statusOK {
+			t.Fatalf("served connection: %v", h)
 		}
 	}
 }
