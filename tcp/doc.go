@@ -19,7 +19,7 @@
 // (pinning the region while it copies), and batches its replies into one
 // write whenever it has no further request buffered.
 //
-// Handshake: every connection opens with internal/tcphs (hello,
+// Handshake: every connection opens with internal/handshake (hello,
 // challenge, answer, verdict): the initiator names the target's segment
 // and epoch, so nothing addressed to another incarnation (a restarted
 // target: engine.ErrPeerReset) or another segment is served; with

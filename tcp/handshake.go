@@ -6,10 +6,10 @@ import (
 	"io"
 
 	"github.com/rdmago/te/auth"
-	"github.com/rdmago/te/internal/tcphs"
+	"github.com/rdmago/te/internal/handshake"
 )
 
-// The handshake that opens every connection is internal/tcphs: hello,
+// The handshake that opens every connection is internal/handshake.TCP: hello,
 // challenge, answer, verdict in internal/wire frames, authenticated with
 // the cluster secret when one is set.
 
@@ -19,22 +19,22 @@ import (
 var ErrDenied = fmt.Errorf("tcp: handshake refused: %w", auth.ErrDenied)
 
 // Short names for the tests.
-var handshakeProto = tcphs.Proto
+var handshakeProto = handshake.TCP.Proto
 
 const (
-	hsHello     = tcphs.Hello
-	hsChallenge = tcphs.Challenge
-	hsAnswer    = tcphs.Answer
+	hsHello     = 1
+	hsChallenge = 2
+	hsAnswer    = 3
 )
 
 // dialHandshake runs the initiator's side; the errors map onto the
 // transport's.
 func dialHandshake(rw io.ReadWriter, s *auth.Secret, me, target auth.Party) error {
-	err := tcphs.Dial(rw, s, me, target)
+	err := handshake.TCP.Dial(rw, s, me, target)
 	switch {
 	case err == nil:
 		return nil
-	case errors.Is(err, tcphs.ErrStale):
+	case errors.Is(err, handshake.ErrStale):
 		return errRemoteStale
 	case errors.Is(err, auth.ErrDenied):
 		return fmt.Errorf("%w: %w", ErrDenied, err)
@@ -44,8 +44,8 @@ func dialHandshake(rw io.ReadWriter, s *auth.Secret, me, target auth.Party) erro
 
 // acceptHandshake runs the target's side.
 func acceptHandshake(rw io.ReadWriter, s *auth.Secret, me auth.Party) (auth.Party, error) {
-	p, err := tcphs.Accept(rw, s, me)
-	if errors.Is(err, tcphs.ErrStale) {
+	p, err := handshake.TCP.Accept(rw, s, me)
+	if errors.Is(err, handshake.ErrStale) {
 		return p, errRemoteStale
 	}
 	return p, err

@@ -20,7 +20,7 @@ import (
 	"github.com/rdmago/te/auth"
 	"github.com/rdmago/te/engine"
 	"github.com/rdmago/te/engine/enginetest"
-	"github.com/rdmago/te/internal/tcphs"
+	"github.com/rdmago/te/internal/handshake"
 	"github.com/rdmago/te/internal/wire"
 	"github.com/rdmago/te/segment"
 )
@@ -191,7 +191,7 @@ func testHostileFrames(t *testing.T, s *auth.Secret) {
 	}
 	var hdr [wire.HeaderLen]byte
 	h, p, err := handshakeProto.Read(r.br, hdr[:], nil)
-	if err != nil || h.Type != hsChallenge || p[0] != 0 || uint16(p[1]) != tcphs.StatusStale {
+	if err != nil || h.Type != hsChallenge || p[0] != 0 || uint16(p[1]) != handshake.StatusStale {
 		t.Fatalf("stale hello: %v %x %v", h, p, err)
 	}
 	if ch, _, err := auth.ParseChallenge(p[2:]); err != nil || ch.Epoch != n.e.Epoch() {

@@ -1,4 +1,4 @@
-package tcphs
+package handshake
 
 import (
 	"bytes"
@@ -41,7 +41,7 @@ func run(t *testing.T, is, ts *auth.Secret, target auth.Party) (dialErr, acceptE
 		}
 		defer c.Close()
 		c.SetDeadline(time.Now().Add(10 * time.Second))
-		_, err = Accept(c, ts, tgt)
+		_, err = TCP.Accept(c, ts, tgt)
 		done <- err
 	}()
 	c, err := net.Dial("tcp", ln.Addr().String())
@@ -50,7 +50,7 @@ func run(t *testing.T, is, ts *auth.Secret, target auth.Party) (dialErr, acceptE
 	}
 	defer c.Close()
 	c.SetDeadline(time.Now().Add(10 * time.Second))
-	dialErr = Dial(c, is, me, target)
+	dialErr = TCP.Dial(c, is, me, target)
 	c.Close()
 	return dialErr, <-done
 }
@@ -91,9 +91,9 @@ type stream struct {
 func FuzzAccept(f *testing.F) {
 	s := secret(f, "the fuzz target's cluster secret")
 	var rec bytes.Buffer
-	in := (*auth.Secret)(nil).Initiate(AuthProto, me, tgt)
-	rec.Write(Proto.Append(nil, Hello, 0, auth.AppendHello(nil, in.Hello())))
-	rec.Write(Proto.Append(nil, Answer, 0, auth.AppendAnswer(nil, auth.Answer{})))
+	in := (*auth.Secret)(nil).Initiate(TCP.Label, me, tgt)
+	rec.Write(TCP.Proto.Append(nil, TCP.Hello, 0, auth.AppendHello(nil, in.Hello())))
+	rec.Write(TCP.Proto.Append(nil, TCP.Answer, 0, auth.AppendAnswer(nil, auth.Answer{})))
 	f.Add(rec.Bytes(), false)
 	f.Add(rec.Bytes(), true)
 	f.Fuzz(func(t *testing.T, b []byte, withSecret bool) {
@@ -101,7 +101,7 @@ func FuzzAccept(f *testing.F) {
 		if withSecret {
 			ts = s
 		}
-		_, err := Accept(stream{bytes.NewReader(b), io.Discard}, ts, tgt)
+		_, err := TCP.Accept(stream{bytes.NewReader(b), io.Discard}, ts, tgt)
 		if err == nil && withSecret {
 			t.Fatal("a stream of fixed bytes passed authentication")
 		}
@@ -115,7 +115,7 @@ func FuzzDial(f *testing.F) {
 	var e []byte
 	e = append(e, 0, 0)
 	e = auth.AppendChallenge(e, auth.Challenge{Epoch: 2})
-	ok := append(Proto.Append(nil, Challenge, 0, e), Proto.Append(nil, Verdict, 0, []byte{0, 0})...)
+	ok := append(TCP.Proto.Append(nil, TCP.Challenge, 0, e), TCP.Proto.Append(nil, TCP.Verdict, 0, []byte{0, 0})...)
 	f.Add(ok, false)
 	f.Add(ok, true)
 	f.Fuzz(func(t *testing.T, b []byte, withSecret bool) {
@@ -123,7 +123,7 @@ func FuzzDial(f *testing.F) {
 		if withSecret {
 			is = s
 		}
-		if err := Dial(stream{bytes.NewReader(b), io.Discard}, is, me, tgt); err == nil && withSecret {
+		if err := TCP.Dial(stream{bytes.NewReader(b), io.Discard}, is, me, tgt); err == nil && withSecret {
 			t.Fatal("a stream of fixed bytes passed the initiator's check")
 		}
 	})
