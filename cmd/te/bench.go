@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -16,6 +17,7 @@ import (
 	"time"
 
 	"github.com/rdmago/te/engine"
+	"github.com/rdmago/te/segment"
 )
 
 func init() {
@@ -28,8 +30,10 @@ func init() {
 
 // benchConfig is te bench's flags after parsing.
 type benchConfig struct {
-	Operation  string        `json:"operation"`
-	Protocol   string        `json:"protocol"`
+	Operation  string   `json:"operation"`
+	Protocol   string   `json:"protocol"`
+	Protocols  []string `json:"-"`
+	protoSet   bool
 	BlockSize  int64         `json:"block_size"`
 	BatchSize  int           `json:"batch_size"`
 	Threads    int           `json:"threads"`
@@ -57,13 +61,13 @@ func parseBench(args []string, stderr io.Writer) (*benchConfig, error) {
 	fs := newFlags("bench")
 	fs.SetOutput(stderr)
 	op := &choiceFlag{v: "write", ok: []string{"read", "write"}}
-	proto := &choiceFlag{v: "tcp", ok: []string{"tcp", "rdma"}}
+	proto := &protocolsFlag{v: []string{"tcp", "shm"}, ok: []string{"tcp", "shm", "rdma"}}
 	unit := &choiceFlag{v: "GB", ok: []string{"GB", "GiB", "Gb", "MB", "MiB", "Mb", "KB", "KiB", "Kb"}}
 	block, buf := sizeFlag(64<<10), sizeFlag(256<<20)
 	dur := secondsFlag(5 * time.Second)
 	c := &benchConfig{}
 	fs.Var(op, "operation", "the `op`: read (target to local) or write (local to target)")
-	fs.Var(proto, "protocol", "the `transport`: tcp or rdma")
+	fs.Var(proto, "protocol", "the `transports` to measure, taking turns: tcp, shm (same host), rdma, or a comma-separated list; with shm a single-thread memcpy of the same blocks is measured beside it")
 	fs.Var(&block, "block-size", "`bytes` per request (4096, 64KiB, 1MiB, ...)")
 	fs.IntVar(&c.BatchSize, "batch-size", 128, "requests per batch")
 	fs.IntVar(&c.Threads, "threads", 1, "initiator goroutines, each with its own batches")
@@ -100,7 +104,7 @@ func parseBench(args []string, stderr io.Writer) (*benchConfig, error) {
 	if fs.NArg() > 0 {
 		return nil, badUsage(stderr, "bench", "unexpected arguments %q", strings.Join(fs.Args(), " "))
 	}
-	c.Operation, c.Protocol, c.ReportUnit = op.v, proto.v, unit.v
+	c.Operation, c.Protocol, c.Protocols, c.protoSet, c.ReportUnit = op.v, proto.String(), proto.v, proto.set, unit.v
 	c.BlockSize, c.BufferSize, c.Duration = int64(block), int64(buf), time.Duration(dur)
 	c.Seconds = c.Duration.Seconds()
 	c.Metadata = metadataURI(c.Metadata)
@@ -128,27 +132,34 @@ func parseBench(args []string, stderr io.Writer) (*benchConfig, error) {
 
 // benchResult is one measured configuration.
 type benchResult struct {
-	Operation   string          `json:"operation"`
-	Protocol    string          `json:"protocol"`
-	BlockSize   int64           `json:"block_size"`
-	BatchSize   int             `json:"batch_size"`
-	Threads     int             `json:"threads"`
-	Segment     string          `json:"segment"`
-	InProcess   bool            `json:"in_process_target"`
-	Seconds     float64         `json:"seconds"`
-	Bytes       uint64          `json:"bytes"`
-	Batches     uint64          `json:"batches"`
-	Requests    uint64          `json:"requests"`
-	GBps        float64         `json:"gb_per_s"`
-	Rate        float64         `json:"rate"`
-	Unit        string          `json:"unit"`
-	OpsPerSec   float64         `json:"requests_per_s"`
-	P50Micros   float64         `json:"batch_latency_p50_us"`
-	P99Micros   float64         `json:"batch_latency_p99_us"`
-	MaxMicros   float64         `json:"batch_latency_max_us"`
-	Verified    *bool           `json:"verified,omitempty"`
-	Baseline    *baselineResult `json:"baseline,omitempty"`
-	VsBaseline  float64         `json:"engine_over_baseline,omitempty"`
+	Operation  string          `json:"operation"`
+	Protocol   string          `json:"protocol"`
+	BlockSize  int64           `json:"block_size"`
+	BatchSize  int             `json:"batch_size"`
+	Threads    int             `json:"threads"`
+	Segment    string          `json:"segment"`
+	InProcess  bool            `json:"in_process_target"`
+	Seconds    float64         `json:"seconds"`
+	Bytes      uint64          `json:"bytes"`
+	Batches    uint64          `json:"batches"`
+	Requests   uint64          `json:"requests"`
+	GBps       float64         `json:"gb_per_s"`
+	Rate       float64         `json:"rate"`
+	Unit       string          `json:"unit"`
+	OpsPerSec  float64         `json:"requests_per_s"`
+	P50Micros  float64         `json:"batch_latency_p50_us"`
+	P99Micros  float64         `json:"batch_latency_p99_us"`
+	MaxMicros  float64         `json:"batch_latency_max_us"`
+	Verified   *bool           `json:"verified,omitempty"`
+	Baseline   *baselineResult `json:"baseline,omitempty"`
+	VsBaseline float64         `json:"engine_over_baseline,omitempty"`
+	// Memcpy is a single-thread copy of the same blocks, measured taking
+	// turns with the engine (with shm); VsMemcpy is engine/memcpy.
+	Memcpy   *memcpyResult `json:"memcpy,omitempty"`
+	VsMemcpy float64       `json:"engine_over_memcpy,omitempty"`
+	// VsTCP is this protocol's rate over tcp's, measured taking turns in
+	// the same run.
+	VsTCP       float64 `json:"over_tcp,omitempty"`
 	footprint   int64
 	elapsedWall time.Duration
 }
@@ -186,7 +197,7 @@ func runBench(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	if env.target != nil {
 		where += " (in-process target)"
 	}
-	fmt.Fprintf(info, "te bench: %s over %s to %s, metadata %s\n", opsLabel(c), c.Protocol, where, c.Metadata)
+	fmt.Fprintf(info, "te bench: %s over %s to %s, metadata %s\n", opsLabel(c), strings.Join(env.protos, " and "), where, c.Metadata)
 	fmt.Fprintf(info, "te bench: block %s, batch %d, threads %d, %v per run, buffer %s\n",
 		blocksLabel(c), c.BatchSize, c.Threads, c.Duration, formatSize(bufSize))
 
@@ -197,31 +208,35 @@ func runBench(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	}
 	for _, block := range blocks {
 		for _, op := range ops {
-			r, err := env.run(ctx, op, block, progress)
+			rs, err := env.run(ctx, op, block, progress)
 			if err != nil {
 				return fmt.Errorf("%s %s: %w", op, formatSize(block), err)
 			}
-			if c.Verify {
-				ok, err := env.verify(ctx, block)
-				if err != nil {
-					return fmt.Errorf("verify %s: %w", formatSize(block), err)
+			for _, r := range rs {
+				if c.Verify {
+					ok, err := env.verify(ctx, block, r.Protocol)
+					if err != nil {
+						return fmt.Errorf("verify %s over %s: %w", formatSize(block), r.Protocol, err)
+					}
+					r.Verified = &ok
+					if !ok {
+						return fmt.Errorf("verify %s over %s: data read back differs from what was written", formatSize(block), r.Protocol)
+					}
 				}
-				r.Verified = &ok
-				if !ok {
-					return fmt.Errorf("verify %s: data read back differs from what was written", formatSize(block))
+				if !c.JSON && !c.Sweep {
+					printResult(stdout, c, r)
 				}
 			}
-			results = append(results, r)
-			if !c.JSON && !c.Sweep {
-				printResult(stdout, c, r)
-			}
+			results = append(results, rs...)
 		}
 	}
 	switch {
-	case c.JSON && c.Sweep:
+	case c.JSON && (c.Sweep || len(results) > 1):
 		return writeJSON(stdout, results)
 	case c.JSON:
 		return writeJSON(stdout, results[0])
+	case c.Sweep && len(env.protos) > 1:
+		printCompareTable(stdout, c, env.protos, results)
 	case c.Sweep:
 		printTable(stdout, c, results)
 	}
@@ -262,6 +277,10 @@ type benchEnv struct {
 	seg        engine.SegmentID
 	remoteBase uint64 // first byte of the target buffer the bench uses
 	remoteLen  uint64
+	protos     []string // measured, taking turns
+	// copyDst is where the memcpy comparison copies to: the target's
+	// buffer when it runs in this process, else memory of our own.
+	copyDst *engine.Memory
 }
 
 func setupBench(ctx context.Context, c *benchConfig, bufSize, localSize int64) (_ *benchEnv, err error) {
@@ -276,13 +295,13 @@ func setupBench(ctx context.Context, c *benchConfig, bufSize, localSize int64) (
 		// listeners on loopback: the same code path as a remote one.
 		// Stores that do not name segments after their owner (Consul) get
 		// distinct names for the two engines.
-		env.target, err = openNode(ctx, nodeConfig{metadata: c.Metadata, name: benchName("target"), protocol: c.Protocol, listen: "127.0.0.1:0", bufSize: bufSize})
+		env.target, err = openNode(ctx, nodeConfig{metadata: c.Metadata, name: benchName("target"), protocols: c.Protocols, listen: "127.0.0.1:0", bufSize: bufSize})
 		if err != nil {
 			return nil, fmt.Errorf("in-process target: %w", err)
 		}
 		env.segment = env.target.eng.Name()
 	}
-	env.init, err = openNode(ctx, nodeConfig{metadata: c.Metadata, name: benchName("initiator"), protocol: c.Protocol, bufSize: localSize})
+	env.init, err = openNode(ctx, nodeConfig{metadata: c.Metadata, name: benchName("initiator"), protocols: c.Protocols, bufSize: localSize})
 	if err != nil {
 		return nil, fmt.Errorf("initiator: %w", err)
 	}
@@ -293,6 +312,22 @@ func setupBench(ctx context.Context, c *benchConfig, bufSize, localSize int64) (
 	d, err := env.init.eng.SegmentDescriptor(env.seg)
 	if err != nil {
 		return nil, err
+	}
+	env.protos = c.Protocols
+	if !c.protoSet {
+		// By default, every transport of the list that reaches the
+		// target: a target on another host (or a te serve without shm)
+		// is measured over tcp alone.
+		env.protos = nil
+		for i, p := range c.Protocols {
+			_, offered := d.Protocol(p)
+			if r, ok := env.init.trs[i].(engine.Reacher); offered && (!ok || r.Reaches(d)) {
+				env.protos = append(env.protos, p)
+			}
+		}
+		if len(env.protos) == 0 {
+			return nil, fmt.Errorf("segment %s offers %v; none of %v reaches it from here", env.segment, protoNames(d), c.Protocols)
+		}
 	}
 	need := uint64(bufSize)
 	if c.Segment != "" {
@@ -331,6 +366,7 @@ func (env *benchEnv) Close() error {
 	if env.target != nil {
 		errs = append(errs, env.target.Close())
 	}
+	errs = append(errs, env.copyDst.Close())
 	return errors.Join(errs...)
 }
 
@@ -357,7 +393,7 @@ type loop struct {
 	stats *workerStats
 }
 
-func newLoop(env *benchEnv, op engine.Op, block int64, tid int, stats *workerStats) *loop {
+func newLoop(env *benchEnv, op engine.Op, block int64, tid int, stats *workerStats, proto string) *loop {
 	c := env.cfg
 	mem := env.init.mem.Bytes()
 	l := &loop{e: env.init.eng, reqs: make([]engine.Request, c.BatchSize), stats: stats}
@@ -368,6 +404,7 @@ func newLoop(env *benchEnv, op engine.Op, block int64, tid int, stats *workerSta
 			Local:      mem[off : off+block : off+block],
 			Target:     env.seg,
 			TargetAddr: env.remoteBase + uint64(off),
+			Transport:  proto,
 		}
 	}
 	return l
@@ -413,93 +450,139 @@ func (l *loop) step(ctx context.Context) error {
 	return nil
 }
 
-// run measures one configuration for the configured duration.
-func (env *benchEnv) run(ctx context.Context, op string, block int64, progress io.Writer) (*benchResult, error) {
+// run measures one configuration for the configured duration, over each
+// protocol in turn (and, with shm, a single-thread memcpy of the same
+// blocks), and returns one result per protocol.
+func (env *benchEnv) run(ctx context.Context, op string, block int64, progress io.Writer) ([]*benchResult, error) {
 	c := env.cfg
 	label := fmt.Sprintf("%s %s", op, formatSize(block))
 	footprint := block * int64(c.BatchSize) * int64(c.Threads)
-	stats := make([]workerStats, c.Threads)
-	loops := make([]*loop, c.Threads)
-	for t := range loops {
-		loops[t] = newLoop(env, parseOp(op), block, t, &stats[t])
-		// One untimed batch per thread connects the lanes and faults in
-		// the pages of both buffers.
-		if err := loops[t].step(ctx); err != nil {
-			return nil, fmt.Errorf("warm-up: %w", err)
+	protos := env.protos
+	stats := make([][]workerStats, len(protos))
+	loops := make([][]*loop, len(protos))
+	for pi, proto := range protos {
+		stats[pi] = make([]workerStats, c.Threads)
+		loops[pi] = make([]*loop, c.Threads)
+		for t := range loops[pi] {
+			loops[pi][t] = newLoop(env, parseOp(op), block, t, &stats[pi][t], proto)
+			// One untimed batch per thread connects the transport and
+			// faults in the pages of both buffers.
+			if err := loops[pi][t].step(ctx); err != nil {
+				return nil, fmt.Errorf("warm-up over %s: %w", proto, err)
+			}
+		}
+		for t := range stats[pi] {
+			stats[pi][t] = workerStats{}
 		}
 	}
-	for t := range stats {
-		stats[t] = workerStats{}
-	}
+	withMemcpy := slices.Contains(protos, "shm")
 
-	// With --baseline the engine and the raw copy take turns, a second
-	// or so each, so both see the same load on a shared machine and the
-	// ratio means something.
+	// The protocols (and the raw baselines) take turns, a second or so
+	// each, so all see the same load on a shared machine and the ratios
+	// mean something.
 	rounds := 1
-	if c.Baseline {
+	if c.Baseline || withMemcpy || len(protos) > 1 {
 		rounds = min(max(int(c.Duration/time.Second), 1), 10)
 	}
 	slice := c.Duration / time.Duration(rounds)
 	var (
-		elapsed   time.Duration
+		elapsed   = make([]time.Duration, len(protos))
+		lastBytes = make([]uint64, len(protos))
 		base      *baselineResult
-		lastBytes uint64
+		mc        *memcpyResult
 	)
 	for round := range rounds {
 		w := progress
 		if rounds > 1 {
 			w = io.Discard // one line per round instead
 		}
-		el, err := env.measure(ctx, loops, stats, slice, w, label)
-		if err != nil {
-			return nil, err
+		line := fmt.Sprintf("te bench: round %d/%d  %-12s", round+1, rounds, label)
+		for pi, proto := range protos {
+			el, err := env.measure(ctx, loops[pi], stats[pi], slice, w, label+" "+proto)
+			if err != nil {
+				return nil, fmt.Errorf("over %s: %w", proto, err)
+			}
+			elapsed[pi] += el
+			var bytes uint64
+			for t := range stats[pi] {
+				bytes += stats[pi][t].bytes.Load()
+			}
+			line += fmt.Sprintf("  %s %s", proto, rate(float64(bytes-lastBytes[pi])/el.Seconds(), c))
+			lastBytes[pi] = bytes
 		}
-		elapsed += el
-		if !c.Baseline {
-			continue
+		if withMemcpy {
+			m, err := env.runMemcpy(ctx, int(block), int(footprint), slice)
+			if err != nil {
+				return nil, err
+			}
+			if mc == nil {
+				mc = &memcpyResult{BlockSize: int(block)}
+			}
+			mc.Bytes += m.Bytes
+			mc.Seconds += m.Seconds
+			line += fmt.Sprintf("  memcpy %s", rate(float64(m.Bytes)/m.Seconds, c))
 		}
-		b, err := runBaseline(ctx, int(block), int(footprint), slice)
-		if err != nil {
-			return nil, err
+		if c.Baseline {
+			b, err := runBaseline(ctx, int(block), int(footprint), slice)
+			if err != nil {
+				return nil, err
+			}
+			if base == nil {
+				base = &baselineResult{BlockSize: b.BlockSize}
+			}
+			base.Bytes += b.Bytes
+			base.Seconds += b.Seconds
+			line += fmt.Sprintf("  baseline %s", rate(float64(b.Bytes)/b.Seconds, c))
 		}
-		if base == nil {
-			base = &baselineResult{BlockSize: b.BlockSize}
+		if rounds > 1 {
+			fmt.Fprintln(progress, line)
 		}
-		base.Bytes += b.Bytes
-		base.Seconds += b.Seconds
-		var bytes uint64
-		for t := range stats {
-			bytes += stats[t].bytes.Load()
-		}
-		fmt.Fprintf(progress, "te bench: round %d/%d  %-12s engine %s  baseline %s\n", round+1, rounds, label,
-			rate(float64(bytes-lastBytes)/el.Seconds(), c), rate(float64(b.Bytes)/b.Seconds, c))
-		lastBytes = bytes
 	}
-
-	r := &benchResult{
-		Operation: op, Protocol: c.Protocol, BlockSize: block, BatchSize: c.BatchSize, Threads: c.Threads,
-		Segment: env.segment, InProcess: env.target != nil, Seconds: elapsed.Seconds(),
-		Unit: c.ReportUnit, footprint: footprint, elapsedWall: elapsed,
-	}
-	var h histogram
-	for t := range stats {
-		r.Bytes += stats[t].bytes.Load()
-		r.Batches += stats[t].batches.Load()
-		h.merge(&stats[t].hist)
-	}
-	r.Requests = r.Batches * uint64(c.BatchSize)
-	r.GBps = float64(r.Bytes) / elapsed.Seconds() / 1e9
-	r.Rate = float64(r.Bytes) / elapsed.Seconds() / reportUnits[c.ReportUnit]
-	r.OpsPerSec = float64(r.Requests) / elapsed.Seconds()
-	r.P50Micros = micros(h.quantile(0.50))
-	r.P99Micros = micros(h.quantile(0.99))
-	r.MaxMicros = micros(h.max)
 	if base != nil && base.Seconds > 0 {
 		base.GBps = float64(base.Bytes) / base.Seconds / 1e9
-		r.Baseline = base
-		r.VsBaseline = r.GBps / base.GBps
 	}
-	return r, nil
+	if mc != nil && mc.Seconds > 0 {
+		mc.GBps = float64(mc.Bytes) / mc.Seconds / 1e9
+	}
+
+	rs := make([]*benchResult, len(protos))
+	for pi, proto := range protos {
+		r := &benchResult{
+			Operation: op, Protocol: proto, BlockSize: block, BatchSize: c.BatchSize, Threads: c.Threads,
+			Segment: env.segment, InProcess: env.target != nil, Seconds: elapsed[pi].Seconds(),
+			Unit: c.ReportUnit, footprint: footprint, elapsedWall: elapsed[pi],
+		}
+		var h histogram
+		for t := range stats[pi] {
+			r.Bytes += stats[pi][t].bytes.Load()
+			r.Batches += stats[pi][t].batches.Load()
+			h.merge(&stats[pi][t].hist)
+		}
+		r.Requests = r.Batches * uint64(c.BatchSize)
+		r.GBps = float64(r.Bytes) / elapsed[pi].Seconds() / 1e9
+		r.Rate = float64(r.Bytes) / elapsed[pi].Seconds() / reportUnits[c.ReportUnit]
+		r.OpsPerSec = float64(r.Requests) / elapsed[pi].Seconds()
+		r.P50Micros = micros(h.quantile(0.50))
+		r.P99Micros = micros(h.quantile(0.99))
+		r.MaxMicros = micros(h.max)
+		if base != nil && base.GBps > 0 {
+			r.Baseline = base
+			r.VsBaseline = r.GBps / base.GBps
+		}
+		if mc != nil && mc.GBps > 0 && proto == "shm" {
+			r.Memcpy = mc
+			r.VsMemcpy = r.GBps / mc.GBps
+		}
+		rs[pi] = r
+	}
+	if ti := slices.Index(protos, "tcp"); ti >= 0 && rs[ti].GBps > 0 {
+		for pi := range rs {
+			if pi != ti {
+				rs[pi].VsTCP = rs[pi].GBps / rs[ti].GBps
+			}
+		}
+	}
+	return rs, nil
 }
 
 // measure runs every thread's loop for d (or until one fails or ctx ends)
@@ -599,12 +682,19 @@ func latency(us float64) string {
 }
 
 func printResult(w io.Writer, c *benchConfig, r *benchResult) {
-	fmt.Fprintf(w, "result: %s %s: %s  %s req/s  batch latency p50 %s  p99 %s  max %s  %s moved in %.2f s\n",
-		r.Operation, formatSize(r.BlockSize), rate(r.GBps*1e9, c), si(r.OpsPerSec),
+	fmt.Fprintf(w, "result: %s %s over %s: %s  %s req/s  batch latency p50 %s  p99 %s  max %s  %s moved in %.2f s\n",
+		r.Operation, formatSize(r.BlockSize), r.Protocol, rate(r.GBps*1e9, c), si(r.OpsPerSec),
 		latency(r.P50Micros), latency(r.P99Micros), latency(r.MaxMicros),
 		strconv.FormatFloat(float64(r.Bytes)/1e9, 'f', 2, 64)+" GB", r.Seconds)
 	if r.Verified != nil {
 		fmt.Fprintf(w, "verify: %v (pattern written, read back and compared)\n", *r.Verified)
+	}
+	if r.VsTCP > 0 {
+		fmt.Fprintf(w, "compare: %s/tcp %.2f (taking turns in this run)\n", r.Protocol, r.VsTCP)
+	}
+	if m := r.Memcpy; m != nil {
+		fmt.Fprintf(w, "memcpy: one thread copying the same %s blocks: %s  %s/memcpy %.2f\n",
+			formatSize(int64(m.BlockSize)), rate(m.GBps*1e9, c), r.Protocol, r.VsMemcpy)
 	}
 	if b := r.Baseline; b != nil {
 		fmt.Fprintf(w, "baseline: raw TCP, one loopback connection, %s writes: %s  engine/baseline %.2f\n",
@@ -635,14 +725,14 @@ func printTable(w io.Writer, c *benchConfig, rs []*benchResult) {
 	tw.Flush()
 	// tabwriter.Debug draws '|' between cells; the rows already start with one.
 	out := strings.ReplaceAll(buf.String(), "\t", "")
-	fmt.Fprintf(w, "\n%s/%s, batch %d, threads %d, %v per cell, target %s\n\n", c.Protocol, "loopback", c.BatchSize, c.Threads, c.Duration, rs[0].Segment)
+	fmt.Fprintf(w, "\n%s/%s, batch %d, threads %d, %v per cell, target %s\n\n", rs[0].Protocol, "loopback", c.BatchSize, c.Threads, c.Duration, rs[0].Segment)
 	io.WriteString(w, out)
 }
 
 // verify writes a fresh pattern to the target with one batch covering the
 // footprint, reads it back into the second half of the local buffer and
 // compares.
-func (env *benchEnv) verify(ctx context.Context, block int64) (bool, error) {
+func (env *benchEnv) verify(ctx context.Context, block int64, proto string) (bool, error) {
 	c := env.cfg
 	n := int64(c.BatchSize) * int64(c.Threads)
 	fp := block * n
@@ -660,7 +750,7 @@ func (env *benchEnv) verify(ctx context.Context, block int64) (bool, error) {
 			if op == engine.Read {
 				local = dst
 			}
-			reqs[i] = engine.Request{Op: op, Local: local[off : off+block], Target: env.seg, TargetAddr: env.remoteBase + uint64(off)}
+			reqs[i] = engine.Request{Op: op, Local: local[off : off+block], Target: env.seg, TargetAddr: env.remoteBase + uint64(off), Transport: proto}
 		}
 		b, err := e.AllocateBatch(len(reqs))
 		if err != nil {
@@ -686,4 +776,72 @@ func (env *benchEnv) verify(ctx context.Context, block int64) (bool, error) {
 		return bytes.Equal(src, tmem[off:off+uint64(fp)]), nil
 	}
 	return true, nil
+}
+
+// printCompareTable writes a sweep over several protocols as one Markdown
+// table: a row per operation and block, a column per protocol, the
+// single-thread memcpy and the ratios, all measured taking turns.
+func printCompareTable(w io.Writer, c *benchConfig, protos []string, rs []*benchResult) {
+	var buf bytes.Buffer
+	tw := tabwriter.NewWriter(&buf, 0, 0, 1, ' ', tabwriter.Debug)
+	u := c.ReportUnit + "/s"
+	hdr, sep := "| op\t block\t", "|---\t---\t"
+	for _, p := range protos {
+		hdr += fmt.Sprintf(" %s %s\t", p, u)
+		sep += "---\t"
+	}
+	withMemcpy := slices.Contains(protos, "shm")
+	if withMemcpy {
+		hdr += fmt.Sprintf(" memcpy %s\t", u)
+		sep += "---\t"
+	}
+	for _, p := range protos {
+		if p != "tcp" && slices.Contains(protos, "tcp") {
+			hdr += fmt.Sprintf(" %s/tcp\t", p)
+			sep += "---\t"
+		}
+	}
+	if withMemcpy {
+		hdr += " shm/memcpy\t"
+		sep += "---\t"
+	}
+	fmt.Fprintln(tw, hdr)
+	fmt.Fprintln(tw, sep)
+	num := func(r float64) string { return strconv.FormatFloat(r, 'f', c.Precision, 64) }
+	for i := 0; i+len(protos) <= len(rs); i += len(protos) {
+		row := rs[i : i+len(protos)]
+		line := fmt.Sprintf("| %s\t %s\t", row[0].Operation, formatSize(row[0].BlockSize))
+		var shm *benchResult
+		for _, r := range row {
+			line += fmt.Sprintf(" %s\t", num(r.Rate))
+			if r.Protocol == "shm" {
+				shm = r
+			}
+		}
+		if withMemcpy {
+			line += fmt.Sprintf(" %s\t", num(shm.Memcpy.GBps*1e9/reportUnits[c.ReportUnit]))
+		}
+		for _, r := range row {
+			if r.Protocol != "tcp" && slices.Contains(protos, "tcp") {
+				line += fmt.Sprintf(" %.2f\t", r.VsTCP)
+			}
+		}
+		if withMemcpy {
+			line += fmt.Sprintf(" %.2f\t", shm.VsMemcpy)
+		}
+		fmt.Fprintln(tw, line)
+	}
+	tw.Flush()
+	out := strings.ReplaceAll(buf.String(), "\t", "")
+	fmt.Fprintf(w, "\n%s, loopback, batch %d, threads %d, %v per cell taking turns, target %s\n\n",
+		strings.Join(protos, " vs "), c.BatchSize, c.Threads, c.Duration, rs[0].Segment)
+	io.WriteString(w, out)
+}
+
+func protoNames(d *segment.Descriptor) []string {
+	var out []string
+	for _, p := range d.Protocols {
+		out = append(out, p.Name)
+	}
+	return out
 }

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"math"
 	"os"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -108,6 +109,35 @@ func (c *choiceFlag) String() string {
 		return ""
 	}
 	return c.v
+}
+
+// protocolsFlag accepts one transport or a comma-separated list (tcp,shm).
+type protocolsFlag struct {
+	v   []string
+	ok  []string
+	set bool
+}
+
+func (p *protocolsFlag) Set(v string) error {
+	var out []string
+	for _, w := range strings.Split(v, ",") {
+		w = strings.ToLower(strings.TrimSpace(w))
+		if !slices.Contains(p.ok, w) {
+			return fmt.Errorf("%q is not one of %s (or a comma-separated list of them)", w, strings.Join(p.ok, ", "))
+		}
+		if !slices.Contains(out, w) {
+			out = append(out, w)
+		}
+	}
+	p.v, p.set = out, true
+	return nil
+}
+
+func (p *protocolsFlag) String() string {
+	if p == nil {
+		return ""
+	}
+	return strings.Join(p.v, ",")
 }
 
 // reportUnits are Mooncake's --report_unit choices: bytes (or bits, for

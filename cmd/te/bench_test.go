@@ -40,7 +40,7 @@ func TestBenchInProcess(t *testing.T) {
 				t.Fatalf("bench: %v\nstderr:\n%s", err, errb.String())
 			}
 			t.Logf("stdout:\n%s", out.String())
-			for _, want := range []string{"in-process target", "block 4KiB, batch 16, threads 2", "result: " + op + " 4KiB:", "req/s", "p50", "p99", "moved in", "verify: true", "engine/baseline"} {
+			for _, want := range []string{"in-process target", "block 4KiB, batch 16, threads 2", "result: " + op + " 4KiB over tcp:", "result: " + op + " 4KiB over shm:", "req/s", "p50", "p99", "moved in", "verify: true", "engine/baseline"} {
 				if !strings.Contains(out.String(), want) {
 					t.Errorf("output lacks %q", want)
 				}
@@ -54,7 +54,7 @@ func TestBenchInProcess(t *testing.T) {
 
 func TestBenchJSON(t *testing.T) {
 	var out, errb bytes.Buffer
-	err := runBench(benchCtx(t), []string{"--json", "--duration", "1", "--block-size", "64KiB", "--batch-size", "8", "--verify", "--report-unit", "MiB", "--operation", "read"}, &out, &errb)
+	err := runBench(benchCtx(t), []string{"--json", "--protocol", "shm", "--duration", "1", "--block-size", "64KiB", "--batch-size", "8", "--verify", "--report-unit", "MiB", "--operation", "read"}, &out, &errb)
 	if err != nil {
 		t.Fatalf("bench: %v\nstderr:\n%s", err, errb.String())
 	}
@@ -87,7 +87,7 @@ func TestBenchJSON(t *testing.T) {
 
 func TestBenchSweep(t *testing.T) {
 	var out, errb bytes.Buffer
-	err := runBench(benchCtx(t), []string{"--sweep", "--baseline", "--json", "--quiet", "--duration", "150ms", "--batch-size", "4"}, &out, &errb)
+	err := runBench(benchCtx(t), []string{"--sweep", "--protocol", "tcp", "--baseline", "--json", "--quiet", "--duration", "150ms", "--batch-size", "4"}, &out, &errb)
 	if err != nil {
 		t.Fatalf("bench: %v\nstderr:\n%s", err, errb.String())
 	}
@@ -139,28 +139,58 @@ func TestBenchLoopAllocs(t *testing.T) {
 		t.Skip("short")
 	}
 	ctx := benchCtx(t)
-	c := &benchConfig{Protocol: "tcp", BatchSize: 32, Threads: 1, Metadata: "p2p://127.0.0.1:0"}
+	c := &benchConfig{Protocol: "tcp,shm", Protocols: []string{"tcp", "shm"}, protoSet: true, BatchSize: 32, Threads: 1, Metadata: "p2p://127.0.0.1:0"}
 	env, err := setupBench(ctx, c, 1<<20, 1<<20)
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer env.Close()
-	var st workerStats
-	l := newLoop(env, parseOp("write"), 4096, 0, &st)
-	for range 10 {
-		if err := l.step(ctx); err != nil {
-			t.Fatal(err)
+	for _, proto := range c.Protocols {
+		var st workerStats
+		l := newLoop(env, parseOp("write"), 4096, 0, &st, proto)
+		for range 10 {
+			if err := l.step(ctx); err != nil {
+				t.Fatal(err)
+			}
+		}
+		allocs := testing.AllocsPerRun(200, func() {
+			if err := l.step(ctx); err != nil {
+				t.Fatal(err)
+			}
+		})
+		t.Logf("allocations per batch of %d requests (engine + %s + loop): %.2f", c.BatchSize, proto, allocs)
+		if allocs > 0 {
+			t.Errorf("one batch over %s allocates %.2f times; the loop itself allocates nothing, so engine or %s does", proto, allocs, proto)
 		}
 	}
-	allocs := testing.AllocsPerRun(200, func() {
-		if err := l.step(ctx); err != nil {
-			t.Fatal(err)
-		}
-	})
-	t.Logf("allocations per batch of %d requests (engine + tcp + loop): %.2f", c.BatchSize, allocs)
-	if allocs > 0 {
-		t.Errorf("one batch allocates %.2f times; the loop itself allocates nothing, so engine or tcp does", allocs)
+}
+
+// TestBenchSideBySide: with no protocol flag, te bench measures tcp and
+// shm taking turns, and a single-thread memcpy beside shm, and prints the
+// ratios.
+func TestBenchSideBySide(t *testing.T) {
+	var out, errb bytes.Buffer
+	err := runBench(benchCtx(t), []string{"--duration", "2", "--batch-size", "8", "--verify"}, &out, &errb)
+	if err != nil {
+		t.Fatalf("bench: %v\nstderr:\n%s", err, errb.String())
 	}
+	t.Logf("stdout:\n%s", out.String())
+	for _, want := range []string{"over tcp and shm", "result: write 64KiB over tcp:", "result: write 64KiB over shm:", "compare: shm/tcp", "memcpy: one thread", "shm/memcpy", "verify: true"} {
+		if !strings.Contains(out.String(), want) {
+			t.Errorf("output lacks %q", want)
+		}
+	}
+	if !strings.Contains(errb.String(), "round 2/2") {
+		t.Errorf("the protocols did not take turns in rounds:\n%s", errb.String())
+	}
+	out.Reset()
+	if err := runBench(benchCtx(t), []string{"--sweep", "--quiet", "--duration", "100ms", "--batch-size", "2"}, &out, &errb); err != nil {
+		t.Fatal(err)
+	}
+	if n := strings.Count(out.String(), "\n| "); n != 7 || !strings.Contains(out.String(), "| shm/memcpy") {
+		t.Fatalf("table has %d rows, want header + 6, with shm/memcpy:\n%s", n, out.String())
+	}
+	t.Logf("\n%s", out.String())
 }
 
 func TestHistogram(t *testing.T) {
@@ -268,7 +298,7 @@ func TestBadFlags(t *testing.T) {
 		{[]string{"bench", "--block-size", "0"}, "--block-size 0"},
 		{[]string{"bench", "--block-size", "lots"}, "is not a size"},
 		{[]string{"bench", "--operation", "copy"}, `"copy" is not one of read, write`},
-		{[]string{"bench", "--protocol", "udp"}, "is not one of tcp, rdma"},
+		{[]string{"bench", "--protocol", "udp"}, "is not one of tcp, shm, rdma"},
 		{[]string{"bench", "--threads", "-1"}, "--threads -1"},
 		{[]string{"bench", "--batch-size", "0"}, "--batch-size 0"},
 		{[]string{"bench", "--duration", "soon"}, "is not a duration"},
@@ -276,7 +306,7 @@ func TestBadFlags(t *testing.T) {
 		{[]string{"bench", "--bogus"}, "flag provided but not defined: -bogus"},
 		{[]string{"bench", "extra"}, `unexpected arguments "extra"`},
 		{[]string{"serve", "--buffer-size", "0"}, "--buffer-size must be positive"},
-		{[]string{"serve", "--protocol", "carrier-pigeon"}, "is not one of tcp, rdma"},
+		{[]string{"serve", "--protocol", "carrier-pigeon"}, "is not one of tcp, shm, rdma"},
 		{[]string{"bench", "--duration", "NaN"}, "must be a positive number of seconds"},
 		{[]string{"bench", "--duration", "-3"}, "must be a positive number of seconds"},
 		{[]string{"bench", "--duration", "Inf"}, "must be a positive number of seconds"},
@@ -381,14 +411,23 @@ func TestServeAndBench(t *testing.T) {
 		if code != 0 {
 			t.Fatalf("te bench %s: exit %d\n%s", op, code, stderr)
 		}
-		var r benchResult
-		if err := json.Unmarshal([]byte(stdout), &r); err != nil {
+		// te serve runs on this host: tcp and shm, taking turns.
+		var rs []benchResult
+		if err := json.Unmarshal([]byte(stdout), &rs); err != nil {
 			t.Fatalf("JSON: %v\n%s", err, stdout)
 		}
-		if r.InProcess || r.Segment != name || r.Bytes == 0 || r.Verified == nil || !*r.Verified {
-			t.Fatalf("%s against te serve: %+v", op, r)
+		if len(rs) != 2 || rs[0].Protocol != "tcp" || rs[1].Protocol != "shm" {
+			t.Fatalf("%s against te serve measured %d results, want tcp and shm:\n%s", op, len(rs), stdout)
 		}
-		t.Logf("%s: %.2f GB/s, %d bytes", op, r.GBps, r.Bytes)
+		for _, r := range rs {
+			if r.InProcess || r.Segment != name || r.Bytes == 0 || r.Verified == nil || !*r.Verified {
+				t.Fatalf("%s over %s against te serve: %+v", op, r.Protocol, r)
+			}
+			t.Logf("%s over %s: %.2f GB/s, %d bytes", op, r.Protocol, r.GBps, r.Bytes)
+		}
+		if rs[1].Memcpy == nil || rs[1].VsTCP <= 0 {
+			t.Fatalf("shm result lacks the memcpy and tcp comparisons: %+v", rs[1])
+		}
 	}
 	// Too small a target is a clear error, not a crash.
 	_, stderr, code := runTE(t, "bench", "--segment", name, "--block-size", "1MiB", "--batch-size", "128", "--duration", "1")

@@ -6,10 +6,12 @@ import (
 	"fmt"
 	"net"
 	"os"
+	"slices"
 
 	"github.com/rdmago/te/engine"
 	"github.com/rdmago/te/segment"
 	"github.com/rdmago/te/segment/p2p"
+	"github.com/rdmago/te/shm"
 	"github.com/rdmago/te/tcp"
 )
 
@@ -19,16 +21,16 @@ type node struct {
 	store segment.Store
 	eng   *engine.Engine
 	mem   *engine.Memory
-	tr    engine.Transport
+	trs   []engine.Transport
 }
 
 // nodeConfig says how to build a node.
 type nodeConfig struct {
-	metadata string // metadata URI (p2p://..., consul://...)
-	name     string // segment name for stores that do not assign one
-	protocol string // tcp or rdma
-	listen   string // the transport's data listener; "" derives one
-	bufSize  int64
+	metadata  string   // metadata URI (p2p://..., consul://...)
+	name      string   // segment name for stores that do not assign one
+	protocols []string // transports to install: tcp, shm, rdma
+	listen    string   // the transport's data listener; "" derives one
+	bufSize   int64
 }
 
 // openNode opens the store, starts the engine, installs the transport and
@@ -67,14 +69,25 @@ func openNode(ctx context.Context, cfg nodeConfig) (_ *node, err error) {
 	if err != nil {
 		return nil, err
 	}
-	if n.tr, err = newTransport(cfg.protocol, listen); err != nil {
-		return nil, err
+	for _, p := range cfg.protocols {
+		tr, err := newTransport(p, listen)
+		if err != nil {
+			return nil, err
+		}
+		if err = n.eng.Install(tr); err != nil {
+			tr.Close()
+			return nil, fmt.Errorf("install %s: %w", p, err)
+		}
+		n.trs = append(n.trs, tr)
 	}
-	if err = n.eng.Install(n.tr); err != nil {
-		n.tr.Close()
-		return nil, fmt.Errorf("install %s: %w", cfg.protocol, err)
+	// Memory the shm transport can hand to a peer on this host; the other
+	// transports take it as well.
+	if slices.Contains(cfg.protocols, segment.ProtoSHM) {
+		n.mem, err = engine.AllocShared(int(cfg.bufSize))
+	} else {
+		n.mem, err = engine.Alloc(int(cfg.bufSize))
 	}
-	if n.mem, err = engine.Alloc(int(cfg.bufSize)); err != nil {
+	if err != nil {
 		return nil, err
 	}
 	if err = n.eng.RegisterLocalMemory(n.mem.Bytes(), "cpu:0"); err != nil {
@@ -88,10 +101,12 @@ func newTransport(protocol, listen string) (engine.Transport, error) {
 	switch protocol {
 	case "tcp":
 		return tcp.New(tcp.Config{Listen: listen}), nil
+	case "shm":
+		return shm.New(shm.Config{}), nil
 	case "rdma":
-		return nil, fmt.Errorf("--protocol rdma: the RDMA transport is not wired into te yet; use --protocol tcp")
+		return nil, fmt.Errorf("--protocol rdma: the RDMA transport is not wired into te yet; use --protocol tcp or shm")
 	}
-	return nil, fmt.Errorf("--protocol %q: unknown (tcp or rdma)", protocol)
+	return nil, fmt.Errorf("--protocol %q: unknown (tcp, shm or rdma)", protocol)
 }
 
 // Close stops the engine (and with it the transport), then frees the
@@ -104,10 +119,12 @@ func (n *node) Close() error {
 	if n.eng != nil {
 		errs = append(errs, n.eng.Close())
 		n.eng = nil
-	} else if n.tr != nil {
-		errs = append(errs, n.tr.Close())
+	} else {
+		for _, tr := range n.trs {
+			errs = append(errs, tr.Close())
+		}
 	}
-	n.tr = nil
+	n.trs = nil
 	if n.mem != nil {
 		errs = append(errs, n.mem.Close())
 		n.mem = nil

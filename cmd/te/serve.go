@@ -20,8 +20,8 @@ func runServe(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	fs := newFlags("serve")
 	fs.SetOutput(stderr)
 	metadata := fs.String("metadata", defaultMetadata(), "metadata store: p2p[://host:port?ports=lo-hi] (embedded, no server) or consul://host:port[/prefix] ($TE_METADATA sets the default; p2p listens on 127.0.0.1)")
-	protocol := &choiceFlag{v: "tcp", ok: []string{"tcp", "rdma"}}
-	fs.Var(protocol, "protocol", "the `transport` to serve: tcp or rdma")
+	protocol := &protocolsFlag{v: []string{"tcp", "shm"}, ok: []string{"tcp", "shm", "rdma"}}
+	fs.Var(protocol, "protocol", "the `transports` to serve: tcp, shm (same-host initiators), rdma, or a comma-separated list")
 	bufSize := sizeFlag(256 << 20)
 	fs.Var(&bufSize, "buffer-size", "`bytes` of memory to expose (mmap'd, touched lazily)")
 	listen := fs.String("listen", "", "the transport's data listener, host:port (default: the p2p store's host, else all interfaces, any port)")
@@ -45,7 +45,7 @@ func runServe(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 		return badUsage(stderr, "serve", "--buffer-size must be positive")
 	}
 	n, err := openNode(ctx, nodeConfig{
-		metadata: metadataURI(*metadata), name: *name, protocol: protocol.v, listen: *listen, bufSize: int64(bufSize),
+		metadata: metadataURI(*metadata), name: *name, protocols: protocol.v, listen: *listen, bufSize: int64(bufSize),
 	})
 	if err != nil {
 		return err
@@ -59,7 +59,7 @@ func runServe(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	for _, b := range d.Buffers {
 		fmt.Fprintf(stderr, "te serve: buffer %#x, %s (%s)\n", b.Addr, formatSize(int64(b.Length)), b.Location)
 	}
-	fmt.Fprintf(stderr, "te serve: metadata %s; run: te bench --segment %s --protocol %s\n", metadataURI(*metadata), d.Name, protocol.v)
+	fmt.Fprintf(stderr, "te serve: metadata %s; run: te bench --segment %s --protocol %s\n", metadataURI(*metadata), d.Name, protocol)
 	if f, ok := stdout.(*os.File); ok {
 		f.Sync()
 	}
