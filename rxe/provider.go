@@ -96,3 +96,18 @@ func (q *cq) Arm(solicitedOnly bool) error {
 func (q *cq) EventConsumed() {}
 
 func (q *cq) Destroyed() error { return q.reg.Unmap() }
+
+// RCDefaults: Soft-RoCE's ACK timeout is 2^18 * 4.096 µs (~1.07 s), not
+// hardware's ~67 ms. A timeout that fires while ACKs are only late (a guest
+// stalled for more than 67 ms: qemu without KVM, a busy host, the first run
+// after boot) starts a retransmission while the completer is still taking
+// those ACKs, and Linux 6.1's rxe races there: req_retry reads the
+// completer's PSN and send-queue head while they move, replays the wrong
+// WQE and sends a packet out of opcode sequence, which the responder NAKs
+// as an invalid request. Lost packets are still recovered at once through
+// the responder's PSN-sequence NAK; only a lost tail waits for the timeout.
+// With 6 retries a peer that stopped answering is given up after ~7.5 s.
+func (provider) RCDefaults() uverbs.RCDefaults {
+	return uverbs.RCDefaults{Timeout: 18, RetryCnt: 6,
+		Why: "rxe: a late-ACK retransmission races the completer (6.1), so the ACK timeout is ~1.07 s"}
+}
