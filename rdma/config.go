@@ -1,0 +1,98 @@
+package rdma
+
+import (
+	"time"
+
+	"github.com/rdmago/te/uverbs"
+)
+
+// Config tunes the transport. Zero values take the defaults noted.
+type Config struct {
+	// Devices names the rails' devices (rxe0, mlx5_2). Empty: every device
+	// whose Port is active.
+	Devices []string
+	// Port is the port of each device (default 1).
+	Port uint8
+	// GIDIndex picks the GID (default -1: the first RoCE v2 IPv4 GID, or
+	// index 0 on InfiniBand). Use a pointer-free sentinel: 0 means index 0
+	// only when GIDIndexSet is true.
+	GIDIndex    int
+	GIDIndexSet bool
+	// Listen is the control (handshake) address. Default: the first rail's
+	// IPv4 address (from its GID) on an ephemeral port, or 127.0.0.1:0.
+	Listen string
+	// Advertise is the control address published in the descriptor when it
+	// differs from the listener's.
+	Advertise string
+	// SliceSize is the largest slice (default 64 KiB).
+	SliceSize uint64
+	// QPsPerPath is how many QPs connect one local rail to one remote rail
+	// (default 2).
+	QPsPerPath int
+	// SendDepth is each QP's send queue depth (default 256, capped by the
+	// device).
+	SendDepth int
+	// CQDepth bounds the work requests in flight per rail (default 4096,
+	// capped by the device).
+	CQDepth int
+	// MaxEndpoints bounds the endpoints (paths to remote rails) held at
+	// once; idle ones are evicted (SIEVE) to make room (default 65536).
+	MaxEndpoints int
+	// MaxInitiatorQPs bounds the QPs one initiator may hold on this target
+	// (default 1024); MaxTargetQPs bounds them all (default 16384).
+	MaxInitiatorQPs int
+	MaxTargetQPs    int
+	// MaxSessions bounds concurrent control connections (default 4096).
+	MaxSessions int
+	// HandshakeTimeout bounds one handshake (default 5 s).
+	HandshakeTimeout time.Duration
+	// QPTimeout and RetryCount set the ACK timeout exponent and the retry
+	// count of every QP; zero takes the provider's defaults (see
+	// uverbs.RCDefaults). A dead peer fails slices after
+	// uverbs.RetryBound(QPTimeout, RetryCount).
+	QPTimeout, RetryCount uint8
+	// SpinPolls is how many empty CQ polls a rail owner spends, while work
+	// is in flight, before it sleeps on the completion channel (default 64).
+	SpinPolls int
+	// Options opens the devices (providers); nil uses the registered ones.
+	Options *uverbs.Options
+}
+
+func (c *Config) defaults() {
+	if c.Port == 0 {
+		c.Port = 1
+	}
+	if !c.GIDIndexSet && c.GIDIndex == 0 {
+		c.GIDIndex = -1
+	}
+	if c.SliceSize == 0 {
+		c.SliceSize = 64 << 10
+	}
+	if c.QPsPerPath <= 0 {
+		c.QPsPerPath = 2
+	}
+	if c.SendDepth <= 0 {
+		c.SendDepth = 256
+	}
+	if c.CQDepth <= 0 {
+		c.CQDepth = 4096
+	}
+	if c.MaxEndpoints <= 0 {
+		c.MaxEndpoints = 65536
+	}
+	if c.MaxInitiatorQPs <= 0 {
+		c.MaxInitiatorQPs = 1024
+	}
+	if c.MaxTargetQPs <= 0 {
+		c.MaxTargetQPs = 16384
+	}
+	if c.MaxSessions <= 0 {
+		c.MaxSessions = 4096
+	}
+	if c.HandshakeTimeout <= 0 {
+		c.HandshakeTimeout = 5 * time.Second
+	}
+	if c.SpinPolls <= 0 {
+		c.SpinPolls = 64
+	}
+}

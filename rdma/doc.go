@@ -1,0 +1,28 @@
+// Package rdma is the engine's RDMA transport: slices become RDMA WRITE and
+// READ work requests on reliable-connected QPs, spread over every rail (an
+// RDMA device port) of both hosts.
+//
+// Per rail the transport owns one verbs context, PD, CQ and completion
+// channel, and one owner goroutine that alone posts to the rail's QPs and
+// polls its CQ: submitters only enqueue (no lock is shared between rails),
+// the owner chains the queued slices of one QP into one post, busy-polls
+// while work is in flight and sleeps on the completion channel when idle. A
+// completion finds its slice through wr_id, an index into a per-rail slot
+// table sized to the CQ, so the CQ can never overflow and nothing is
+// allocated per slice.
+//
+// Endpoints (QPsPerPath QPs between one local and one remote rail) are set
+// up on first use through a handshake on the target's TCP control port
+// (internal/wire frames). That connection stays open as the endpoint's
+// lease: the target destroys an initiator's QPs when it closes, when the
+// initiator handshakes again from a new epoch, or when the initiator evicts
+// an idle endpoint; it bounds the QPs any one initiator may hold. An
+// endpoint whose QP fails is torn down and rebuilt on next use.
+//
+// Rails are chosen per slice by load (bytes outstanding), so a slow rail
+// gets fewer bytes; a rail whose port goes down (async event) stops taking
+// slices and its QPs are flushed, so their slices are retried on the other
+// rails; it is used again when the port comes back. A peer that dies fails
+// its slices within the QP retry bound (RetryBound) or at once when its
+// control connection closes.
+package rdma

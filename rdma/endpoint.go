@@ -1,0 +1,485 @@
+package rdma
+
+import (
+	"bufio"
+	"context"
+	"crypto/rand"
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"net"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/rdmago/te/engine"
+	"github.com/rdmago/te/internal/wire"
+	"github.com/rdmago/te/segment"
+	"github.com/rdmago/te/uverbs"
+)
+
+// Endpoint states, in the order they can be reached.
+const (
+	epConnecting int32 = iota
+	epReady
+	epBroken // a QP failed: drain, destroy, rebuild on next use
+	epFailed // the handshake failed
+	epClosed // the peer closed, the endpoint was evicted, or the transport closed
+)
+
+type pend struct {
+	s    *engine.Slice
+	rkey uint32
+}
+
+type qpState struct {
+	qp      *uverbs.QP
+	credits int
+	ep      *endpoint
+}
+
+// endpoint is QPsPerPath QPs from one local rail to one remote rail of one
+// peer incarnation.
+type endpoint struct {
+	p     *peer
+	r     *rail
+	rrail int
+	slot  int // index in p.eps
+	id    uint32
+	state atomic.Int32
+	fail  atomic.Pointer[error]
+	qps   []*qpState
+	// busy counts slices handed to the rail and not yet completed; only
+	// idle endpoints are evicted.
+	busy atomic.Int64
+	// visited is SIEVE's bit, set on use.
+	visited atomic.Bool
+	// prev and next link the transport's endpoint list (store.mu).
+	prev, next *endpoint
+	inStore    bool
+
+	// Rail owner only.
+	waiting  []pend
+	inflight int
+	rr       int
+	blocked  bool
+	torn     bool
+}
+
+func (ep *endpoint) setFailure(err error) {
+	if err != nil {
+		ep.fail.CompareAndSwap(nil, &err)
+	}
+}
+
+func (ep *endpoint) failure() error {
+	if p := ep.fail.Load(); p != nil {
+		return *p
+	}
+	return fmt.Errorf("rdma: endpoint to %s closed: %w", ep.p.name, engine.ErrTransient)
+}
+
+// pickQP returns the next QP with a free send slot, round robin.
+func (ep *endpoint) pickQP() *qpState {
+	for range ep.qps {
+		q := ep.qps[ep.rr]
+		if ep.rr++; ep.rr == len(ep.qps) {
+			ep.rr = 0
+		}
+		if q.credits > 0 {
+			return q
+		}
+	}
+	return nil
+}
+
+// peer is the transport's state for one incarnation of a remote segment:
+// its control connection and its endpoints.
+type peer struct {
+	t       *Transport
+	name    string
+	epoch   uint64
+	addr    string
+	nRemote int
+	eps     []atomic.Pointer[endpoint] // [local rail*nRemote + remote rail]
+
+	epMu   sync.Mutex // creating endpoints
+	nextID uint32
+
+	hsMu  sync.Mutex // one exchange at a time on conn
+	conn  net.Conn
+	rd    *bufio.Reader
+	resp  chan frame
+	dead  chan struct{} // closed when the control connection ends
+	cause error         // why it ended (set before dead closes)
+
+	ctx    context.Context
+	cancel context.CancelFunc
+	closed atomic.Bool
+	wg     sync.WaitGroup
+}
+
+type frame struct {
+	h       wire.Header
+	payload []byte
+}
+
+func newPeer(t *Transport, d *segment.Descriptor, addr string) *peer {
+	ctx, cancel := context.WithCancel(t.ctx)
+	return &peer{t: t, name: d.Name, epoch: d.Epoch, addr: addr, nRemote: len(d.Devices),
+		eps: make([]atomic.Pointer[endpoint], len(t.rails)*len(d.Devices)), ctx: ctx, cancel: cancel}
+}
+
+// endpoint returns the endpoint from local rail r to remote rail rr,
+// starting its handshake on first use. Concurrent first uses share it.
+func (p *peer) endpoint(r *rail, rr int) (*endpoint, error) {
+	i := r.idx*p.nRemote + rr
+	if ep := p.eps[i].Load(); ep != nil {
+		if st := ep.state.Load(); st <= epReady {
+			if !ep.visited.Load() {
+				ep.visited.Store(true)
+			}
+			return ep, nil
+		}
+	}
+	p.epMu.Lock()
+	defer p.epMu.Unlock()
+	if p.closed.Load() {
+		return nil, fmt.Errorf("rdma: peer %s closed: %w", p.name, engine.ErrPeerReset)
+	}
+	old := p.eps[i].Load()
+	if old != nil && old.state.Load() <= epReady {
+		return old, nil
+	}
+	p.nextID++
+	ep := &endpoint{p: p, r: r, rrail: rr, slot: i, id: p.nextID}
+	if err := p.t.store.add(ep); err != nil {
+		return nil, err
+	}
+	p.eps[i].Store(ep)
+	p.wg.Add(1)
+	go p.connect(ep)
+	return ep, nil
+}
+
+// connect runs ep's handshake and hands the result to the rail's owner.
+func (p *peer) connect(ep *endpoint) {
+	defer p.wg.Done()
+	if err := p.handshake(ep); err != nil {
+		for _, q := range ep.qps {
+			q.qp.Close()
+		}
+		ep.qps = nil
+		ep.setFailure(err)
+		ep.state.CompareAndSwap(epConnecting, epFailed)
+		p.t.store.remove(ep)
+		p.eps[ep.slot].CompareAndSwap(ep, nil)
+	} else if !ep.state.CompareAndSwap(epConnecting, epReady) {
+		// Closed meanwhile: the owner tears it down when itemReady comes.
+		ep.r.enqueue(item{kind: itemClose, ep: ep, err: ep.failure()})
+	}
+	ep.r.enqueue(item{kind: itemReady, ep: ep})
+}
+
+func (p *peer) handshake(ep *endpoint) error {
+	t, r := p.t, ep.r
+	ctx, cancel := context.WithTimeout(p.ctx, t.cfg.HandshakeTimeout)
+	defer cancel()
+	access := uverbs.AccessLocalWrite | uverbs.AccessRemoteWrite | uverbs.AccessRemoteRead
+	m := connectMsg{Initiator: t.host.LocalName(), InitEpoch: t.host.Epoch(), TargetEpoch: p.epoch, ID: ep.id,
+		LocalRail: uint16(r.idx), RemoteRail: uint16(ep.rrail),
+		Port: portInfo{GID: r.port.GID.GID, LID: lidOf(r.port), MTU: r.port.Attr.ActiveMTU}}
+	psns := make([]uverbs.PSN, t.cfg.QPsPerPath)
+	for i := range t.cfg.QPsPerPath {
+		qp, err := r.pd.CreateQP(uverbs.QPConfig{SendCQ: r.cq, RecvCQ: r.cq,
+			Caps: uverbs.QPCaps{MaxSendWR: uint32(r.sendDepth), MaxRecvWR: 1, MaxSendSGE: 1, MaxRecvSGE: 1}})
+		if err != nil {
+			return fmt.Errorf("rdma: create QP on %s: %w", r.dev.Name, err)
+		}
+		credits := min(r.sendDepth, int(qp.Caps().MaxSendWR))
+		ep.qps = append(ep.qps, &qpState{qp: qp, ep: ep, credits: credits})
+		if err := qp.ToInit(r.port.Num, access); err != nil {
+			return err
+		}
+		psns[i] = randPSN()
+		m.QPs = append(m.QPs, qpInfo{QPN: qp.QPN(), PSN: psns[i]})
+	}
+	f, err := p.exchange(ctx, hsConnect, m.encode())
+	if err != nil {
+		return err
+	}
+	switch f.h.Type {
+	case hsReject:
+		rj, err := decodeReject(f.payload)
+		if err != nil {
+			return err
+		}
+		err = fmt.Errorf("%w by %s: %s", errRejected, p.name, rj.Msg)
+		switch rj.Code {
+		case rejectStaleEpoch:
+			return fmt.Errorf("%w: %w", err, engine.ErrPeerReset)
+		case rejectLimit:
+			return fmt.Errorf("%w: %w", err, engine.ErrTransient)
+		}
+		return err
+	case hsAccept:
+	default:
+		return fmt.Errorf("rdma: handshake with %s: %w: unexpected %v frame", p.name, wire.ErrFrame, f.h.Type)
+	}
+	a, err := decodeAccept(f.payload)
+	if err != nil {
+		return err
+	}
+	if a.ID != ep.id || len(a.QPs) != len(ep.qps) {
+		return fmt.Errorf("rdma: handshake with %s: %w: accept for endpoint %d with %d QPs, want %d with %d",
+			p.name, wire.ErrFrame, a.ID, len(a.QPs), ep.id, len(ep.qps))
+	}
+	for i, q := range ep.qps {
+		remote := uverbs.Endpoint{QPN: a.QPs[i].QPN, PSN: a.QPs[i].PSN, GID: a.Port.GID, MTU: a.Port.MTU, LID: a.Port.LID}
+		if err := r.port.Connect(q.qp, psns[i], remote, t.tune()); err != nil {
+			return fmt.Errorf("rdma: connect QP %#x to %s rail %d: %w", uint32(q.qp.QPN()), p.name, ep.rrail, err)
+		}
+	}
+	return nil
+}
+
+// exchange sends one request on the control connection (dialing it first
+// if needed) and returns the response.
+func (p *peer) exchange(ctx context.Context, t wire.Type, payload []byte) (frame, error) {
+	p.hsMu.Lock()
+	defer p.hsMu.Unlock()
+	if p.conn == nil {
+		if err := p.dial(ctx); err != nil {
+			return frame{}, err
+		}
+	}
+	if dl, ok := ctx.Deadline(); ok {
+		p.conn.SetWriteDeadline(dl)
+	}
+	if err := hsProto.Write(p.conn, t, 0, payload); err != nil {
+		return frame{}, fmt.Errorf("rdma: handshake with %s: %w: %w", p.name, err, engine.ErrTransient)
+	}
+	select {
+	case f := <-p.resp:
+		return f, nil
+	case <-p.dead:
+		return frame{}, p.cause
+	case <-ctx.Done():
+		// The answer may still come: drop the connection rather than
+		// match it to the next request.
+		p.conn.Close()
+		return frame{}, fmt.Errorf("rdma: handshake with %s: %w: %w", p.name, ctx.Err(), engine.ErrTransient)
+	}
+}
+
+func (p *peer) dial(ctx context.Context) error {
+	var d net.Dialer
+	c, err := d.DialContext(ctx, "tcp", p.addr)
+	if err != nil {
+		return fmt.Errorf("rdma: control connection to %s (%s): %w: %w", p.name, p.addr, err, engine.ErrPeerReset)
+	}
+	if tc, ok := c.(*net.TCPConn); ok {
+		tc.SetNoDelay(true)
+		tc.SetKeepAlivePeriod(5 * time.Second)
+	}
+	p.conn, p.rd = c, bufio.NewReader(c)
+	p.resp, p.dead = make(chan frame, 1), make(chan struct{})
+	p.wg.Add(1)
+	go p.readLoop(c, p.rd, p.resp, p.dead)
+	return nil
+}
+
+// readLoop owns the control connection's reads. When the connection ends
+// (the target died or closed it), every endpoint of this peer is closed at
+// once: posted work flushes instead of waiting out the QP retry bound.
+func (p *peer) readLoop(c net.Conn, rd *bufio.Reader, resp chan frame, dead chan struct{}) {
+	defer p.wg.Done()
+	var hdr [wire.HeaderLen]byte
+	var err error
+	for {
+		var h wire.Header
+		var payload []byte
+		if h, payload, err = hsProto.Read(rd, hdr[:], nil); err != nil {
+			break
+		}
+		select {
+		case resp <- frame{h, payload}:
+		default:
+			err = fmt.Errorf("%w: unsolicited %v frame", wire.ErrFrame, h.Type)
+		}
+		if err != nil {
+			break
+		}
+	}
+	c.Close()
+	p.cause = fmt.Errorf("rdma: control connection to %s ended: %v: %w", p.name, err, engine.ErrPeerReset)
+	close(dead)
+	p.hsMu.Lock()
+	if p.conn == c {
+		p.conn = nil
+	}
+	p.hsMu.Unlock()
+	if !p.closed.Load() {
+		p.t.log.Warn("rdma: control connection ended", "peer", p.name, "err", err)
+		p.closeEndpoints(p.cause)
+	}
+}
+
+func (p *peer) closeEndpoints(err error) {
+	for i := range p.eps {
+		if ep := p.eps[i].Swap(nil); ep != nil {
+			p.t.store.remove(ep)
+			if !ep.state.CompareAndSwap(epConnecting, epClosed) {
+				ep.r.enqueue(item{kind: itemClose, ep: ep, err: err})
+			} else {
+				ep.setFailure(err)
+			}
+		}
+	}
+}
+
+// released is called by the rail owner after ep's QPs are destroyed.
+func (p *peer) released(ep *endpoint) {
+	p.eps[ep.slot].CompareAndSwap(ep, nil)
+	p.t.store.remove(ep)
+	if p.closed.Load() {
+		return
+	}
+	// Tell the target to drop its side; best effort, off the owner.
+	p.wg.Add(1)
+	go func() {
+		defer p.wg.Done()
+		p.hsMu.Lock()
+		defer p.hsMu.Unlock()
+		if p.conn != nil {
+			p.conn.SetWriteDeadline(time.Now().Add(p.t.cfg.HandshakeTimeout))
+			hsProto.Write(p.conn, hsRelease, 0, encodeRelease(ep.id))
+		}
+	}()
+}
+
+// Close fails the peer's slices still in flight with ErrPeerReset and
+// releases its endpoints and control connection. Idempotent.
+func (p *peer) Close() error {
+	if p.closed.Swap(true) {
+		return nil
+	}
+	p.epMu.Lock() // no endpoint is created past this point
+	p.epMu.Unlock()
+	p.closeEndpoints(fmt.Errorf("rdma: peer %s closed: %w", p.name, engine.ErrPeerReset))
+	p.cancel()
+	p.hsMu.Lock()
+	if p.conn != nil {
+		p.conn.Close()
+	}
+	p.hsMu.Unlock()
+	p.wg.Wait()
+	p.t.forget(p)
+	return nil
+}
+
+func lidOf(p uverbs.RCPort) uint16 {
+	if p.Attr.LinkLayer == uverbs.LinkLayerInfiniBand {
+		return p.Attr.LID
+	}
+	return 0
+}
+
+func randPSN() uverbs.PSN {
+	var b [4]byte
+	rand.Read(b[:])
+	return uverbs.PSN(binary.LittleEndian.Uint32(b[:]) & 0xffffff)
+}
+
+// store bounds the endpoints held at once and picks idle ones to evict
+// with SIEVE: a hand walks from the oldest entry, sparing (and clearing)
+// those used since it last passed.
+type store struct {
+	mu    sync.Mutex
+	max   int
+	n     int
+	head  *endpoint // newest
+	tail  *endpoint // oldest
+	hand  *endpoint
+	evict atomic.Uint64
+}
+
+var errStoreFull = errors.New("rdma: endpoint store full of busy endpoints")
+
+func (s *store) add(ep *endpoint) error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	for s.n >= s.max {
+		v := s.victim()
+		if v == nil {
+			return fmt.Errorf("%w (%d): %w", errStoreFull, s.max, engine.ErrTransient)
+		}
+		s.unlink(v)
+		s.evict.Add(1)
+		if v.p.eps[v.slot].CompareAndSwap(v, nil) {
+			v.r.enqueue(item{kind: itemClose, ep: v, err: fmt.Errorf("rdma: endpoint evicted: %w", engine.ErrTransient)})
+		}
+	}
+	ep.inStore = true
+	ep.next = s.head
+	if s.head != nil {
+		s.head.prev = ep
+	}
+	s.head = ep
+	if s.tail == nil {
+		s.tail = ep
+	}
+	s.n++
+	return nil
+}
+
+// victim runs the SIEVE hand over at most two laps; busy or connecting
+// endpoints are never evicted.
+func (s *store) victim() *endpoint {
+	for range 2*s.n + 1 {
+		if s.hand == nil {
+			s.hand = s.tail
+		}
+		ep := s.hand
+		if ep == nil {
+			return nil
+		}
+		s.hand = ep.prev
+		if ep.visited.Load() {
+			ep.visited.Store(false)
+			continue
+		}
+		if ep.busy.Load() == 0 && ep.state.Load() != epConnecting {
+			return ep
+		}
+	}
+	return nil
+}
+
+func (s *store) remove(ep *endpoint) {
+	s.mu.Lock()
+	s.unlink(ep)
+	s.mu.Unlock()
+}
+
+func (s *store) unlink(ep *endpoint) {
+	if !ep.inStore {
+		return
+	}
+	ep.inStore = false
+	if s.hand == ep {
+		s.hand = ep.prev
+	}
+	if ep.prev != nil {
+		ep.prev.next = ep.next
+	} else {
+		s.head = ep.next
+	}
+	if ep.next != nil {
+		ep.next.prev = ep.prev
+	} else {
+		s.tail = ep.prev
+	}
+	ep.prev, ep.next = nil, nil
+	s.n--
+}

@@ -1,0 +1,225 @@
+package rdma
+
+import (
+	"errors"
+	"fmt"
+
+	"github.com/rdmago/te/internal/wire"
+	"github.com/rdmago/te/uverbs"
+)
+
+// The control connection carries internal/wire frames. The initiator sends
+// hsConnect for each endpoint it needs and hsRelease for one it evicts; the
+// target answers every hsConnect with hsAccept or hsReject. Frames of one
+// connection are strictly request/response, one at a time.
+const (
+	hsConnect wire.Type = 1
+	hsAccept  wire.Type = 2
+	hsReject  wire.Type = 3
+	hsRelease wire.Type = 4
+
+	maxNameLen = 1024
+	maxMsgLen  = 1024
+	// maxQPsPerMsg bounds the QPs of one endpoint in a message.
+	maxQPsPerMsg = 64
+)
+
+var hsProto = wire.Proto{
+	Name:    "rdma handshake",
+	Magic:   [4]byte{'T', 'E', 'R', 'H'},
+	Version: 1,
+	Limit: func(t wire.Type) (int, bool) {
+		switch t {
+		case hsConnect:
+			return 2 + maxNameLen + 8 + 8 + 4 + 2 + 2 + portInfoLen + 1 + maxQPsPerMsg*8, true
+		case hsAccept:
+			return 4 + portInfoLen + 1 + maxQPsPerMsg*8, true
+		case hsReject:
+			return 1 + 2 + maxMsgLen, true
+		case hsRelease:
+			return 4, true
+		}
+		return 0, false
+	},
+	TypeName: func(t wire.Type) string {
+		switch t {
+		case hsConnect:
+			return "connect"
+		case hsAccept:
+			return "accept"
+		case hsReject:
+			return "reject"
+		case hsRelease:
+			return "release"
+		}
+		return fmt.Sprintf("type %d", uint8(t))
+	},
+}
+
+// rejectCode says why a target refused an endpoint.
+type rejectCode uint8
+
+const (
+	rejectStaleEpoch rejectCode = 1 // the initiator addressed another incarnation
+	rejectLimit      rejectCode = 2 // QP bounds reached
+	rejectBadRail    rejectCode = 3 // no such target rail
+	rejectInternal   rejectCode = 4 // creating or connecting a QP failed
+	rejectAuth       rejectCode = 5 // authentication failed
+	rejectProtocol   rejectCode = 6 // a malformed or unexpected message
+)
+
+// errRejected wraps every refusal; the message carries the target's reason.
+var errRejected = errors.New("rdma: handshake rejected")
+
+// portInfo is the part of uverbs.Endpoint that is per port.
+type portInfo struct {
+	GID uverbs.GID
+	LID uint16
+	MTU uverbs.MTU
+}
+
+const portInfoLen = 16 + 2 + 1
+
+func (p portInfo) put(e *wire.Enc) {
+	e.Fixed(p.GID[:])
+	e.U16(p.LID)
+	e.U8(uint8(p.MTU))
+}
+
+func getPortInfo(d *wire.Dec) portInfo {
+	var p portInfo
+	copy(p.GID[:], d.Fixed(16))
+	p.LID = d.U16()
+	p.MTU = uverbs.MTU(d.U8())
+	return p
+}
+
+// qpInfo is one QP's half of a connection.
+type qpInfo struct {
+	QPN uverbs.QPN
+	PSN uverbs.PSN
+}
+
+func putQPs(e *wire.Enc, qps []qpInfo) {
+	e.U8(uint8(len(qps)))
+	for _, q := range qps {
+		e.U32(uint32(q.QPN))
+		e.U32(uint32(q.PSN))
+	}
+}
+
+func getQPs(d *wire.Dec) []qpInfo {
+	n := int(d.U8())
+	if d.Err() != nil {
+		return nil
+	}
+	if n == 0 || n > maxQPsPerMsg {
+		d.Fixed(-1) // poison: a QP count outside 1..maxQPsPerMsg
+		return nil
+	}
+	qps := make([]qpInfo, 0, n)
+	for range n {
+		qps = append(qps, qpInfo{QPN: uverbs.QPN(d.U32() & 0xffffff), PSN: uverbs.PSN(d.U32() & 0xffffff)})
+	}
+	return qps
+}
+
+// connectMsg asks the target for one endpoint.
+type connectMsg struct {
+	Initiator   string // initiator segment name
+	InitEpoch   uint64 // initiator's epoch
+	TargetEpoch uint64 // the target incarnation the initiator resolved
+	ID          uint32 // endpoint id, unique per control connection
+	LocalRail   uint16 // initiator rail index
+	RemoteRail  uint16 // target rail index
+	Port        portInfo
+	QPs         []qpInfo
+}
+
+func (m *connectMsg) encode() []byte {
+	var e wire.Enc
+	e.String(m.Initiator)
+	e.U64(m.InitEpoch)
+	e.U64(m.TargetEpoch)
+	e.U32(m.ID)
+	e.U16(m.LocalRail)
+	e.U16(m.RemoteRail)
+	m.Port.put(&e)
+	putQPs(&e, m.QPs)
+	return e.B
+}
+
+func decodeConnect(b []byte) (connectMsg, error) {
+	d := wire.NewDec(b)
+	m := connectMsg{Initiator: d.String(maxNameLen), InitEpoch: d.U64(), TargetEpoch: d.U64(), ID: d.U32(),
+		LocalRail: d.U16(), RemoteRail: d.U16(), Port: getPortInfo(d)}
+	m.QPs = getQPs(d)
+	if err := d.Finish(); err != nil {
+		return connectMsg{}, fmt.Errorf("rdma: connect message: %w", err)
+	}
+	if m.Initiator == "" {
+		return connectMsg{}, fmt.Errorf("rdma: connect message: %w: empty initiator name", wire.ErrFrame)
+	}
+	return m, nil
+}
+
+// acceptMsg is the target's half of an endpoint.
+type acceptMsg struct {
+	ID   uint32
+	Port portInfo
+	QPs  []qpInfo
+}
+
+func (m *acceptMsg) encode() []byte {
+	var e wire.Enc
+	e.U32(m.ID)
+	m.Port.put(&e)
+	putQPs(&e, m.QPs)
+	return e.B
+}
+
+func decodeAccept(b []byte) (acceptMsg, error) {
+	d := wire.NewDec(b)
+	m := acceptMsg{ID: d.U32(), Port: getPortInfo(d)}
+	m.QPs = getQPs(d)
+	if err := d.Finish(); err != nil {
+		return acceptMsg{}, fmt.Errorf("rdma: accept message: %w", err)
+	}
+	return m, nil
+}
+
+type rejectMsg struct {
+	Code rejectCode
+	Msg  string
+}
+
+func (m *rejectMsg) encode() []byte {
+	var e wire.Enc
+	e.U8(uint8(m.Code))
+	if len(m.Msg) > maxMsgLen {
+		m.Msg = m.Msg[:maxMsgLen]
+	}
+	e.String(m.Msg)
+	return e.B
+}
+
+func decodeReject(b []byte) (rejectMsg, error) {
+	d := wire.NewDec(b)
+	m := rejectMsg{Code: rejectCode(d.U8()), Msg: d.String(maxMsgLen)}
+	if err := d.Finish(); err != nil {
+		return rejectMsg{}, fmt.Errorf("rdma: reject message: %w", err)
+	}
+	return m, nil
+}
+
+func encodeRelease(id uint32) []byte {
+	var e wire.Enc
+	e.U32(id)
+	return e.B
+}
+
+func decodeRelease(b []byte) (uint32, error) {
+	d := wire.NewDec(b)
+	id := d.U32()
+	return id, d.Finish()
+}

@@ -1,0 +1,625 @@
+package rdma
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"runtime"
+	"sync"
+	"sync/atomic"
+
+	"github.com/rdmago/te/engine"
+	"github.com/rdmago/te/uverbs"
+)
+
+// maxChain bounds the work requests posted with one doorbell.
+const maxChain = 32
+
+type itemKind uint8
+
+const (
+	itemSlice itemKind = iota // post a slice on ep
+	itemReady                 // ep's handshake ended (ready or failed)
+	itemClose                 // ep's peer closed or ep was evicted
+	itemDown                  // the rail's port went down
+)
+
+// item is what submitters and control goroutines hand a rail's owner.
+type item struct {
+	kind itemKind
+	s    *engine.Slice
+	ep   *endpoint
+	rkey uint32
+	err  error
+}
+
+// slot is a posted work request; wr_id is gen<<32 | index.
+type slot struct {
+	s    *engine.Slice
+	q    *qpState
+	n    uint64
+	rkey uint32
+	gen  uint32
+	next int32 // free list
+}
+
+// RailStats are one rail's counters.
+type RailStats struct {
+	Device string `json:"device"`
+	Up     bool   `json:"up"`
+	// Bytes and Slices count completed WRITE and READ slices.
+	Bytes  uint64 `json:"bytes"`
+	Slices uint64 `json:"slices"`
+	// Errors counts failed work requests.
+	Errors uint64 `json:"errors"`
+	// Outstanding is the bytes posted or queued and not yet completed.
+	Outstanding int64 `json:"outstanding"`
+}
+
+// rail is one device port with its owner goroutine.
+type rail struct {
+	t         *Transport
+	idx       int
+	dev       uverbs.Device
+	ctx       *uverbs.Context
+	pd        *uverbs.PD
+	ch        *uverbs.CompChannel
+	cq        *uverbs.CQ
+	port      uverbs.RCPort
+	sendDepth int
+	log       *slog.Logger
+
+	up          atomic.Bool
+	outstanding atomic.Int64
+	bytes       atomic.Uint64
+	slices      atomic.Uint64
+	errs        atomic.Uint64
+
+	inMu    sync.Mutex
+	in      []item
+	stopped bool // set under inMu once the owner is gone
+	wake    chan struct{}
+	quit    chan struct{}
+	ownerWG sync.WaitGroup
+	helpWG  sync.WaitGroup
+	cancel  context.CancelFunc
+
+	// Owner goroutine only.
+	work     []item
+	slots    []slot
+	free     int32
+	inflight int
+	wc       []uverbs.WC
+	wrs      []uverbs.SendWR
+	sges     []uverbs.SGE
+	chainQ   *qpState
+	blocked  []*endpoint
+	eps      []*endpoint
+}
+
+func openRail(t *Transport, idx int, dev uverbs.Device) (_ *rail, err error) {
+	cfg := &t.cfg
+	r := &rail{t: t, idx: idx, dev: dev, wake: make(chan struct{}, 1), quit: make(chan struct{}), free: -1,
+		log: t.log.With("rail", dev.Name)}
+	if r.ctx, err = dev.Open(cfg.Options); err != nil {
+		return nil, fmt.Errorf("rdma: open %s: %w", dev.Name, err)
+	}
+	defer func() {
+		if err != nil {
+			r.closeVerbs()
+		}
+	}()
+	gidx := cfg.GIDIndex
+	if r.port, err = r.ctx.RCPort(cfg.Port, gidx); err != nil {
+		return nil, fmt.Errorf("rdma: %s: %w", dev.Name, err)
+	}
+	if r.pd, err = r.ctx.AllocPD(); err != nil {
+		return nil, err
+	}
+	if r.ch, err = r.ctx.CreateCompChannel(); err != nil {
+		return nil, err
+	}
+	depth := cfg.CQDepth
+	if r.port.MaxCQE > 0 {
+		depth = min(depth, r.port.MaxCQE)
+	}
+	if r.cq, err = r.ctx.CreateCQ(uverbs.CQConfig{Entries: depth, Channel: r.ch}); err != nil {
+		return nil, err
+	}
+	r.sendDepth = cfg.SendDepth
+	if r.port.MaxQPWR > 0 {
+		r.sendDepth = min(r.sendDepth, r.port.MaxQPWR)
+	}
+	// One slot per CQE the CQ holds: a completion can never be lost to
+	// overflow, whatever the number of QPs.
+	r.slots = make([]slot, min(depth, r.cq.Entries()))
+	for i := range r.slots {
+		r.slots[i].next = r.free
+		r.free = int32(i)
+	}
+	r.wc = make([]uverbs.WC, 64)
+	r.wrs = make([]uverbs.SendWR, 0, maxChain)
+	r.sges = make([]uverbs.SGE, maxChain)
+	st, err := dev.PortState(int(r.port.Num))
+	r.up.Store(err != nil || st == uverbs.PortActive)
+	return r, nil
+}
+
+func (r *rail) start() {
+	ctx, cancel := context.WithCancel(context.Background())
+	r.cancel = cancel
+	r.ownerWG.Add(1)
+	go r.run()
+	r.helpWG.Add(2)
+	go r.waitEvents(ctx)
+	go r.watchPort()
+}
+
+// waitEvents turns completion events into owner wake-ups.
+func (r *rail) waitEvents(ctx context.Context) {
+	defer r.helpWG.Done()
+	for {
+		if _, err := r.ch.Wait(ctx); err != nil {
+			return
+		}
+		r.kick()
+	}
+}
+
+// watchPort follows the port's state through async events.
+func (r *rail) watchPort() {
+	defer r.helpWG.Done()
+	for ev := range r.ctx.Events() {
+		switch ev.Type {
+		case uverbs.EventPortErr:
+			if ev.Port == int(r.port.Num) && r.up.Swap(false) {
+				r.log.Warn("rdma: rail down", "event", ev.String())
+				r.enqueue(item{kind: itemDown})
+			}
+		case uverbs.EventPortActive:
+			if ev.Port == int(r.port.Num) && !r.up.Swap(true) {
+				r.log.Info("rdma: rail up", "event", ev.String())
+			}
+		case uverbs.EventQPFatal, uverbs.EventQPReqErr, uverbs.EventQPAccessErr, uverbs.EventDeviceFatal:
+			r.log.Warn("rdma: async error", "event", ev.String())
+		}
+	}
+}
+
+func (r *rail) kick() {
+	select {
+	case r.wake <- struct{}{}:
+	default:
+	}
+}
+
+// enqueue hands an item to the owner. After the owner stopped, a slice
+// fails at once with ErrClosed.
+func (r *rail) enqueue(it item) {
+	r.inMu.Lock()
+	if r.stopped {
+		r.inMu.Unlock()
+		switch it.kind {
+		case itemSlice:
+			r.finish(it.s, it.ep, 0, fmt.Errorf("rdma: %w", engine.ErrClosed))
+		case itemReady, itemClose:
+			// A handshake that ended after the owner stopped: nothing was
+			// posted on its QPs, destroy them here.
+			for _, q := range it.ep.qps {
+				q.qp.Close()
+			}
+		}
+		return
+	}
+	r.in = append(r.in, it)
+	r.inMu.Unlock()
+	r.kick()
+}
+
+// run is the owner goroutine: the only one to post on this rail's QPs and
+// to poll its CQ.
+func (r *rail) run() {
+	defer r.ownerWG.Done()
+	idle := 0
+	for {
+		r.inMu.Lock()
+		r.work, r.in = r.in, r.work[:0]
+		r.inMu.Unlock()
+		had := len(r.work) > 0
+		for i := range r.work {
+			it := r.work[i]
+			r.work[i] = item{}
+			r.handle(it)
+		}
+		r.flushChain()
+		n := r.poll()
+		if n > 0 || had {
+			idle = 0
+			continue
+		}
+		select {
+		case <-r.quit:
+			r.shutdown()
+			return
+		default:
+		}
+		if r.inflight > 0 && idle < r.t.cfg.SpinPolls {
+			idle++
+			runtime.Gosched()
+			continue
+		}
+		idle = 0
+		if r.inflight > 0 {
+			// Arm, then poll once more: a completion that landed before
+			// the arm raises no event.
+			if err := r.cq.ReqNotify(false); err != nil {
+				r.log.Error("rdma: arm CQ", "err", err)
+			}
+			if r.poll() > 0 {
+				continue
+			}
+		}
+		select {
+		case <-r.wake:
+		case <-r.quit:
+		}
+	}
+}
+
+func (r *rail) handle(it item) {
+	ep := it.ep
+	switch it.kind {
+	case itemSlice:
+		switch ep.state.Load() {
+		case epReady:
+			if len(ep.waiting) > 0 || !r.post(ep, it.s, it.rkey) {
+				ep.waiting = append(ep.waiting, pend{it.s, it.rkey})
+				r.block(ep)
+			}
+		case epConnecting:
+			ep.waiting = append(ep.waiting, pend{it.s, it.rkey})
+		default:
+			r.finish(it.s, ep, 0, ep.failure())
+		}
+	case itemReady:
+		if ep.state.Load() == epReady {
+			r.eps = append(r.eps, ep)
+			r.drain(ep)
+		} else {
+			r.failWaiting(ep, ep.failure())
+		}
+	case itemClose:
+		r.closeEP(ep, it.err)
+	case itemDown:
+		for _, e := range r.eps {
+			r.breakEP(e, fmt.Errorf("rdma: rail %s down: %w", r.dev.Name, engine.ErrTransient))
+		}
+	}
+}
+
+// post adds one slice to the current doorbell chain; false when ep has no
+// send credit or the rail no free slot.
+func (r *rail) post(ep *endpoint, s *engine.Slice, rkey uint32) bool {
+	if r.free < 0 {
+		return false
+	}
+	q := ep.pickQP()
+	if q == nil {
+		return false
+	}
+	if r.chainQ != q || len(r.wrs) == maxChain {
+		r.flushChain()
+		r.chainQ = q
+	}
+	idx := r.free
+	sl := &r.slots[idx]
+	r.free = sl.next
+	n := uint64(len(s.Local))
+	sl.s, sl.q, sl.n, sl.rkey = s, q, n, rkey
+	sl.gen++
+	q.credits--
+	ep.inflight++
+	r.inflight++
+	op := uverbs.WRRDMAWrite
+	if s.Op == engine.Read {
+		op = uverbs.WRRDMARead
+	}
+	k := len(r.wrs)
+	r.sges[k] = uverbs.SGE{Addr: s.LocalAddr, Length: uint32(n), LKey: uverbs.LKey(s.LocalKey.(*regKey).lkeys[r.idx])}
+	r.wrs = append(r.wrs, uverbs.SendWR{ID: uint64(sl.gen)<<32 | uint64(uint32(idx)), Opcode: op,
+		Flags: uverbs.SendSignaled, SGL: r.sges[k : k+1 : k+1], RemoteAddr: s.RemoteAddr, RKey: uverbs.RKey(rkey)})
+	return true
+}
+
+// flushChain posts the chained work requests of one QP with one doorbell.
+func (r *rail) flushChain() {
+	if len(r.wrs) == 0 {
+		return
+	}
+	q := r.chainQ
+	n, err := q.qp.PostSend(r.wrs)
+	if err != nil {
+		// The first n are on the queue (rxe: even when its doorbell
+		// failed); the rest never reached it.
+		perr := fmt.Errorf("rdma: post on QP %#x (%s): %v: %w", uint32(q.qp.QPN()), r.dev.Name, err, engine.ErrTransient)
+		for i := n; i < len(r.wrs); i++ {
+			idx := int32(uint32(r.wrs[i].ID))
+			sl := &r.slots[idx]
+			s, sn := sl.s, sl.n
+			r.release(idx, sl)
+			r.finish(s, q.ep, sn, perr)
+		}
+		r.breakEP(q.ep, perr)
+	}
+	for i := range r.wrs {
+		r.wrs[i] = uverbs.SendWR{}
+	}
+	r.wrs = r.wrs[:0]
+	r.chainQ = nil
+}
+
+// release frees a slot and the credits it held.
+func (r *rail) release(idx int32, sl *slot) {
+	q := sl.q
+	q.credits++
+	q.ep.inflight--
+	r.inflight--
+	*sl = slot{gen: sl.gen, next: r.free}
+	r.free = idx
+}
+
+// finish completes a slice the rail accepted: n bytes moved (0 on error).
+func (r *rail) finish(s *engine.Slice, ep *endpoint, n uint64, err error) {
+	r.outstanding.Add(-int64(len(s.Local)))
+	ep.busy.Add(-1)
+	if err != nil {
+		r.errs.Add(1)
+		s.Done(0, err)
+		return
+	}
+	r.bytes.Add(n)
+	r.slices.Add(1)
+	s.Done(n, nil)
+}
+
+func (r *rail) poll() int {
+	n, err := r.cq.Poll(r.wc)
+	if err != nil && !errors.Is(err, uverbs.ErrClosed) {
+		r.log.Error("rdma: poll CQ", "err", err)
+	}
+	for i := 0; i < n; i++ {
+		r.complete(&r.wc[i])
+		r.wc[i] = uverbs.WC{}
+	}
+	if n > 0 {
+		r.serviceBlocked()
+	}
+	return n
+}
+
+func (r *rail) complete(wc *uverbs.WC) {
+	idx, gen := uint32(wc.ID), uint32(wc.ID>>32)
+	if int(idx) >= len(r.slots) || r.slots[idx].gen != gen || r.slots[idx].s == nil {
+		r.log.Error("rdma: completion for no posted slice", "wr_id", wc.ID, "status", wc.Status.String())
+		return
+	}
+	sl := &r.slots[idx]
+	s, q, n, rkey := sl.s, sl.q, sl.n, sl.rkey
+	ep := q.ep
+	r.release(int32(idx), sl)
+	if wc.Status == uverbs.WCSuccess {
+		r.finish(s, ep, n, nil)
+	} else {
+		err := r.classify(wc, s, rkey, ep)
+		r.breakEP(ep, err)
+		r.finish(s, ep, 0, err)
+	}
+	if ep.state.Load() >= epBroken && ep.inflight == 0 {
+		r.teardown(ep)
+	}
+}
+
+// classify turns a failed completion into the slice's error: transient
+// (retried, on another rail where there is one) for retry, RNR and flush
+// errors on a live endpoint; ErrPeerReset or ErrClosed when the endpoint
+// was closed under it; permanent, naming the key and range, otherwise.
+func (r *rail) classify(wc *uverbs.WC, s *engine.Slice, rkey uint32, ep *endpoint) error {
+	werr := wc.Err()
+	switch st := ep.state.Load(); {
+	case st == epClosed:
+		return ep.failure()
+	case wc.Status == uverbs.WCWRFlushErr && st == epBroken:
+		return ep.failure()
+	}
+	switch wc.Status {
+	case uverbs.WCWRFlushErr, uverbs.WCRetryExcErr, uverbs.WCRNRRetryExcErr, uverbs.WCRespTimeoutErr:
+		return fmt.Errorf("rdma: %s on %s to %s rail %d: %w: %w", s.Op, r.dev.Name, ep.p.name, ep.rrail, werr, engine.ErrTransient)
+	}
+	return fmt.Errorf("rdma: %s of %d bytes at %#x rkey %#x on %s to %s rail %d: %w",
+		s.Op, len(s.Local), s.RemoteAddr, rkey, r.dev.Name, ep.p.name, ep.rrail, werr)
+}
+
+// breakEP stops using ep: its QPs go to the error state so what is still
+// posted flushes, and its queued slices fail with err (transient ones are
+// retried by the engine on a fresh endpoint).
+func (r *rail) breakEP(ep *endpoint, err error) {
+	if !ep.state.CompareAndSwap(epReady, epBroken) {
+		return
+	}
+	ep.setFailure(err)
+	r.failWaiting(ep, ep.failure())
+	for _, q := range ep.qps {
+		if e := q.qp.ToErr(); e != nil && !errors.Is(e, uverbs.ErrClosed) {
+			r.log.Warn("rdma: QP to error state", "qpn", uint32(q.qp.QPN()), "err", e)
+		}
+	}
+	if ep.inflight == 0 {
+		r.teardown(ep)
+	}
+}
+
+func (r *rail) closeEP(ep *endpoint, err error) {
+	for {
+		st := ep.state.Load()
+		if st == epClosed {
+			break
+		}
+		if ep.state.CompareAndSwap(st, epClosed) {
+			ep.setFailure(err)
+			if st == epReady {
+				for _, q := range ep.qps {
+					q.qp.ToErr()
+				}
+			}
+			break
+		}
+	}
+	r.failWaiting(ep, ep.failure())
+	if ep.inflight == 0 {
+		r.teardown(ep)
+	}
+}
+
+func (r *rail) failWaiting(ep *endpoint, err error) {
+	for i, p := range ep.waiting {
+		ep.waiting[i] = pend{}
+		r.finish(p.s, ep, 0, err)
+	}
+	ep.waiting = ep.waiting[:0]
+}
+
+// teardown destroys a broken or closed endpoint's QPs once nothing is
+// posted on them, and tells the target to drop its side.
+func (r *rail) teardown(ep *endpoint) {
+	if ep.torn {
+		return
+	}
+	ep.torn = true
+	for _, q := range ep.qps {
+		if err := q.qp.Close(); err != nil {
+			r.log.Warn("rdma: destroy QP", "qpn", uint32(q.qp.QPN()), "err", err)
+		}
+	}
+	for i, e := range r.eps {
+		if e == ep {
+			r.eps[i] = r.eps[len(r.eps)-1]
+			r.eps[len(r.eps)-1] = nil
+			r.eps = r.eps[:len(r.eps)-1]
+			break
+		}
+	}
+	ep.p.released(ep)
+}
+
+func (r *rail) block(ep *endpoint) {
+	if !ep.blocked {
+		ep.blocked = true
+		r.blocked = append(r.blocked, ep)
+	}
+}
+
+// drain posts what waits on ep while credits and slots last.
+func (r *rail) drain(ep *endpoint) {
+	i := 0
+	for ; i < len(ep.waiting); i++ {
+		if ep.state.Load() != epReady || !r.post(ep, ep.waiting[i].s, ep.waiting[i].rkey) {
+			break
+		}
+	}
+	if i > 0 {
+		n := copy(ep.waiting, ep.waiting[i:])
+		clear(ep.waiting[n:])
+		ep.waiting = ep.waiting[:n]
+	}
+	if len(ep.waiting) > 0 {
+		r.block(ep)
+	}
+}
+
+// serviceBlocked retries endpoints that waited for credits or slots.
+func (r *rail) serviceBlocked() {
+	if len(r.blocked) == 0 {
+		return
+	}
+	bl := r.blocked
+	keep := bl[:0]
+	for _, ep := range bl {
+		ep.blocked = false
+		if ep.state.Load() != epReady {
+			continue
+		}
+		r.drain(ep)
+		if ep.blocked {
+			keep = append(keep, ep)
+		}
+	}
+	clear(bl[len(keep):])
+	r.blocked = keep
+	r.flushChain()
+}
+
+// shutdown runs on the owner when the transport closes: every queued and
+// posted slice fails with ErrClosed and every QP is destroyed.
+func (r *rail) shutdown() {
+	closed := fmt.Errorf("rdma: transport closed: %w", engine.ErrClosed)
+	r.inMu.Lock()
+	r.stopped = true
+	rest := r.in
+	r.in = nil
+	r.inMu.Unlock()
+	for _, it := range rest {
+		if it.kind == itemSlice {
+			r.finish(it.s, it.ep, 0, closed)
+		}
+	}
+	for _, ep := range r.eps {
+		ep.state.Store(epClosed)
+		ep.setFailure(closed)
+		r.failWaiting(ep, closed)
+		for _, q := range ep.qps {
+			q.qp.Close()
+		}
+		ep.torn = true
+	}
+	r.eps = nil
+	for _, ep := range r.blocked {
+		r.failWaiting(ep, closed)
+	}
+	r.blocked = nil
+	for i := range r.slots {
+		if sl := &r.slots[i]; sl.s != nil {
+			s, ep := sl.s, sl.q.ep
+			r.release(int32(i), sl)
+			r.finish(s, ep, 0, closed)
+		}
+	}
+}
+
+func (r *rail) stop() {
+	close(r.quit)
+	r.ownerWG.Wait()
+	r.cancel()
+}
+
+func (r *rail) closeVerbs() error {
+	var errs []error
+	if r.cq != nil {
+		errs = append(errs, r.cq.Close())
+	}
+	if r.ch != nil {
+		errs = append(errs, r.ch.Close())
+	}
+	if r.pd != nil {
+		errs = append(errs, r.pd.Close())
+	}
+	if r.ctx != nil {
+		errs = append(errs, r.ctx.Close())
+	}
+	return errors.Join(errs...)
+}
+
+func (r *rail) stats() RailStats {
+	return RailStats{Device: r.dev.Name, Up: r.up.Load(), Bytes: r.bytes.Load(), Slices: r.slices.Load(),
+		Errors: r.errs.Load(), Outstanding: r.outstanding.Load()}
+}

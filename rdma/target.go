@@ -1,0 +1,298 @@
+package rdma
+
+import (
+	"bufio"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"sync"
+	"time"
+
+	"github.com/rdmago/te/internal/wire"
+	"github.com/rdmago/te/uverbs"
+)
+
+// targetState is the target side: sessions (control connections) and the
+// QPs they hold.
+type targetState struct {
+	t        *Transport
+	mu       sync.Mutex
+	sessions map[*session]struct{}
+	perInit  map[string]int // QPs held per initiator name
+	total    int
+	closed   bool
+}
+
+// session is one initiator's control connection and the endpoints it set
+// up; closing it destroys them.
+type session struct {
+	conn      net.Conn
+	initiator string
+	epoch     uint64
+	eps       map[uint32][]*uverbs.QP
+	nqps      int
+}
+
+func (ts *targetState) init(t *Transport) {
+	ts.t = t
+	ts.sessions = map[*session]struct{}{}
+	ts.perInit = map[string]int{}
+}
+
+func (t *Transport) accept() {
+	defer t.wg.Done()
+	backoff := 5 * time.Millisecond
+	for {
+		c, err := t.ln.Accept()
+		if err != nil {
+			if t.closed.Load() {
+				return
+			}
+			// Out of fds or memory: back off and keep serving.
+			t.log.Warn("rdma: accept", "err", err, "retry_in", backoff)
+			select {
+			case <-time.After(backoff):
+			case <-t.ctx.Done():
+				return
+			}
+			backoff = min(2*backoff, time.Second)
+			continue
+		}
+		backoff = 5 * time.Millisecond
+		s := &session{conn: c, eps: map[uint32][]*uverbs.QP{}}
+		if !t.tgt.add(s) {
+			t.log.Warn("rdma: control connection refused: session limit", "peer", c.RemoteAddr().String(), "limit", t.cfg.MaxSessions)
+			c.Close()
+			continue
+		}
+		t.wg.Add(1)
+		go t.serve(s)
+	}
+}
+
+func (ts *targetState) add(s *session) bool {
+	ts.mu.Lock()
+	defer ts.mu.Unlock()
+	if ts.closed || len(ts.sessions) >= ts.t.cfg.MaxSessions {
+		return false
+	}
+	ts.sessions[s] = struct{}{}
+	return true
+}
+
+// serve answers one control connection until it ends, then destroys the
+// QPs it set up.
+func (t *Transport) serve(s *session) {
+	defer t.wg.Done()
+	defer t.tgt.end(s)
+	if tc, ok := s.conn.(*net.TCPConn); ok {
+		tc.SetNoDelay(true)
+		tc.SetKeepAlivePeriod(5 * time.Second)
+	}
+	rd := bufio.NewReader(s.conn)
+	var hdr [wire.HeaderLen]byte
+	first := true
+	for {
+		// The first request must come promptly; later the connection is
+		// the initiator's lease on its QPs and may idle.
+		if first {
+			s.conn.SetReadDeadline(time.Now().Add(t.cfg.HandshakeTimeout))
+		} else {
+			s.conn.SetReadDeadline(time.Time{})
+		}
+		h, payload, err := hsProto.Read(rd, hdr[:], nil)
+		if err != nil {
+			if !errors.Is(err, io.EOF) && !t.closed.Load() {
+				t.log.Warn("rdma: control connection", "peer", s.conn.RemoteAddr().String(), "err", err)
+				if errors.Is(err, wire.ErrFrame) {
+					t.reply(s, hsReject, (&rejectMsg{Code: rejectProtocol, Msg: err.Error()}).encode())
+				}
+			}
+			return
+		}
+		first = false
+		switch h.Type {
+		case hsConnect:
+			m, err := decodeConnect(payload)
+			if err != nil {
+				t.reply(s, hsReject, (&rejectMsg{Code: rejectProtocol, Msg: err.Error()}).encode())
+				return
+			}
+			if code, out, err := t.tgt.open(s, &m); err != nil {
+				t.log.Warn("rdma: endpoint refused", "initiator", m.Initiator, "peer", s.conn.RemoteAddr().String(), "err", err)
+				if !t.reply(s, hsReject, (&rejectMsg{Code: code, Msg: err.Error()}).encode()) || code == rejectProtocol {
+					return
+				}
+			} else if !t.reply(s, hsAccept, out) {
+				return
+			}
+		case hsRelease:
+			id, err := decodeRelease(payload)
+			if err != nil {
+				return
+			}
+			t.tgt.release(s, id)
+		default:
+			t.reply(s, hsReject, (&rejectMsg{Code: rejectProtocol, Msg: fmt.Sprintf("unexpected %s frame", hsProto.TypeName(h.Type))}).encode())
+			return
+		}
+	}
+}
+
+func (t *Transport) reply(s *session, typ wire.Type, payload []byte) bool {
+	s.conn.SetWriteDeadline(time.Now().Add(t.cfg.HandshakeTimeout))
+	return hsProto.Write(s.conn, typ, 0, payload) == nil
+}
+
+// open creates and connects the target's QPs of one endpoint.
+func (ts *targetState) open(s *session, m *connectMsg) (rejectCode, []byte, error) {
+	t := ts.t
+	if m.TargetEpoch != t.host.Epoch() {
+		return rejectStaleEpoch, nil, fmt.Errorf("stale epoch %#x: this is %s epoch %#x", m.TargetEpoch, t.host.LocalName(), t.host.Epoch())
+	}
+	if s.initiator == "" {
+		ts.mu.Lock()
+		s.initiator, s.epoch = m.Initiator, m.InitEpoch
+		ts.mu.Unlock()
+		ts.dropOlder(s)
+	} else if s.initiator != m.Initiator || s.epoch != m.InitEpoch {
+		return rejectProtocol, nil, fmt.Errorf("initiator changed from %s/%#x to %s/%#x on one connection", s.initiator, s.epoch, m.Initiator, m.InitEpoch)
+	}
+	if int(m.RemoteRail) >= len(t.rails) {
+		return rejectBadRail, nil, fmt.Errorf("no rail %d (have %d)", m.RemoteRail, len(t.rails))
+	}
+	if _, dup := s.eps[m.ID]; dup {
+		return rejectProtocol, nil, fmt.Errorf("endpoint id %d already open", m.ID)
+	}
+	r := t.rails[m.RemoteRail]
+	if !r.up.Load() {
+		return rejectBadRail, nil, fmt.Errorf("rail %d (%s) is down", m.RemoteRail, r.dev.Name)
+	}
+	n := len(m.QPs)
+	if !ts.reserve(s.initiator, n) {
+		return rejectLimit, nil, fmt.Errorf("QP limit: %d per initiator, %d in all", t.cfg.MaxInitiatorQPs, t.cfg.MaxTargetQPs)
+	}
+	qps, a, err := t.respond(r, m)
+	if err != nil {
+		ts.unreserve(s.initiator, n)
+		return rejectInternal, nil, err
+	}
+	a.ID = m.ID
+	ts.mu.Lock()
+	s.eps[m.ID] = qps
+	s.nqps += n
+	ts.mu.Unlock()
+	return 0, a.encode(), nil
+}
+
+// respond creates responder QPs on r connected to the initiator's.
+func (t *Transport) respond(r *rail, m *connectMsg) (qps []*uverbs.QP, a acceptMsg, err error) {
+	defer func() {
+		if err != nil {
+			for _, qp := range qps {
+				qp.Close()
+			}
+			qps = nil
+		}
+	}()
+	access := uverbs.AccessLocalWrite | uverbs.AccessRemoteWrite | uverbs.AccessRemoteRead
+	a.Port = portInfo{GID: r.port.GID.GID, LID: lidOf(r.port), MTU: r.port.Attr.ActiveMTU}
+	for _, q := range m.QPs {
+		// A responder posts nothing: the smallest queues do.
+		qp, err := r.pd.CreateQP(uverbs.QPConfig{SendCQ: r.cq, RecvCQ: r.cq,
+			Caps: uverbs.QPCaps{MaxSendWR: 1, MaxRecvWR: 1, MaxSendSGE: 1, MaxRecvSGE: 1}})
+		if err != nil {
+			return qps, a, fmt.Errorf("create QP on %s: %w", r.dev.Name, err)
+		}
+		qps = append(qps, qp)
+		if err := qp.ToInit(r.port.Num, access); err != nil {
+			return qps, a, err
+		}
+		psn := randPSN()
+		remote := uverbs.Endpoint{QPN: q.QPN, PSN: q.PSN, GID: m.Port.GID, MTU: m.Port.MTU, LID: m.Port.LID}
+		if err := r.port.Connect(qp, psn, remote, t.tune()); err != nil {
+			return qps, a, fmt.Errorf("connect QP on %s to %s: %w", r.dev.Name, m.Port.GID, err)
+		}
+		a.QPs = append(a.QPs, qpInfo{QPN: qp.QPN(), PSN: psn})
+	}
+	return qps, a, nil
+}
+
+func (ts *targetState) reserve(initiator string, n int) bool {
+	ts.mu.Lock()
+	defer ts.mu.Unlock()
+	if ts.perInit[initiator]+n > ts.t.cfg.MaxInitiatorQPs || ts.total+n > ts.t.cfg.MaxTargetQPs {
+		return false
+	}
+	ts.perInit[initiator] += n
+	ts.total += n
+	return true
+}
+
+func (ts *targetState) unreserve(initiator string, n int) {
+	ts.mu.Lock()
+	ts.unreserveLocked(initiator, n)
+	ts.mu.Unlock()
+}
+
+func (ts *targetState) unreserveLocked(initiator string, n int) {
+	if ts.perInit[initiator] -= n; ts.perInit[initiator] <= 0 {
+		delete(ts.perInit, initiator)
+	}
+	ts.total -= n
+}
+
+// dropOlder closes the sessions of s's initiator from another epoch: a
+// restarted initiator's old QPs are dead weight.
+func (ts *targetState) dropOlder(s *session) {
+	ts.mu.Lock()
+	defer ts.mu.Unlock()
+	for o := range ts.sessions {
+		if o != s && o.initiator == s.initiator && o.epoch != s.epoch {
+			ts.t.log.Info("rdma: initiator restarted, dropping its old QPs", "initiator", s.initiator, "old_epoch", o.epoch, "qps", o.nqps)
+			o.conn.Close() // its serve goroutine destroys the QPs
+		}
+	}
+}
+
+func (ts *targetState) release(s *session, id uint32) {
+	ts.mu.Lock()
+	qps := s.eps[id]
+	delete(s.eps, id)
+	s.nqps -= len(qps)
+	ts.unreserveLocked(s.initiator, len(qps))
+	ts.mu.Unlock()
+	for _, qp := range qps {
+		qp.Close()
+	}
+}
+
+// end destroys a finished session's QPs.
+func (ts *targetState) end(s *session) {
+	s.conn.Close()
+	ts.mu.Lock()
+	delete(ts.sessions, s)
+	eps := s.eps
+	s.eps = map[uint32][]*uverbs.QP{}
+	if s.initiator != "" {
+		ts.unreserveLocked(s.initiator, s.nqps)
+	}
+	s.nqps = 0
+	ts.mu.Unlock()
+	for _, qps := range eps {
+		for _, qp := range qps {
+			qp.Close()
+		}
+	}
+}
+
+// closeAll ends every session (Close).
+func (ts *targetState) closeAll() {
+	ts.mu.Lock()
+	ts.closed = true
+	for s := range ts.sessions {
+		s.conn.Close()
+	}
+	ts.mu.Unlock()
+}

@@ -1,0 +1,389 @@
+package rdma
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net"
+	"net/netip"
+	"slices"
+	"sync"
+	"sync/atomic"
+
+	"github.com/rdmago/te/engine"
+	"github.com/rdmago/te/segment"
+	"github.com/rdmago/te/uverbs"
+)
+
+// Transport is the RDMA engine.Transport. Create it with New and hand it
+// to Engine.Install.
+type Transport struct {
+	cfg  Config
+	host engine.Host
+	log  *slog.Logger
+
+	rails []*rail
+	ln    net.Listener
+	addr  string // advertised control address
+
+	ctx    context.Context
+	cancel context.CancelFunc
+	closed atomic.Bool
+	wg     sync.WaitGroup
+
+	store store
+
+	mu    sync.Mutex
+	regs  map[uint64]*regKey // by region address, for Describe
+	peers map[*peer]struct{}
+	tgt   targetState
+}
+
+// regKey is a region's registration on every rail.
+type regKey struct {
+	mrs   []*uverbs.MR
+	lkeys []uint32
+	rkeys []uint32
+}
+
+// New returns a transport; devices are opened by Install.
+func New(cfg Config) *Transport {
+	cfg.defaults()
+	t := &Transport{cfg: cfg, regs: map[uint64]*regKey{}, peers: map[*peer]struct{}{}}
+	t.store.max = cfg.MaxEndpoints
+	return t
+}
+
+// Name is segment.ProtoRDMA.
+func (t *Transport) Name() string { return segment.ProtoRDMA }
+
+// SliceSize is Config.SliceSize.
+func (t *Transport) SliceSize() uint64 { return t.cfg.SliceSize }
+
+// Install opens a context, PD, CQ and owner goroutine per rail and starts
+// the control listener.
+func (t *Transport) Install(h engine.Host) (err error) {
+	if t.host != nil {
+		return fmt.Errorf("rdma: installed twice")
+	}
+	t.host, t.log = h, h.Logger()
+	t.ctx, t.cancel = context.WithCancel(context.Background())
+	defer func() {
+		if err != nil {
+			t.cancel()
+			for _, r := range t.rails {
+				r.closeVerbs()
+			}
+			t.rails = nil
+		}
+	}()
+	devs, err := t.devices()
+	if err != nil {
+		return err
+	}
+	for i, d := range devs {
+		r, err := openRail(t, i, d)
+		if err != nil {
+			return err
+		}
+		t.rails = append(t.rails, r)
+	}
+	listen := t.cfg.Listen
+	if listen == "" {
+		listen = "127.0.0.1:0"
+		if a := t.rails[0].port.GID.GID.Addr(); a.Is4() && !a.IsUnspecified() {
+			listen = netip.AddrPortFrom(a, 0).String()
+		}
+	}
+	if t.ln, err = net.Listen("tcp", listen); err != nil {
+		return fmt.Errorf("rdma: control listener: %w", err)
+	}
+	t.addr = t.ln.Addr().String()
+	if t.cfg.Advertise != "" {
+		t.addr = t.cfg.Advertise
+	}
+	t.tgt.init(t)
+	for _, r := range t.rails {
+		r.start()
+	}
+	t.wg.Add(1)
+	go t.accept()
+	t.log.Info("rdma: installed", "rails", t.railNames(), "control", t.addr)
+	return nil
+}
+
+func (t *Transport) railNames() []string {
+	names := make([]string, len(t.rails))
+	for i, r := range t.rails {
+		names[i] = r.dev.Name
+	}
+	return names
+}
+
+// devices resolves Config.Devices, or finds every device with an active
+// port.
+func (t *Transport) devices() ([]uverbs.Device, error) {
+	if len(t.cfg.Devices) > 0 {
+		var out []uverbs.Device
+		for _, n := range t.cfg.Devices {
+			d, err := uverbs.LookupDevice(n)
+			if err != nil {
+				return nil, fmt.Errorf("rdma: device %q: %w", n, err)
+			}
+			out = append(out, d)
+		}
+		return out, nil
+	}
+	all, err := uverbs.Devices()
+	if err != nil {
+		return nil, fmt.Errorf("rdma: list devices: %w", err)
+	}
+	var out []uverbs.Device
+	for _, d := range all {
+		if st, err := d.PortState(int(t.cfg.Port)); err == nil && st == uverbs.PortActive {
+			out = append(out, d)
+		}
+	}
+	if len(out) == 0 {
+		return nil, fmt.Errorf("rdma: no RDMA device with an active port %d (found %d devices)", t.cfg.Port, len(all))
+	}
+	return out, nil
+}
+
+// Describe publishes the rails, the control endpoint and every buffer's
+// per-rail rkeys.
+func (t *Transport) Describe(d *segment.Descriptor) error {
+	d.Protocols = append(d.Protocols, segment.Protocol{Name: segment.ProtoRDMA, Endpoint: t.addr})
+	d.Devices = d.Devices[:0]
+	for _, r := range t.rails {
+		d.Devices = append(d.Devices, segment.Device{Name: r.dev.Name, Port: r.port.Num, GID: r.port.GID.GID.String(),
+			LID: lidOf(r.port), MTU: uint32(r.port.Attr.ActiveMTU.Bytes())})
+	}
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	for i := range d.Buffers {
+		k := t.regs[d.Buffers[i].Addr]
+		if k == nil {
+			return fmt.Errorf("rdma: describe: buffer at %#x is not registered with rdma", d.Buffers[i].Addr)
+		}
+		d.Buffers[i].RKeys = slices.Clone(k.rkeys)
+	}
+	return nil
+}
+
+// RegisterMemory registers the region on every rail: local write, remote
+// read and write.
+func (t *Transport) RegisterMemory(reg *engine.Region) (any, error) {
+	access := uverbs.AccessLocalWrite | uverbs.AccessRemoteWrite | uverbs.AccessRemoteRead
+	k := &regKey{}
+	for _, r := range t.rails {
+		mr, err := r.pd.RegMR(reg.Bytes(), access)
+		if err != nil {
+			for _, m := range k.mrs {
+				m.Close()
+			}
+			return nil, fmt.Errorf("rdma: register %d bytes at %#x on %s: %w", reg.Len(), reg.Addr(), r.dev.Name, err)
+		}
+		k.mrs = append(k.mrs, mr)
+		k.lkeys = append(k.lkeys, uint32(mr.LKey()))
+		k.rkeys = append(k.rkeys, uint32(mr.RKey()))
+	}
+	t.mu.Lock()
+	t.regs[reg.Addr()] = k
+	t.mu.Unlock()
+	return k, nil
+}
+
+// UnregisterMemory deregisters the region on every rail.
+func (t *Transport) UnregisterMemory(reg *engine.Region, key any) error {
+	k, ok := key.(*regKey)
+	if !ok {
+		return fmt.Errorf("rdma: unregister: foreign key %T", key)
+	}
+	t.mu.Lock()
+	if t.regs[reg.Addr()] == k {
+		delete(t.regs, reg.Addr())
+	}
+	t.mu.Unlock()
+	var errs []error
+	for _, m := range k.mrs {
+		errs = append(errs, m.Close())
+	}
+	k.mrs = nil
+	return errors.Join(errs...)
+}
+
+// Connect returns the state for one incarnation of a remote segment.
+// Endpoints are set up lazily, on the first slice for each rail pair.
+func (t *Transport) Connect(ctx context.Context, d *segment.Descriptor) (engine.Peer, error) {
+	if t.closed.Load() {
+		return nil, fmt.Errorf("rdma: %w", engine.ErrClosed)
+	}
+	p, ok := d.Protocol(segment.ProtoRDMA)
+	if !ok || p.Endpoint == "" {
+		return nil, fmt.Errorf("rdma: %s: %w", d.Name, segment.ErrNoProtocol)
+	}
+	if len(d.Devices) == 0 {
+		return nil, fmt.Errorf("rdma: %s publishes no rails: %w", d.Name, segment.ErrInvalid)
+	}
+	for _, b := range d.Buffers {
+		if len(b.RKeys) != len(d.Devices) {
+			return nil, fmt.Errorf("rdma: %s: buffer at %#x has %d rkeys for %d rails: %w", d.Name, b.Addr, len(b.RKeys), len(d.Devices), segment.ErrInvalid)
+		}
+	}
+	pe := newPeer(t, d, p.Endpoint)
+	t.mu.Lock()
+	t.peers[pe] = struct{}{}
+	t.mu.Unlock()
+	return pe, nil
+}
+
+func (t *Transport) forget(p *peer) {
+	t.mu.Lock()
+	delete(t.peers, p)
+	t.mu.Unlock()
+}
+
+// pickRail chooses the local rail for a slice: of the rails whose port is
+// up, the one with the fewest bytes outstanding, so a slower rail takes
+// fewer bytes. Ties rotate with the attempt, so a retry leans to another
+// rail.
+func (t *Transport) pickRail(attempt int) *rail {
+	var best *rail
+	var bestLoad int64
+	n := len(t.rails)
+	for i := range n {
+		r := t.rails[(i+attempt)%n]
+		if !r.up.Load() {
+			continue
+		}
+		if l := r.outstanding.Load(); best == nil || l < bestLoad {
+			best, bestLoad = r, l
+		}
+	}
+	return best
+}
+
+// remoteRail pairs local rail i with a remote rail: the same index when the
+// peer has that many, so rail k of one host talks to rail k of the other.
+func remoteRail(local, nRemote int) int { return local % nRemote }
+
+// Submit hands each slice to a rail's owner; it never blocks on a peer and
+// may be re-entered from Slice.Done on a retry.
+func (t *Transport) Submit(ss []*engine.Slice) {
+	for _, s := range ss {
+		t.submit(s)
+	}
+}
+
+func (t *Transport) submit(s *engine.Slice) {
+	p, ok := s.Peer.(*peer)
+	if !ok {
+		s.Done(0, fmt.Errorf("rdma: slice with a foreign peer %T", s.Peer))
+		return
+	}
+	if t.closed.Load() {
+		s.Done(0, fmt.Errorf("rdma: %w", engine.ErrClosed))
+		return
+	}
+	if p.closed.Load() {
+		s.Done(0, fmt.Errorf("rdma: peer %s closed: %w", p.name, engine.ErrPeerReset))
+		return
+	}
+	r := t.pickRail(s.Attempt())
+	if r == nil {
+		s.Done(0, fmt.Errorf("rdma: no rail is up (%d rails)", len(t.rails)))
+		return
+	}
+	rr := remoteRail(r.idx, p.nRemote)
+	if rr >= len(s.RemoteBuffer.RKeys) {
+		s.Done(0, fmt.Errorf("rdma: %s buffer at %#x has no rkey for rail %d", p.name, s.RemoteBuffer.Addr, rr))
+		return
+	}
+	ep, err := p.endpoint(r, rr)
+	if err != nil {
+		s.Done(0, err)
+		return
+	}
+	ep.busy.Add(1)
+	r.outstanding.Add(int64(len(s.Local)))
+	r.enqueue(item{kind: itemSlice, s: s, ep: ep, rkey: s.RemoteBuffer.RKeys[rr]})
+}
+
+// Stats returns per-rail counters.
+func (t *Transport) Stats() []RailStats {
+	out := make([]RailStats, len(t.rails))
+	for i, r := range t.rails {
+		out[i] = r.stats()
+	}
+	return out
+}
+
+// RetryBound is how long a dead peer's slices take to fail when its host
+// stops answering (when only its process dies, its control connection
+// closes and they fail at once).
+func (t *Transport) RetryBound() (d uverbs.RCDefaults) {
+	if len(t.rails) == 0 {
+		return uverbs.HardwareRCDefaults
+	}
+	d = t.rails[0].port.Defaults
+	if t.cfg.QPTimeout != 0 {
+		d.Timeout = t.cfg.QPTimeout
+	}
+	if t.cfg.RetryCount != 0 {
+		d.RetryCnt = t.cfg.RetryCount
+	}
+	return d
+}
+
+func (t *Transport) tune() uverbs.ConnectConfig {
+	return uverbs.ConnectConfig{Timeout: t.cfg.QPTimeout, RetryCnt: t.cfg.RetryCount}
+}
+
+// Close fails every slice in flight with ErrClosed, destroys every QP and
+// registration and stops every goroutine. Idempotent.
+func (t *Transport) Close() error {
+	if t.closed.Swap(true) || t.host == nil {
+		return nil
+	}
+	t.ln.Close()
+	t.mu.Lock()
+	peers := make([]*peer, 0, len(t.peers))
+	for p := range t.peers {
+		peers = append(peers, p)
+	}
+	t.mu.Unlock()
+	for _, p := range peers {
+		p.closed.Store(true) // endpoints fail with ErrClosed, not ErrPeerReset
+		p.cancel()
+		p.hsMu.Lock()
+		if p.conn != nil {
+			p.conn.Close()
+		}
+		p.hsMu.Unlock()
+	}
+	t.cancel()
+	t.tgt.closeAll()
+	t.wg.Wait()
+	for _, r := range t.rails {
+		r.stop()
+	}
+	for _, p := range peers {
+		p.wg.Wait()
+	}
+	var errs []error
+	t.mu.Lock()
+	for a, k := range t.regs {
+		for _, m := range k.mrs {
+			errs = append(errs, m.Close())
+		}
+		delete(t.regs, a)
+	}
+	t.mu.Unlock()
+	for _, r := range t.rails {
+		errs = append(errs, r.closeVerbs())
+		r.helpWG.Wait()
+	}
+	return errors.Join(errs...)
+}
