@@ -83,7 +83,6 @@ type rail struct {
 	quit    chan struct{}
 	ownerWG sync.WaitGroup
 	helpWG  sync.WaitGroup
-	cancel  context.CancelFunc
 
 	// Owner goroutine only.
 	work     []item
@@ -147,20 +146,20 @@ func openRail(t *Transport, idx int, dev uverbs.Device) (_ *rail, err error) {
 }
 
 func (r *rail) start() {
-	ctx, cancel := context.WithCancel(context.Background())
-	r.cancel = cancel
 	r.ownerWG.Add(1)
 	go r.run()
 	r.helpWG.Add(2)
-	go r.waitEvents(ctx)
+	go r.waitEvents()
 	go r.watchPort()
 }
 
-// waitEvents turns completion events into owner wake-ups.
-func (r *rail) waitEvents(ctx context.Context) {
+// waitEvents turns completion events into owner wake-ups. It waits with a
+// context that is never done, because watching a cancellable one costs an
+// allocation per wait; closing the channel (closeVerbs) ends it.
+func (r *rail) waitEvents() {
 	defer r.helpWG.Done()
 	for {
-		if _, err := r.ch.Wait(ctx); err != nil {
+		if _, err := r.ch.Wait(context.Background()); err != nil {
 			return
 		}
 		r.kick()
@@ -292,9 +291,7 @@ func (r *rail) handle(it item) {
 	case itemClose:
 		r.closeEP(ep, it.err)
 	case itemDown:
-		for _, e := range r.eps {
-			r.breakEP(e, fmt.Errorf("rdma: rail %s down: %w", r.dev.Name, engine.ErrTransient))
-		}
+		r.breakAll()
 	}
 }
 
@@ -433,11 +430,33 @@ func (r *rail) classify(wc *uverbs.WC, s *engine.Slice, rkey uint32, ep *endpoin
 		return ep.failure()
 	}
 	switch wc.Status {
-	case uverbs.WCWRFlushErr, uverbs.WCRetryExcErr, uverbs.WCRNRRetryExcErr, uverbs.WCRespTimeoutErr:
+	case uverbs.WCWRFlushErr, uverbs.WCRetryExcErr, uverbs.WCRNRRetryExcErr, uverbs.WCRespTimeoutErr,
+		uverbs.WCLocQPOpErr: // rxe: a send on a port that went down
+		r.checkPort()
 		return fmt.Errorf("rdma: %s on %s to %s rail %d: %w: %w", s.Op, r.dev.Name, ep.p.name, ep.rrail, werr, engine.ErrTransient)
 	}
 	return fmt.Errorf("rdma: %s of %d bytes at %#x rkey %#x on %s to %s rail %d: %w",
 		s.Op, len(s.Local), s.RemoteAddr, rkey, r.dev.Name, ep.p.name, ep.rrail, werr)
+}
+
+// checkPort reads the port's state after a failure that a dead link
+// explains, so new slices avoid the rail before its async event arrives.
+func (r *rail) checkPort() {
+	if st, err := r.dev.PortState(int(r.port.Num)); err == nil && st != uverbs.PortActive && r.up.Swap(false) {
+		r.log.Warn("rdma: rail down", "state", st.String())
+		r.breakAll()
+	}
+}
+
+// breakAll breaks every endpoint of the rail (its port went down).
+func (r *rail) breakAll() {
+	err := fmt.Errorf("rdma: rail %s down: %w", r.dev.Name, engine.ErrTransient)
+	// Backwards: teardown moves the last endpoint into the freed place.
+	for i := len(r.eps) - 1; i >= 0; i-- {
+		if i < len(r.eps) {
+			r.breakEP(r.eps[i], err)
+		}
+	}
 }
 
 // breakEP stops using ep: its QPs go to the error state so what is still
@@ -446,6 +465,11 @@ func (r *rail) classify(wc *uverbs.WC, s *engine.Slice, rkey uint32, ep *endpoin
 func (r *rail) breakEP(ep *endpoint, err error) {
 	if !ep.state.CompareAndSwap(epReady, epBroken) {
 		return
+	}
+	// What is still queued or posted on ep did nothing wrong: it fails
+	// transiently and is retried on a fresh endpoint, whatever broke it.
+	if !errors.Is(err, engine.ErrTransient) {
+		err = fmt.Errorf("rdma: endpoint to %s rail %d broken by an earlier failure (%v): %w", ep.p.name, ep.rrail, err, engine.ErrTransient)
 	}
 	ep.setFailure(err)
 	r.failWaiting(ep, ep.failure())
@@ -599,7 +623,6 @@ func (r *rail) shutdown() {
 func (r *rail) stop() {
 	close(r.quit)
 	r.ownerWG.Wait()
-	r.cancel()
 }
 
 func (r *rail) closeVerbs() error {
