@@ -65,6 +65,9 @@ type cq struct {
 	reg    *dma.Region
 	r      ring
 	cons   uint32 // our consumer index (we own it)
+	// arm is Arm's request, kept here because a local would escape
+	// through the Kernel interface: arming is on the completion path.
+	arm uapi.ReqNotifyCQ
 }
 
 func (q *cq) Request() (uint32, []byte, int) {
@@ -86,11 +89,11 @@ func (q *cq) Created(h uverbs.Handle, _ uint32, out []byte) error {
 func (q *cq) Poll(wc []uverbs.WC) (int, error) { return pollRing(&q.r, &q.cons, wc), nil }
 
 func (q *cq) Arm(solicitedOnly bool) error {
-	req := uapi.ReqNotifyCQ{CQHandle: uint32(q.handle)}
+	q.arm = uapi.ReqNotifyCQ{CQHandle: uint32(q.handle)}
 	if solicitedOnly {
-		req.SolicitedOnly = 1
+		q.arm.SolicitedOnly = 1
 	}
-	return q.k.Write(uapi.CmdReqNotifyCQ, ucmd.Bytes(&req), nil, nil, nil)
+	return q.k.Write(uapi.CmdReqNotifyCQ, ucmd.Bytes(&q.arm), nil, nil, nil)
 }
 
 func (q *cq) EventConsumed() {}

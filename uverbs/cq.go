@@ -24,6 +24,11 @@ type CompChannel struct {
 	mu     sync.Mutex
 	closed bool
 	ncqs   int
+
+	// waitMu serializes waiters over buf, which a local would not do: it
+	// escapes through the read and would cost an allocation per event.
+	waitMu sync.Mutex
+	buf    [8]byte
 }
 
 // CreateCompChannel creates a completion channel.
@@ -52,9 +57,11 @@ func (c *Context) CreateCompChannel() (*CompChannel, error) {
 // the CQ it is for. The event is acknowledged (the CQ must be re-armed with
 // ReqNotify to get another one).
 func (ch *CompChannel) Wait(ctx context.Context) (*CQ, error) {
-	var buf [8]byte
+	ch.waitMu.Lock()
+	defer ch.waitMu.Unlock()
+	buf := ch.buf[:]
 	for {
-		n, err := ch.f.Read(ctx, buf[:])
+		n, err := ch.f.Read(ctx, buf)
 		if err != nil {
 			if errors.Is(err, ErrClosed) {
 				return nil, ErrClosed
@@ -67,7 +74,7 @@ func (ch *CompChannel) Wait(ctx context.Context) (*CQ, error) {
 		if n < 8 {
 			continue
 		}
-		uh := le.Uint64(buf[:])
+		uh := le.Uint64(buf)
 		ch.ctx.mu.Lock()
 		cq := ch.ctx.cqs[uh]
 		ch.ctx.mu.Unlock()
