@@ -457,7 +457,7 @@ func (e *Engine) resolve(t *task, r *Request, ts *transportSet) error {
 	if err != nil {
 		return fmt.Errorf("%w: %s [%#x, %#x)", ErrOutOfRange, s.name, r.TargetAddr, r.TargetAddr+n)
 	}
-	slot, err := pickSlot(ts, st.desc, r.Transport, s.force)
+	slot, err := pickSlot(ts, st.desc, st, r.Transport, s.force)
 	if err != nil {
 		return err
 	}
@@ -523,9 +523,11 @@ func preferred(name string) bool {
 // the segment's OpenOptions.Transport, else the first of shm, rdma, tcp
 // that is installed here, offered by the target and reaches it (shm: same
 // host), else any other protocol the target offers that is installed here.
+// st, when not nil, is the state d belongs to: it caches what the
+// transports' Reaches said about d.
 // Uninstalling a transport falls back to the next. It does not allocate
 // unless it fails.
-func pickSlot(ts *transportSet, d *segment.Descriptor, hint, force string) (int, error) {
+func pickSlot(ts *transportSet, d *segment.Descriptor, st *segState, hint, force string) (int, error) {
 	if hint == "" {
 		hint = force
 	}
@@ -537,13 +539,13 @@ func pickSlot(ts *transportSet, d *segment.Descriptor, hint, force string) (int,
 		if !offers(d, hint) {
 			return -1, fmt.Errorf("%w: %s does not offer %q", ErrNoTransport, d.Name, hint)
 		}
-		if !ts.usable(slot, d, hint) {
+		if !ts.usable(slot, d, st, hint) {
 			return -1, fmt.Errorf("%w: %q cannot reach %s from here (another host or user)", ErrNoTransport, hint, d.Name)
 		}
 		return slot, nil
 	}
 	for _, name := range preference {
-		if slot := ts.byName(name); slot >= 0 && ts.usable(slot, d, name) {
+		if slot := ts.byName(name); slot >= 0 && ts.usable(slot, d, st, name) {
 			return slot, nil
 		}
 	}
@@ -552,7 +554,7 @@ func pickSlot(ts *transportSet, d *segment.Descriptor, hint, force string) (int,
 		if preferred(name) {
 			continue
 		}
-		if slot := ts.byName(name); slot >= 0 && ts.usable(slot, d, name) {
+		if slot := ts.byName(name); slot >= 0 && ts.usable(slot, d, st, name) {
 			return slot, nil
 		}
 	}

@@ -85,6 +85,8 @@ type transportSet struct {
 	// reach holds the slots' Reacher, nil for transports that reach every
 	// segment offering their protocol.
 	reach [maxTransports]Reacher
+	// gen grows with every Install and Uninstall (segState.reach).
+	gen uint32
 	// order lists occupied slots in install order (preference order of
 	// the local descriptor's protocols).
 	order []int
@@ -95,12 +97,32 @@ type transportSet struct {
 }
 
 // usable reports whether the transport of slot may carry requests to d:
-// d offers its protocol and the transport reaches d.
-func (ts *transportSet) usable(slot int, d *segment.Descriptor, name string) bool {
+// d offers its protocol and the transport reaches d. st (may be nil)
+// caches the transport's answer for d.
+func (ts *transportSet) usable(slot int, d *segment.Descriptor, st *segState, name string) bool {
 	if !offers(d, name) {
 		return false
 	}
-	return ts.reach[slot] == nil || ts.reach[slot].Reaches(d)
+	r := ts.reach[slot]
+	if r == nil {
+		return true
+	}
+	if st == nil {
+		return r.Reaches(d)
+	}
+	v := st.reach[slot].Load()
+	if v>>2 == ts.gen&(1<<30-1) && v&3 != 0 {
+		return v&3 == 1
+	}
+	ok := r.Reaches(d)
+	v = ts.gen << 2
+	if ok {
+		v |= 1
+	} else {
+		v |= 2
+	}
+	st.reach[slot].Store(v)
+	return ok
 }
 
 func offers(d *segment.Descriptor, name string) bool {
@@ -262,6 +284,7 @@ func (e *Engine) Install(t Transport) error {
 	ns := *old
 	ns.slots[slot] = t
 	ns.reach[slot], _ = t.(Reacher)
+	ns.gen++
 	ns.order = append(slices.Clone(old.order), slot)
 	e.transports.Store(&ns)
 	if err := e.republish(); err != nil {
@@ -295,6 +318,7 @@ func (e *Engine) Uninstall(name string) error {
 	ns := *old
 	ns.slots[slot] = nil
 	ns.reach[slot] = nil
+	ns.gen++
 	ns.order = slices.DeleteFunc(slices.Clone(old.order), func(i int) bool { return i == slot })
 	e.transports.Store(&ns)
 	old.closing[slot].Store(false)

@@ -48,6 +48,9 @@ type segState struct {
 	// choose per request (pickSlot).
 	dflt  int
 	peers [maxTransports]atomic.Pointer[peerRef]
+	// reach caches, per transport slot, what its Reacher said about desc:
+	// the transport set's generation << 2 | 1 (reaches) or 2 (does not).
+	reach [maxTransports]atomic.Uint32
 }
 
 type peerRef struct{ p Peer }
@@ -226,7 +229,7 @@ func (e *Engine) OpenSegment(ctx context.Context, name string, opts *OpenOptions
 // newState makes the state for descriptor d and picks its default
 // transport.
 func (e *Engine) newState(s *remoteSegment, d *segment.Descriptor) (*segState, error) {
-	slot, err := pickSlot(e.transports.Load(), d, "", s.force)
+	slot, err := pickSlot(e.transports.Load(), d, nil, "", s.force)
 	if err != nil {
 		return nil, err
 	}
