@@ -116,3 +116,24 @@ func ListenIn(nsPath, addr string) (net.Listener, error) {
 	}
 	return ln, nil
 }
+
+// Monotonic reads CLOCK_MONOTONIC, the clock of bpf_ktime_get_ns and of
+// the kernel's TCP timestamps.
+func Monotonic() time.Duration {
+	var ts unix.Timespec
+	if err := unix.ClockGettime(unix.CLOCK_MONOTONIC, &ts); err != nil {
+		panic("sock: CLOCK_MONOTONIC: " + err.Error()) // cannot fail on Linux
+	}
+	return time.Duration(ts.Nano())
+}
+
+// Inode returns the inode number of path; a cgroup v2 directory's is its
+// cgroup id (what bpf_get_current_cgroup_id and the socket's cgroup
+// report).
+func Inode(path string) (uint64, error) {
+	var st unix.Stat_t
+	if err := unix.Stat(path, &st); err != nil {
+		return 0, fmt.Errorf("sock: stat %s: %w", path, err)
+	}
+	return st.Ino, nil
+}

@@ -27,3 +27,9 @@ func TCPInfo(syscall.Conn) (Info, error) { return Info{}, errOS }
 
 // ListenIn needs Linux.
 func ListenIn(string, string) (net.Listener, error) { return nil, errOS }
+
+// Monotonic needs Linux.
+func Monotonic() time.Duration { return 0 }
+
+// Inode needs Linux.
+func Inode(string) (uint64, error) { return 0, errOS }
