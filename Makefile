@@ -5,7 +5,7 @@ PKGS    := ./...
 
 export CGO_ENABLED ?= 0
 
-.PHONY: all build build-arm64 run test lint test-unit test-race test-arm64 test-softroce bench bench-smoke fuzz-smoke deps clean
+.PHONY: all build build-arm64 run test test-deps lint generate test-unit test-race test-arm64 test-softroce bench bench-smoke fuzz-smoke deps clean
 
 all: build
 
@@ -21,8 +21,14 @@ build-arm64:
 run: build
 	./$(BIN) bench
 
-## test: every tier (lint, unit+race, benchmarks once, softroce in qemu)
-test: lint test-unit test-race test-arm64 bench-smoke fuzz-smoke test-softroce
+## test: every tier (lint, unit+race, benchmarks once, softroce in qemu);
+## as root it first installs whatever the tiers need that is missing
+test: test-deps lint test-unit test-race test-arm64 bench-smoke fuzz-smoke test-softroce
+
+# As root, .ci/deps installs what is missing (each step is skipped when
+# satisfied); as another user the tiers that need root skip loudly.
+test-deps:
+	@if [ "$$(id -u)" = 0 ]; then bash .ci/deps; else echo "test-deps: not root, installing nothing (run make deps as root)"; fi
 
 lint:
 	@out=$$(gofmt -l $$(git ls-files '*.go')); if [ -n "$$out" ]; then echo "gofmt needed:"; echo "$$out"; exit 1; fi
@@ -30,6 +36,12 @@ lint:
 	CGO_ENABLED=0 $(GO) build $(PKGS)
 	$(GO) tool staticcheck $(PKGS)
 	$(GO) test -count=1 -run '^TestImportRule' ./internal
+	$(GO) mod tidy -diff
+	@bash .ci/check-generate
+
+## generate: the eBPF objects from ebpf/bpf/*.c (bpf2go: clang, llvm, libbpf-dev)
+generate:
+	$(GO) generate ./ebpf
 
 # -race needs cgo in the test binaries only; the product stays cgo-free.
 test-race:
