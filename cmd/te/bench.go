@@ -16,6 +16,7 @@ import (
 	"text/tabwriter"
 	"time"
 
+	"github.com/rdmago/te/auth"
 	"github.com/rdmago/te/engine"
 	"github.com/rdmago/te/segment"
 )
@@ -49,6 +50,9 @@ type benchConfig struct {
 	Sweep      bool          `json:"sweep"`
 	Verify     bool          `json:"verify"`
 	Quiet      bool          `json:"-"`
+	AuthFile   string        `json:"-"`
+	Auth       bool          `json:"auth"` // a cluster secret is in use (never the secret)
+	secret     *auth.Secret  // loaded from AuthFile
 }
 
 // sweepBlocks and sweepOps are the table --sweep measures.
@@ -82,6 +86,7 @@ func parseBench(args []string, stderr io.Writer) (*benchConfig, error) {
 	fs.BoolVar(&c.Sweep, "sweep", false, "measure the table: 4KiB, 64KiB, 1MiB blocks × write, read (other flags apply)")
 	fs.BoolVar(&c.Verify, "verify", false, "after each measurement, write a pattern, read it back and compare")
 	fs.BoolVar(&c.Quiet, "quiet", false, "no progress lines on stderr")
+	authFile := authFlag(fs)
 	alias(fs, "block-size", "block_size")
 	alias(fs, "batch-size", "batch_size")
 	alias(fs, "buffer-size", "buffer_size")
@@ -108,6 +113,7 @@ func parseBench(args []string, stderr io.Writer) (*benchConfig, error) {
 	c.BlockSize, c.BufferSize, c.Duration = int64(block), int64(buf), time.Duration(dur)
 	c.Seconds = c.Duration.Seconds()
 	c.Metadata = metadataURI(c.Metadata)
+	c.AuthFile = *authFile
 	switch {
 	case c.BlockSize <= 0 || c.BlockSize > 1<<30:
 		return nil, badUsage(stderr, "bench", "--block-size %d: want 1 byte to 1GiB", c.BlockSize)
@@ -139,6 +145,7 @@ type benchResult struct {
 	Threads    int             `json:"threads"`
 	Segment    string          `json:"segment"`
 	InProcess  bool            `json:"in_process_target"`
+	Auth       bool            `json:"auth"` // a cluster secret was in use (never the secret)
 	Seconds    float64         `json:"seconds"`
 	Bytes      uint64          `json:"bytes"`
 	Batches    uint64          `json:"batches"`
@@ -169,6 +176,10 @@ func runBench(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	if err != nil {
 		return err
 	}
+	if c.secret, err = loadAuth(c.AuthFile); err != nil {
+		return err
+	}
+	c.Auth = c.secret != nil
 	var progress io.Writer = stderr
 	if c.Quiet {
 		progress = io.Discard
@@ -295,13 +306,13 @@ func setupBench(ctx context.Context, c *benchConfig, bufSize, localSize int64) (
 		// listeners on loopback: the same code path as a remote one.
 		// Stores that do not name segments after their owner (Consul) get
 		// distinct names for the two engines.
-		env.target, err = openNode(ctx, nodeConfig{metadata: c.Metadata, name: benchName("target"), protocols: c.Protocols, listen: "127.0.0.1:0", bufSize: bufSize})
+		env.target, err = openNode(ctx, nodeConfig{metadata: c.Metadata, auth: c.secret, name: benchName("target"), protocols: c.Protocols, listen: "127.0.0.1:0", bufSize: bufSize})
 		if err != nil {
 			return nil, fmt.Errorf("in-process target: %w", err)
 		}
 		env.segment = env.target.eng.Name()
 	}
-	env.init, err = openNode(ctx, nodeConfig{metadata: c.Metadata, name: benchName("initiator"), protocols: c.Protocols, bufSize: localSize})
+	env.init, err = openNode(ctx, nodeConfig{metadata: c.Metadata, auth: c.secret, name: benchName("initiator"), protocols: c.Protocols, bufSize: localSize})
 	if err != nil {
 		return nil, fmt.Errorf("initiator: %w", err)
 	}
@@ -549,7 +560,7 @@ func (env *benchEnv) run(ctx context.Context, op string, block int64, progress i
 	for pi, proto := range protos {
 		r := &benchResult{
 			Operation: op, Protocol: proto, BlockSize: block, BatchSize: c.BatchSize, Threads: c.Threads,
-			Segment: env.segment, InProcess: env.target != nil, Seconds: elapsed[pi].Seconds(),
+			Segment: env.segment, InProcess: env.target != nil, Auth: c.Auth, Seconds: elapsed[pi].Seconds(),
 			Unit: c.ReportUnit, footprint: footprint, elapsedWall: elapsed[pi],
 		}
 		var h histogram

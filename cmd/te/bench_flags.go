@@ -2,7 +2,9 @@ package main
 
 import (
 	"flag"
+
 	"fmt"
+	"github.com/rdmago/te/auth"
 	"math"
 	"os"
 	"slices"
@@ -201,4 +203,10 @@ func metadataURI(v string) string {
 		return "p2p://127.0.0.1:0"
 	}
 	return v
+}
+
+// authFlag adds --auth-file to fs: the cluster secret's file, default
+// $TE_AUTH_FILE.
+func authFlag(fs *flag.FlagSet) *string {
+	return fs.String("auth-file", os.Getenv(auth.EnvFile), "`file` holding the cluster secret (mode 0600, at least 16 bytes): peers must prove they hold it (default $"+auth.EnvFile+"; unset: no authentication)")
 }

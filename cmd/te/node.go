@@ -4,10 +4,13 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"log/slog"
 	"net"
+	"net/url"
 	"os"
 	"slices"
 
+	"github.com/rdmago/te/auth"
 	"github.com/rdmago/te/engine"
 	"github.com/rdmago/te/segment"
 	"github.com/rdmago/te/segment/p2p"
@@ -26,10 +29,11 @@ type node struct {
 
 // nodeConfig says how to build a node.
 type nodeConfig struct {
-	metadata  string   // metadata URI (p2p://..., consul://...)
-	name      string   // segment name for stores that do not assign one
-	protocols []string // transports to install: tcp, shm, rdma
-	listen    string   // the transport's data listener; "" derives one
+	metadata  string       // metadata URI (p2p://..., consul://...)
+	auth      *auth.Secret // cluster secret (--auth-file); nil: none
+	name      string       // segment name for stores that do not assign one
+	protocols []string     // transports to install: tcp, shm, rdma
+	listen    string       // the transport's data listener; "" derives one
 	bufSize   int64
 }
 
@@ -42,7 +46,8 @@ func openNode(ctx context.Context, cfg nodeConfig) (_ *node, err error) {
 			n.Close()
 		}
 	}()
-	n.store, err = segment.Open(ctx, cfg.metadata)
+	log := stderrLogger()
+	n.store, err = openStore(ctx, cfg.metadata, cfg.auth, log)
 	if err != nil {
 		return nil, err
 	}
@@ -65,12 +70,12 @@ func openNode(ctx context.Context, cfg nodeConfig) (_ *node, err error) {
 	if listen == "" {
 		listen = ":0"
 	}
-	n.eng, err = engine.New(engine.Config{Name: name, Store: n.store})
+	n.eng, err = engine.New(engine.Config{Name: name, Store: n.store, Logger: log})
 	if err != nil {
 		return nil, err
 	}
 	for _, p := range cfg.protocols {
-		tr, err := newTransport(p, listen)
+		tr, err := newTransport(p, listen, cfg.auth)
 		if err != nil {
 			return nil, err
 		}
@@ -96,11 +101,46 @@ func openNode(ctx context.Context, cfg nodeConfig) (_ *node, err error) {
 	return n, nil
 }
 
+// openStore opens a metadata store; the embedded p2p store gets the
+// cluster secret (Consul deployments rely on Consul's ACL token,
+// $CONSUL_HTTP_TOKEN, for the metadata).
+func openStore(ctx context.Context, uri string, secret *auth.Secret, log *slog.Logger) (segment.Store, error) {
+	u, err := url.Parse(uri)
+	if err != nil || u.Scheme != "p2p" {
+		return segment.Open(ctx, uri)
+	}
+	opts, err := p2p.ParseURI(u)
+	if err != nil {
+		return nil, err
+	}
+	opts.Auth, opts.Logger = secret, log
+	s, err := p2p.New(ctx, opts)
+	if err != nil {
+		return nil, err // not a typed nil inside the interface
+	}
+	return s, nil
+}
+
+// stderrLogger is the engine's and the stores' logger: warnings and
+// errors on stderr (an unauthenticated listener, failed handshakes).
+func stderrLogger() *slog.Logger {
+	return slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelWarn}))
+}
+
+// loadAuth loads the cluster secret named by --auth-file (default
+// $TE_AUTH_FILE); nil when neither is set.
+func loadAuth(path string) (*auth.Secret, error) {
+	if path == "" {
+		return nil, nil
+	}
+	return auth.Load(path)
+}
+
 // newTransport builds the transport for --protocol.
-func newTransport(protocol, listen string) (engine.Transport, error) {
+func newTransport(protocol, listen string, secret *auth.Secret) (engine.Transport, error) {
 	switch protocol {
 	case "tcp":
-		return tcp.New(tcp.Config{Listen: listen}), nil
+		return tcp.New(tcp.Config{Listen: listen, Auth: secret}), nil
 	case "shm":
 		return shm.New(shm.Config{}), nil
 	case "rdma":

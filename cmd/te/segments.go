@@ -13,6 +13,7 @@ import (
 	"text/tabwriter"
 	"time"
 
+	"github.com/rdmago/te/auth"
 	"github.com/rdmago/te/segment"
 	_ "github.com/rdmago/te/segment/consul" // consul:// metadata URIs
 	_ "github.com/rdmago/te/segment/p2p"    // p2p:// metadata URIs
@@ -32,6 +33,7 @@ func runSegments(ctx context.Context, args []string) error {
 	peers := fs.String("peers", "", "comma-separated segment names to fetch (for p2p: the peers' host:port); default: all the store lists")
 	asJSON := fs.Bool("json", false, "print each descriptor as one line of JSON instead of a table")
 	timeout := fs.Duration("timeout", 10*time.Second, "give up after this long")
+	authFile := authFlag(fs)
 	fs.Usage = func() {
 		fmt.Fprintf(fs.Output(), "usage: te segments [flags] [name ...]\n\n"+
 			"Lists the segments of a metadata store, or the named ones. The p2p store\n"+
@@ -51,9 +53,13 @@ func runSegments(ctx context.Context, args []string) error {
 		}
 	}
 	names = append(names, fs.Args()...)
+	secret, err := loadAuth(*authFile)
+	if err != nil {
+		return err
+	}
 	ctx, cancel := context.WithTimeout(ctx, *timeout)
 	defer cancel()
-	return listSegments(ctx, os.Stdout, metadataURI(*metadata), names, *asJSON, time.Now())
+	return listSegments(ctx, os.Stdout, metadataURI(*metadata), secret, names, *asJSON, time.Now())
 }
 
 // publishedAt is implemented by stores that know when a segment's current
@@ -64,7 +70,7 @@ type publishedAt interface {
 
 // listSegments writes the segments named (or, with no names, all the store
 // can list) to w, one row each.
-func listSegments(ctx context.Context, w io.Writer, uri string, names []string, asJSON bool, now time.Time) error {
+func listSegments(ctx context.Context, w io.Writer, uri string, secret *auth.Secret, names []string, asJSON bool, now time.Time) error {
 	u, err := url.Parse(uri)
 	if err != nil {
 		return fmt.Errorf("--metadata %q: %w", uri, err)
@@ -72,7 +78,7 @@ func listSegments(ctx context.Context, w io.Writer, uri string, names []string, 
 	if u.Scheme == "p2p" && len(names) == 0 {
 		return badUsage(os.Stderr, "segments", "the p2p store has no server to list: name the peers (--peers host:port,... or as arguments)")
 	}
-	st, err := segment.Open(ctx, uri)
+	st, err := openStore(ctx, uri, secret, stderrLogger())
 	if err != nil {
 		return err
 	}

@@ -35,7 +35,7 @@ func TestSegmentsConsul(t *testing.T) {
 	uri := a.URI("cli")
 
 	var out bytes.Buffer
-	if err := listSegments(ctx, &out, uri, nil, false, time.Now().Add(90*time.Second)); err != nil {
+	if err := listSegments(ctx, &out, uri, nil, nil, false, time.Now().Add(90*time.Second)); err != nil {
 		t.Fatal(err)
 	}
 	t.Logf("\n%s", out.String())
@@ -54,7 +54,7 @@ func TestSegmentsConsul(t *testing.T) {
 
 	// Named segments, JSON; an unknown name is reported and fails the run.
 	out.Reset()
-	err = listSegments(ctx, &out, uri, []string{"host-a:15001", "nobody:1"}, true, time.Now())
+	err = listSegments(ctx, &out, uri, nil, []string{"host-a:15001", "nobody:1"}, true, time.Now())
 	if !errors.Is(err, segment.ErrNotFound) {
 		t.Fatalf("unknown name: err = %v, want ErrNotFound", err)
 	}
@@ -76,14 +76,14 @@ func TestSegmentsP2P(t *testing.T) {
 		t.Fatal(err)
 	}
 	var out bytes.Buffer
-	if err := listSegments(ctx, &out, metadataURI("p2p"), []string{peer.Name()}, false, time.Now()); err != nil {
+	if err := listSegments(ctx, &out, metadataURI("p2p"), nil, []string{peer.Name()}, false, time.Now()); err != nil {
 		t.Fatal(err)
 	}
 	t.Logf("\n%s", out.String())
 	if !regexp.MustCompile(`(?m)^` + regexp.QuoteMeta(peer.Name()) + `\s+0x7\s+2\s+tcp=\S+\s+rxe0:1\s+2 \(1\.1 MiB\)\s+-$`).MatchString(out.String()) {
 		t.Fatalf("no row for the peer:\n%s", out.String())
 	}
-	if err := listSegments(ctx, &out, metadataURI("p2p"), nil, false, time.Now()); !errors.Is(err, errUsage) {
+	if err := listSegments(ctx, &out, metadataURI("p2p"), nil, nil, false, time.Now()); !errors.Is(err, errUsage) {
 		t.Fatalf("p2p without peers: %v, want a usage error", err)
 	}
 }
@@ -105,7 +105,7 @@ func TestSegmentsTableEscapes(t *testing.T) {
 		t.Fatal(err)
 	}
 	var out bytes.Buffer
-	if err := listSegments(ctx, &out, metadataURI("p2p"), []string{peer.Name()}, false, time.Now()); err != nil {
+	if err := listSegments(ctx, &out, metadataURI("p2p"), nil, []string{peer.Name()}, false, time.Now()); err != nil {
 		t.Fatal(err)
 	}
 	if strings.ContainsAny(out.String()[:len(out.String())-1], "\x1b\x07\r") || strings.Count(out.String(), "\n") != 2 {

@@ -26,6 +26,7 @@ func runServe(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	fs.Var(&bufSize, "buffer-size", "`bytes` of memory to expose (mmap'd, touched lazily)")
 	listen := fs.String("listen", "", "the transport's data listener, host:port (default: the p2p store's host, else all interfaces, any port)")
 	name := fs.String("name", "", "segment name for stores that do not assign one (default hostname/pid; p2p names the segment host:port)")
+	authFile := authFlag(fs)
 	alias(fs, "metadata", "metadata_server")
 	alias(fs, "buffer-size", "buffer_size")
 	fs.Usage = func() {
@@ -44,8 +45,12 @@ func runServe(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	if bufSize <= 0 {
 		return badUsage(stderr, "serve", "--buffer-size must be positive")
 	}
+	secret, err := loadAuth(*authFile)
+	if err != nil {
+		return err
+	}
 	n, err := openNode(ctx, nodeConfig{
-		metadata: metadataURI(*metadata), name: *name, protocols: protocol.v, listen: *listen, bufSize: int64(bufSize),
+		metadata: metadataURI(*metadata), auth: secret, name: *name, protocols: protocol.v, listen: *listen, bufSize: int64(bufSize),
 	})
 	if err != nil {
 		return err

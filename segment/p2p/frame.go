@@ -1,29 +1,30 @@
 package p2p
 
 import (
-	"encoding/binary"
-	"errors"
 	"fmt"
 	"io"
+
+	"github.com/rdmago/te/internal/handshake"
+	"github.com/rdmago/te/internal/wire"
+	"github.com/rdmago/te/segment"
 )
 
-// Wire format of the handshake socket. Every message, in both directions, is
-// one frame:
+// Wire format of the handshake socket: internal/wire frames, magic "TEMD",
+// version 2, flags zero. A connection opens with the authenticated
+// handshake of internal/handshake (hello, challenge, answer, verdict;
+// proofs bound to "p2p" and both stores' names and epochs), then carries
+// any number of request/response exchanges, one at a time:
 //
-//	offset size
-//	0      4    magic "TEMD"
-//	4      1    wire version (1)
-//	5      1    frame type
-//	6      2    reserved, zero
-//	8      4    payload length, big-endian
-//	12     n    payload
+//	get         request: payload is the segment name
+//	descriptor  response: segment.Marshal output
+//	not-found   response: the peer has no such segment; payload is the name
+//	error       response: the request was refused; payload is a message
 //
-// A connection carries any number of request/response exchanges, one at a
-// time. Requests are small (a segment name); responses carry
-// segment.Marshal output. Both sides bound the payload before reading it.
+// Both sides bound each payload by its type before reading it; a server
+// reads requests with a bound of 0 for descriptors.
 const (
-	wireVersion = 1
-	headerLen   = 12
+	wireVersion = 2
+	headerLen   = wire.HeaderLen
 
 	// maxNameLen bounds a segment name, the only payload of a request.
 	maxNameLen = 1024
@@ -31,19 +32,21 @@ const (
 	maxErrorLen = 4096
 )
 
-var magic = [4]byte{'T', 'E', 'M', 'D'}
-
 // frameType says what a frame carries.
-type frameType uint8
+type frameType = wire.Type
 
 const (
-	frameGet        frameType = 1 // request: payload is the segment name
-	frameDescriptor frameType = 2 // response: payload is segment.Marshal output
-	frameNotFound   frameType = 3 // response: the peer has no such segment; payload is the name
-	frameError      frameType = 4 // response: the request was refused; payload is a message
+	frameGet        frameType = 1
+	frameDescriptor frameType = 2
+	frameNotFound   frameType = 3
+	frameError      frameType = 4
+	frameHello      frameType = 5
+	frameChallenge  frameType = 6
+	frameAnswer     frameType = 7
+	frameVerdict    frameType = 8
 )
 
-func (t frameType) String() string {
+func typeName(t frameType) string {
 	switch t {
 	case frameGet:
 		return "get"
@@ -53,12 +56,20 @@ func (t frameType) String() string {
 		return "not-found"
 	case frameError:
 		return "error"
+	case frameHello:
+		return "hello"
+	case frameChallenge:
+		return "challenge"
+	case frameAnswer:
+		return "answer"
+	case frameVerdict:
+		return "verdict"
 	}
 	return fmt.Sprintf("frame(%d)", uint8(t))
 }
 
 // errFrame marks a malformed frame; compare with errors.Is.
-var errFrame = errors.New("p2p: malformed frame")
+var errFrame = wire.ErrFrame
 
 // maxPayload returns the largest payload a frame of type t may carry.
 func maxPayload(t frameType, maxDescriptor int) (int, bool) {
@@ -69,67 +80,62 @@ func maxPayload(t frameType, maxDescriptor int) (int, bool) {
 		return maxDescriptor, true
 	case frameError:
 		return maxErrorLen, true
+	case frameHello:
+		return handshake.MaxHello, true
+	case frameChallenge:
+		return handshake.MaxChallenge, true
+	case frameAnswer:
+		return handshake.MaxAnswer, true
+	case frameVerdict:
+		return handshake.MaxVerdict, true
 	}
 	return 0, false
 }
 
-// appendFrame appends one frame to dst.
-func appendFrame(dst []byte, t frameType, payload []byte) []byte {
-	var h [headerLen]byte
-	copy(h[:4], magic[:])
-	h[4] = wireVersion
-	h[5] = byte(t)
-	binary.BigEndian.PutUint32(h[8:], uint32(len(payload)))
-	dst = append(dst, h[:]...)
-	return append(dst, payload...)
+func newProto(maxDescriptor int) wire.Proto {
+	return wire.Proto{
+		Name:     "p2p",
+		Magic:    [4]byte{'T', 'E', 'M', 'D'},
+		Version:  wireVersion,
+		Limit:    func(t wire.Type) (int, bool) { return maxPayload(t, maxDescriptor) },
+		TypeName: typeName,
+	}
 }
 
-// parseHeader checks a frame header and returns its type and payload length.
-// maxDescriptor bounds descriptor payloads; every other type has a fixed
-// bound.
-func parseHeader(h []byte, maxDescriptor int) (frameType, int, error) {
-	if len(h) < headerLen {
-		return 0, 0, fmt.Errorf("%w: short header (%d bytes)", errFrame, len(h))
-	}
-	if [4]byte(h[:4]) != magic {
-		return 0, 0, fmt.Errorf("%w: bad magic %q", errFrame, h[:4])
-	}
-	if h[4] != wireVersion {
-		return 0, 0, fmt.Errorf("%w: wire version %d, want %d", errFrame, h[4], wireVersion)
-	}
-	if h[6] != 0 || h[7] != 0 {
-		return 0, 0, fmt.Errorf("%w: reserved bytes set", errFrame)
-	}
-	t := frameType(h[5])
-	limit, ok := maxPayload(t, maxDescriptor)
-	if !ok {
-		return 0, 0, fmt.Errorf("%w: unknown type %d", errFrame, h[5])
-	}
-	// Compare as uint64 so a huge length cannot wrap int on any platform.
-	n := uint64(binary.BigEndian.Uint32(h[8:]))
-	if n > uint64(limit) {
-		return 0, 0, fmt.Errorf("%w: %v payload of %d bytes exceeds %d", errFrame, t, n, limit)
-	}
-	return t, int(n), nil
+var (
+	// requests is what a server reads: no descriptors.
+	requests = newProto(0)
+	// responses is what a client reads.
+	responses = newProto(segment.MaxEncodedSize)
+
+	serverHandshake = handshake.Spec{Proto: &requests, Hello: frameHello, Challenge: frameChallenge, Answer: frameAnswer, Verdict: frameVerdict, Label: "p2p"}
+	clientHandshake = handshake.Spec{Proto: &responses, Hello: frameHello, Challenge: frameChallenge, Answer: frameAnswer, Verdict: frameVerdict, Label: "p2p"}
+)
+
+// appendFrame appends one frame to dst.
+func appendFrame(dst []byte, t frameType, payload []byte) []byte {
+	return responses.Append(dst, t, 0, payload)
 }
 
 // readFrame reads one frame. The header is read into hdr (headerLen bytes)
 // so callers can reuse it; the payload is freshly allocated, only after its
-// length passed the bound.
+// length passed the bound: maxDescriptor is 0 (a server reading requests)
+// or at least segment.MaxEncodedSize (a client reading responses).
 func readFrame(r io.Reader, hdr []byte, maxDescriptor int) (frameType, []byte, error) {
-	if _, err := io.ReadFull(r, hdr[:headerLen]); err != nil {
-		return 0, nil, err
+	p := &responses
+	if maxDescriptor < segment.MaxEncodedSize {
+		p = &requests
+		if maxDescriptor > 0 {
+			q := newProto(maxDescriptor)
+			p = &q
+		}
 	}
-	t, n, err := parseHeader(hdr, maxDescriptor)
+	h, payload, err := p.Read(r, hdr, nil)
 	if err != nil {
 		return 0, nil, err
 	}
-	payload := make([]byte, n)
-	if _, err := io.ReadFull(r, payload); err != nil {
-		if errors.Is(err, io.EOF) {
-			err = io.ErrUnexpectedEOF
-		}
-		return 0, nil, fmt.Errorf("%w: %v payload: %w", errFrame, t, err)
+	if h.Flags != 0 {
+		return 0, nil, fmt.Errorf("%w: p2p: reserved flags %#x set", errFrame, h.Flags)
 	}
-	return t, payload, nil
+	return h.Type, payload, nil
 }

@@ -2,10 +2,14 @@ package p2p
 
 import (
 	"bytes"
+	"context"
 	"errors"
 	"io"
+	"net"
 	"testing"
+	"time"
 
+	"github.com/rdmago/te/auth"
 	"github.com/rdmago/te/segment"
 )
 
@@ -45,6 +49,59 @@ func FuzzReadFrame(f *testing.F) {
 				if (d == nil) == (err == nil) {
 					t.Fatalf("Unmarshal = %v, %v", d, err)
 				}
+			}
+		}
+	})
+}
+
+// FuzzServerConn feeds arbitrary bytes to a live store's socket, one
+// store with a cluster secret and one without (bit 0 of the first byte
+// picks): no crash or hang, every answer is a well-formed frame, and the
+// store with the secret never sends a descriptor to this stream.
+func FuzzServerConn(f *testing.F) {
+	secret, _ := auth.New([]byte("the fuzz store's cluster secret"))
+	var stores [2]*Store
+	for i, s := range []*auth.Secret{nil, secret} {
+		st, err := New(context.Background(), Options{Auth: s, Timeout: 2 * time.Second})
+		if err != nil {
+			f.Fatal(err)
+		}
+		stores[i] = st
+		if err := st.Publish(context.Background(), desc(st.Name(), 1, 1)); err != nil {
+			f.Fatal(err)
+		}
+	}
+	f.Cleanup(func() { stores[0].Close(); stores[1].Close() })
+	in := (*auth.Secret)(nil).Initiate("p2p", auth.Party{Name: "fuzz:1"}, auth.Party{Name: stores[0].Name()})
+	hello := appendFrame(nil, frameHello, auth.AppendHello(nil, in.Hello()))
+	f.Add(append(append(hello, appendFrame(nil, frameAnswer, auth.AppendAnswer(nil, auth.Answer{}))...), appendFrame(nil, frameGet, []byte(stores[0].Name()))...))
+	f.Add(appendFrame(nil, frameGet, []byte("x")))
+	f.Fuzz(func(t *testing.T, in []byte) {
+		st := stores[0]
+		if len(in) > 0 && in[0]&1 == 1 {
+			st = stores[1]
+		}
+		c, err := net.Dial("tcp", st.ListenAddr().String())
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer c.Close()
+		c.SetDeadline(time.Now().Add(10 * time.Second))
+		c.Write(in)
+		c.(*net.TCPConn).CloseWrite()
+		out, err := io.ReadAll(c)
+		if ne, ok := err.(net.Error); ok && ne.Timeout() {
+			t.Fatal("store hung on the stream")
+		}
+		r := bytes.NewReader(out)
+		for r.Len() > 0 {
+			var h [headerLen]byte
+			typ, _, err := readFrame(r, h[:], segment.MaxEncodedSize)
+			if err != nil {
+				t.Fatalf("malformed answer: %v", err)
+			}
+			if typ == frameDescriptor && st == stores[1] {
+				t.Fatal("a descriptor without the secret")
 			}
 		}
 	})

@@ -15,6 +15,13 @@
 // timeout (Go durations) set Options.PollInterval, Grace, CacheTTL and
 // Timeout.
 //
+// Every connection opens with an authenticated handshake (internal/handshake
+// with the label "p2p"): with Options.Auth set, client and server each prove
+// the cluster secret, and a peer without it gets no descriptor. Server-side
+// connections are bounded (MaxConns, MaxConnsPerSource); at the bound the
+// connection that has waited longest for its client makes room, so idle
+// connections cannot lock out descriptor fetches.
+//
 // A process may publish its address as a segment name, or names of the form
 // address/suffix when it exposes several segments; a name that does not start
 // with the store's own address could never be fetched by a peer and is
@@ -24,17 +31,25 @@ package p2p
 
 import (
 	"context"
+	"crypto/rand"
+	"encoding/binary"
 	"errors"
 	"fmt"
-	"math/rand/v2"
+	"io"
+	"log/slog"
+	mrand "math/rand/v2"
 	"net"
+	"net/netip"
 	"net/url"
 	"slices"
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
+	"github.com/rdmago/te/auth"
+	"github.com/rdmago/te/internal/handshake"
 	"github.com/rdmago/te/segment"
 )
 
@@ -65,9 +80,24 @@ type Options struct {
 	// IdleTimeout closes server-side connections that send nothing for this
 	// long. Default 2 min.
 	IdleTimeout time.Duration
-	// MaxConns bounds the server-side connections open at once; further
-	// ones are closed on accept. Default 1024.
+	// MaxConns bounds the server-side connections open at once. At the
+	// bound a new connection takes the slot of the one that has waited
+	// longest for its client (idle between requests, or in its
+	// handshake); only when every connection is busy is it closed on
+	// accept. Default 1024.
 	MaxConns int
+	// MaxConnsPerSource bounds one IP address's connections the same
+	// way. Default 256 (at most MaxConns).
+	MaxConnsPerSource int
+	// Auth is the cluster secret: with it, every connection (both ways)
+	// opens with a mutual challenge-response (package auth), and a peer
+	// without the secret gets no descriptor. Nil: no authentication (a
+	// listener on a non-loopback address then logs a warning).
+	Auth *auth.Secret
+	// Logger receives warnings (failed handshakes, rate-limited, with
+	// the peer's address; an unauthenticated listener). Nil discards
+	// them.
+	Logger *slog.Logger
 }
 
 func (o *Options) setDefaults() {
@@ -92,6 +122,13 @@ func (o *Options) setDefaults() {
 	if o.MaxConns <= 0 {
 		o.MaxConns = 1024
 	}
+	if o.MaxConnsPerSource <= 0 {
+		o.MaxConnsPerSource = 256
+	}
+	o.MaxConnsPerSource = min(o.MaxConnsPerSource, o.MaxConns)
+	if o.Logger == nil {
+		o.Logger = slog.New(slog.DiscardHandler)
+	}
 }
 
 // Store is the embedded peer-to-peer segment store. It is safe for
@@ -100,6 +137,8 @@ type Store struct {
 	opts    Options
 	ln      net.Listener
 	addr    string // advertised host:port: the local segment's name
+	epoch   uint64 // random per store: this incarnation, in handshakes
+	authLog *auth.FailureLog
 	closing chan struct{}
 	life    context.Context // cancelled by Close
 	kill    context.CancelFunc
@@ -111,6 +150,8 @@ type Store struct {
 	local   map[string]*localSeg
 	cache   map[string]cached
 	conns   map[net.Conn]struct{} // every open connection, both directions
+	served  map[net.Conn]*sconn   // server-side connections
+	perSrc  map[netip.Addr]int    // server-side connections per source address
 	peers   map[string]*peer      // client connections by dial address
 	changed chan struct{}         // closed and replaced on every local change
 }
@@ -217,17 +258,24 @@ func New(ctx context.Context, opts Options) (*Store, error) {
 		ln.Close()
 		return nil, err
 	}
+	var eb [8]byte
+	rand.Read(eb[:]) // never fails (crypto/rand since Go 1.24)
 	s := &Store{
 		opts:    opts,
 		ln:      ln,
 		addr:    addr,
+		epoch:   binary.LittleEndian.Uint64(eb[:]) | 1,
+		authLog: auth.NewFailureLog(opts.Logger, "p2p", 0),
 		closing: make(chan struct{}),
 		local:   map[string]*localSeg{},
 		cache:   map[string]cached{},
 		conns:   map[net.Conn]struct{}{},
+		served:  map[net.Conn]*sconn{},
+		perSrc:  map[netip.Addr]int{},
 		peers:   map[string]*peer{},
 		changed: make(chan struct{}),
 	}
+	auth.WarnUnauthenticated(opts.Logger, "p2p", ln.Addr(), opts.Auth)
 	s.life, s.kill = context.WithCancel(context.Background())
 	s.wg.Add(1)
 	go s.acceptLoop()
@@ -253,7 +301,7 @@ func listen(ctx context.Context, o *Options) (net.Listener, error) {
 	// Start at a random port and walk the whole range once, so concurrent
 	// processes rarely collide and a nearly full range still succeeds.
 	n := o.PortMax - o.PortMin + 1
-	start := rand.IntN(n)
+	start := mrand.IntN(n)
 	var last error
 	for i := range n {
 		p := o.PortMin + (start+i)%n
@@ -419,7 +467,7 @@ func (s *Store) Get(ctx context.Context, name string) (*segment.Descriptor, erro
 	case frameError:
 		return nil, fmt.Errorf("%w: p2p: get %s: peer %s refused: %s", segment.ErrUnavailable, name, addr, sanitize(payload))
 	}
-	return nil, fmt.Errorf("%w: p2p: get %s: peer %s answered with a %v frame", segment.ErrUnavailable, name, addr, t)
+	return nil, fmt.Errorf("%w: p2p: get %s: peer %s answered with a %s frame", segment.ErrUnavailable, name, addr, typeName(t))
 }
 
 // sanitize makes a peer's message safe to print.
@@ -468,6 +516,13 @@ func (s *Store) exchange(ctx context.Context, addr, name string) (frameType, []b
 				c.Close()
 				return 0, nil, segment.ErrClosed
 			}
+			if err := s.dialHandshake(ctx, c, addr, deadline); err != nil {
+				s.untrack(c)
+				if cerr := ctxErr(ctx); cerr != nil {
+					err = fmt.Errorf("%w (%w)", cerr, err)
+				}
+				return 0, nil, fmt.Errorf("%w: p2p: get %s from %s: %w", segment.ErrUnavailable, name, addr, err)
+			}
 			p.conn, fresh = c, true
 		}
 		t, payload, err := roundTrip(ctx, p.conn, deadline, req)
@@ -486,6 +541,21 @@ func (s *Store) exchange(ctx context.Context, addr, name string) (frameType, []b
 			return 0, nil, fmt.Errorf("%w: p2p: get %s from %s: %w", segment.ErrUnavailable, name, addr, err)
 		}
 	}
+}
+
+// dialHandshake authenticates a fresh client connection to addr (and the
+// peer to this store) within deadline and until ctx ends.
+func (s *Store) dialHandshake(ctx context.Context, c net.Conn, addr string, deadline time.Time) error {
+	if err := c.SetDeadline(deadline); err != nil {
+		return err
+	}
+	stop := context.AfterFunc(ctx, func() { c.SetDeadline(time.Unix(1, 0)) })
+	defer stop()
+	err := clientHandshake.Dial(c, s.opts.Auth, auth.Party{Name: s.addr, Epoch: s.epoch}, auth.Party{Name: addr})
+	if err != nil {
+		return fmt.Errorf("handshake: %w", err)
+	}
+	return nil
 }
 
 // ctxErr is ctx.Err(), or DeadlineExceeded once ctx's deadline has passed:
@@ -676,9 +746,22 @@ func (s *Store) Close() error {
 	return nil
 }
 
+// sconn is one server-side connection as admission control sees it.
+type sconn struct {
+	c   net.Conn
+	src netip.Addr
+	// waiting is when the connection began to wait for its client (unix
+	// nanoseconds; 0 while a request is answered).
+	waiting atomic.Int64
+}
+
+func (sc *sconn) wait() { sc.waiting.Store(time.Now().UnixNano()) }
+func (sc *sconn) work() { sc.waiting.Store(0) }
+
 // acceptLoop serves the handshake listener until Close.
 func (s *Store) acceptLoop() {
 	defer s.wg.Done()
+	var lastWarn time.Time
 	for {
 		c, err := s.ln.Accept()
 		if err != nil {
@@ -686,6 +769,10 @@ func (s *Store) acceptLoop() {
 				return
 			}
 			// Out of descriptors or similar: back off instead of spinning.
+			if now := time.Now(); now.Sub(lastWarn) >= time.Second {
+				s.opts.Logger.Warn("p2p: accept failed; backing off", "listen", s.ln.Addr(), "err", err)
+				lastWarn = now
+			}
 			select {
 			case <-s.closing:
 				return
@@ -693,32 +780,104 @@ func (s *Store) acceptLoop() {
 			}
 			continue
 		}
-		s.mu.Lock()
-		ok := !s.closed && len(s.conns) < s.opts.MaxConns
-		if ok {
-			s.conns[c] = struct{}{}
-			s.wg.Add(1)
-		}
+		s.admit(c)
+	}
+}
+
+// admit serves c unless the store is at its limits and no connection can
+// make room: at MaxConns (or MaxConnsPerSource for c's address) the
+// connection that has waited longest for its client is closed instead, so
+// idle connections cannot lock out descriptor fetches.
+func (s *Store) admit(c net.Conn) {
+	var src netip.Addr
+	if ta, ok := c.RemoteAddr().(*net.TCPAddr); ok {
+		src = ta.AddrPort().Addr().Unmap()
+	}
+	s.mu.Lock()
+	if s.closed {
 		s.mu.Unlock()
-		if !ok {
-			c.Close()
-			continue
+		c.Close()
+		return
+	}
+	var victim *sconn
+	full := len(s.served) >= s.opts.MaxConns
+	srcFull := s.perSrc[src] >= s.opts.MaxConnsPerSource
+	if full || srcFull {
+		oldest := int64(0)
+		for _, sc := range s.served {
+			w := sc.waiting.Load()
+			if w == 0 || (srcFull && sc.src != src) {
+				continue
+			}
+			if victim == nil || w < oldest {
+				victim, oldest = sc, w
+			}
 		}
-		go s.serveConn(c)
+		if victim == nil {
+			s.mu.Unlock()
+			c.Close()
+			return
+		}
+		s.dropLocked(victim.c)
+	}
+	sc := &sconn{c: c, src: src}
+	sc.wait()
+	s.conns[c] = struct{}{}
+	s.served[c] = sc
+	s.perSrc[src]++
+	s.wg.Add(1)
+	s.mu.Unlock()
+	if victim != nil {
+		victim.c.Close()
+	}
+	go s.serveConn(sc)
+}
+
+// dropLocked forgets a server-side connection (once); s.mu is held.
+func (s *Store) dropLocked(c net.Conn) {
+	sc, ok := s.served[c]
+	if !ok {
+		return
+	}
+	delete(s.served, c)
+	delete(s.conns, c)
+	if s.perSrc[sc.src]--; s.perSrc[sc.src] <= 0 {
+		delete(s.perSrc, sc.src)
 	}
 }
 
 // serveConn answers requests on one connection until the peer closes it,
 // idles past IdleTimeout, sends a malformed frame, or the store closes.
-func (s *Store) serveConn(c net.Conn) {
+// Nothing is answered before the client passed the handshake (within
+// Timeout).
+func (s *Store) serveConn(sc *sconn) {
+	c := sc.c
 	defer s.wg.Done()
-	defer s.untrack(c)
+	defer func() {
+		s.mu.Lock()
+		s.dropLocked(c)
+		s.mu.Unlock()
+		c.Close()
+	}()
+	c.SetDeadline(time.Now().Add(s.opts.Timeout))
+	_, err := serverHandshake.Accept(c, s.opts.Auth, auth.Party{Name: s.addr, Epoch: s.epoch})
+	if err != nil {
+		if !errors.Is(err, io.EOF) && !errors.Is(err, net.ErrClosed) {
+			s.authLog.Failed(c.RemoteAddr(), err)
+			if errors.Is(err, errFrame) || errors.Is(err, handshake.ErrMalformed) {
+				s.reply(c, appendFrame(nil, frameError, truncate([]byte(err.Error()), maxErrorLen)))
+			}
+		}
+		return
+	}
 	var hdr [headerLen]byte
 	for {
+		sc.wait()
 		c.SetDeadline(time.Now().Add(s.opts.IdleTimeout))
 		// Requests never carry descriptors: a descriptor frame is refused
 		// before its payload is read.
 		t, payload, err := readFrame(c, hdr[:], 0)
+		sc.work()
 		if err != nil {
 			if errors.Is(err, errFrame) {
 				s.reply(c, appendFrame(nil, frameError, truncate([]byte(err.Error()), maxErrorLen)))
@@ -726,7 +885,7 @@ func (s *Store) serveConn(c net.Conn) {
 			return
 		}
 		if t != frameGet {
-			s.reply(c, appendFrame(nil, frameError, []byte(fmt.Sprintf("p2p: unexpected %v frame from a client", t))))
+			s.reply(c, appendFrame(nil, frameError, []byte(fmt.Sprintf("p2p: unexpected %v frame from a client", typeName(t)))))
 			return
 		}
 		if !s.reply(c, s.answer(payload)) {

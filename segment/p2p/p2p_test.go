@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"io"
 	"net"
+	"net/netip"
 	"net/url"
 	"strconv"
 	"strings"
@@ -17,6 +18,7 @@ import (
 	"github.com/google/go-cmp/cmp"
 	"go.uber.org/goleak"
 
+	"github.com/rdmago/te/auth"
 	"github.com/rdmago/te/segment"
 )
 
@@ -345,9 +347,23 @@ func TestPeerRestart(t *testing.T) {
 	}
 }
 
+// TestMalformedFrames: with and without a cluster secret, frames that
+// break the protocol get an error frame and a hang-up, and nothing else.
 func TestMalformedFrames(t *testing.T) {
+	for _, on := range []bool{false, true} {
+		t.Run(fmt.Sprint("auth=", on), func(t *testing.T) {
+			var s *auth.Secret
+			if on {
+				s = testSecret(t)
+			}
+			testMalformedFrames(t, s)
+		})
+	}
+}
+
+func testMalformedFrames(t *testing.T, secret *auth.Secret) {
 	ctx := ctxT(t)
-	a := newStore(t, Options{})
+	a := newStore(t, Options{Auth: secret})
 	if err := a.Publish(ctx, desc(a.Name(), 1, 1)); err != nil {
 		t.Fatal(err)
 	}
@@ -356,13 +372,15 @@ func TestMalformedFrames(t *testing.T) {
 		return b
 	}
 	cases := map[string][]byte{
-		"bad magic":           hdr("XXXX", 1, 1, 4),
+		"bad magic":           hdr("XXXX", wireVersion, 1, 4),
 		"wire version":        hdr("TEMD", 9, 1, 4),
-		"unknown type":        hdr("TEMD", 1, 99, 0),
-		"huge name":           hdr("TEMD", 1, byte(frameGet), 1<<31),
-		"descriptor request":  hdr("TEMD", 1, byte(frameDescriptor), 100),
-		"response as request": append(hdr("TEMD", 1, byte(frameNotFound), 1), 'x'),
-		"reserved set":        {'T', 'E', 'M', 'D', 1, 1, 1, 0, 0, 0, 0, 0},
+		"old wire version":    hdr("TEMD", 1, 1, 4),
+		"unknown type":        hdr("TEMD", wireVersion, 99, 0),
+		"huge name":           hdr("TEMD", wireVersion, byte(frameGet), 1<<31),
+		"descriptor request":  hdr("TEMD", wireVersion, byte(frameDescriptor), 100),
+		"response as request": append(hdr("TEMD", wireVersion, byte(frameNotFound), 1), 'x'),
+		"get before hello":    append(hdr("TEMD", wireVersion, byte(frameGet), 1), 'x'),
+		"huge hello":          hdr("TEMD", wireVersion, byte(frameHello), 1<<20),
 	}
 	for name, raw := range cases {
 		t.Run(name, func(t *testing.T) {
@@ -388,7 +406,7 @@ func TestMalformedFrames(t *testing.T) {
 		})
 	}
 	// Truncated frames and immediate hang-ups.
-	for _, raw := range [][]byte{nil, []byte("TE"), append(hdr("TEMD", 1, byte(frameGet), 10), 'a')} {
+	for _, raw := range [][]byte{nil, []byte("TE"), append(hdr("TEMD", wireVersion, byte(frameHello), 10), 'a')} {
 		c, err := net.Dial("tcp", a.ListenAddr().String())
 		if err != nil {
 			t.Fatal(err)
@@ -397,7 +415,7 @@ func TestMalformedFrames(t *testing.T) {
 		c.Close()
 	}
 	// The listener still serves well-formed requests.
-	b := newStore(t, Options{})
+	b := newStore(t, Options{Auth: secret})
 	if _, err := b.Get(ctx, a.Name()); err != nil {
 		t.Fatalf("Get after malformed traffic: %v", err)
 	}
@@ -430,6 +448,9 @@ func TestMalformedResponses(t *testing.T) {
 					return
 				}
 				defer c.Close()
+				if _, err := serverHandshake.Accept(c, nil, auth.Party{Name: ln.Addr().String(), Epoch: 1}); err != nil {
+					return
+				}
 				var h [headerLen]byte
 				readFrame(c, h[:], 0)
 				c.Write(answer)
@@ -643,13 +664,13 @@ func TestFrameRoundTrip(t *testing.T) {
 	}
 }
 
-// Connections beyond MaxConns are refused at accept, idle ones are dropped
-// after IdleTimeout, and the freed slots serve again.
+// TestConnectionBounds: at MaxConns a new connection takes the slot of the
+// one that has waited longest (idle, or silent in its handshake), so held
+// connections cannot lock out descriptor fetches; idle ones are dropped
+// after IdleTimeout; MaxConnsPerSource bounds one address the same way.
 func TestConnectionBounds(t *testing.T) {
 	ctx := ctxT(t)
-	// Long enough that both idle connections surely still hold their
-	// slots when the third client arrives on a loaded machine.
-	a := newStore(t, Options{MaxConns: 2, IdleTimeout: 3 * time.Second})
+	a := newStore(t, Options{MaxConns: 2, IdleTimeout: 2 * time.Second})
 	if err := a.Publish(ctx, desc(a.Name(), 1, 1)); err != nil {
 		t.Fatal(err)
 	}
@@ -662,21 +683,44 @@ func TestConnectionBounds(t *testing.T) {
 		defer c.Close()
 		idle = append(idle, c)
 	}
-	// Let the server accept both before the next client arrives.
-	waitFor(t, func() bool { a.mu.Lock(); defer a.mu.Unlock(); return len(a.conns) == 2 })
+	waitFor(t, func() bool { a.mu.Lock(); defer a.mu.Unlock(); return len(a.served) == 2 })
 	b := newStore(t, Options{})
-	if _, err := b.Get(ctx, a.Name()); !errors.Is(err, segment.ErrUnavailable) {
-		t.Fatalf("Get beyond MaxConns = %v, want ErrUnavailable", err)
+	if _, err := b.Get(ctx, a.Name()); err != nil {
+		t.Fatalf("Get with every slot held by idle connections: %v", err)
 	}
-	// The idle connections time out and are closed by the server.
-	for _, c := range idle {
-		c.SetReadDeadline(time.Now().Add(30 * time.Second))
-		if _, err := c.Read(make([]byte, 1)); err != io.EOF {
-			t.Fatalf("idle connection: read %v, want EOF from the server", err)
-		}
+	// The first idle connection was evicted for it.
+	idle[0].SetReadDeadline(time.Now().Add(30 * time.Second))
+	if _, err := idle[0].Read(make([]byte, 1)); err != io.EOF {
+		t.Fatalf("evicted connection: read %v, want EOF", err)
+	}
+	// The other times out (IdleTimeout) and is closed by the server.
+	idle[1].SetReadDeadline(time.Now().Add(30 * time.Second))
+	if _, err := idle[1].Read(make([]byte, 1)); err != io.EOF {
+		t.Fatalf("idle connection: read %v, want EOF from the server", err)
 	}
 	if _, err := b.Get(ctx, a.Name()); err != nil {
 		t.Fatalf("Get after idle connections were dropped: %v", err)
+	}
+
+	// Per source: a store allowing 3 connections per address.
+	p := newStore(t, Options{MaxConns: 100, MaxConnsPerSource: 3})
+	if err := p.Publish(ctx, desc(p.Name(), 1, 1)); err != nil {
+		t.Fatal(err)
+	}
+	for range 10 {
+		c, err := net.Dial("tcp", p.ListenAddr().String())
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer c.Close()
+	}
+	waitFor(t, func() bool {
+		p.mu.Lock()
+		defer p.mu.Unlock()
+		return len(p.served) == 3 && p.perSrc[netip.MustParseAddr("127.0.0.1")] == 3
+	})
+	if _, err := b.Get(ctx, p.Name()); err != nil {
+		t.Fatalf("Get past the per-source limit: %v", err)
 	}
 }
 

@@ -1,0 +1,205 @@
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"net"
+	"os"
+	"path/filepath"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/rdmago/te/auth"
+	"github.com/rdmago/te/internal/handshake"
+	"github.com/rdmago/te/segment"
+	"github.com/rdmago/te/segment/p2p"
+)
+
+const testSecret = "te cmd tests: a cluster secret nobody else knows"
+
+// secretFile writes the cluster secret to a 0600 file.
+func secretFile(t *testing.T) string {
+	t.Helper()
+	p := filepath.Join(t.TempDir(), "secret")
+	if err := os.WriteFile(p, []byte(testSecret+"\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	return p
+}
+
+// fetch gets a te serve's descriptor as any client would.
+func fetch(t *testing.T, name string, s *auth.Secret) *segment.Descriptor {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	st, err := p2p.New(ctx, p2p.Options{Auth: s})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer st.Close()
+	d, err := st.Get(ctx, name)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return d
+}
+
+// hold opens n connections to addr and keeps them open until the test
+// ends; with handshake set, each first completes the tcp handshake (the
+// epoch is public) and then sends nothing.
+func hold(t *testing.T, addr string, n int, hs func(c net.Conn) error) {
+	t.Helper()
+	var mu sync.Mutex
+	var conns []net.Conn
+	t.Cleanup(func() {
+		mu.Lock()
+		defer mu.Unlock()
+		for _, c := range conns {
+			c.Close()
+		}
+	})
+	var wg sync.WaitGroup
+	work := make(chan struct{}, n)
+	for range n {
+		work <- struct{}{}
+	}
+	close(work)
+	var held, failed int
+	for range 16 {
+		wg.Go(func() {
+			for range work {
+				c, err := net.Dial("tcp", addr)
+				if err != nil {
+					mu.Lock()
+					failed++
+					mu.Unlock()
+					continue
+				}
+				mu.Lock()
+				conns = append(conns, c)
+				mu.Unlock()
+				if hs != nil {
+					c.SetDeadline(time.Now().Add(10 * time.Second))
+					if err := hs(c); err != nil {
+						mu.Lock()
+						failed++
+						mu.Unlock()
+						continue
+					}
+					c.SetDeadline(time.Time{})
+				}
+				mu.Lock()
+				held++
+				mu.Unlock()
+			}
+		})
+	}
+	wg.Wait()
+	t.Logf("attacker: %d connections opened to %s (%d failed)", held, addr, failed)
+}
+
+// TestDataPortLockout: an attacker that completes the handshake on 4200
+// connections (more than MaxConns, 4096) and then sends nothing cannot
+// lock a real initiator out: te bench --verify passes while it holds them.
+func TestDataPortLockout(t *testing.T) {
+	_, name, srvErr := serveProcess(t, "--buffer-size", "16MiB")
+	d := fetch(t, name, nil)
+	pr, _ := d.Protocol(segment.ProtoTCP)
+	hold(t, pr.Endpoint, 4200, func(c net.Conn) error {
+		return handshake.TCP.Dial(c, nil, auth.Party{Name: "mallory", Epoch: 1}, auth.Party{Name: d.Name, Epoch: d.Epoch})
+	})
+	_, stderr, code := runTE(t, "bench", "--segment", name, "--duration", "1", "--batch-size", "16", "--verify", "--quiet")
+	if code != 0 {
+		t.Fatalf("te bench with the attacker's connections held: exit %d\n%s\nte serve:\n%s", code, stderr, srvErr.String())
+	}
+}
+
+// TestDataPortLockoutAuth: with a cluster secret the attacker cannot
+// complete the handshake; its 4200 silent connections still lock nobody
+// out, and te bench --verify with the secret passes.
+func TestDataPortLockoutAuth(t *testing.T) {
+	sf := secretFile(t)
+	_, name, srvErr := serveProcess(t, "--buffer-size", "16MiB", "--auth-file", sf)
+	s, err := auth.Load(sf)
+	if err != nil {
+		t.Fatal(err)
+	}
+	d := fetch(t, name, s)
+	pr, _ := d.Protocol(segment.ProtoTCP)
+	hold(t, pr.Endpoint, 4200, nil)
+	_, stderr, code := runTE(t, "bench", "--segment", name, "--duration", "1", "--batch-size", "16", "--verify", "--quiet", "--auth-file", sf)
+	if code != 0 {
+		t.Fatalf("te bench with the attacker's connections held: exit %d\n%s\nte serve:\n%s", code, stderr, srvErr.String())
+	}
+}
+
+// TestMetadataPortLockout: 1100 idle connections to te serve's p2p port
+// (more than its 1024) do not stop te bench from fetching the descriptor.
+func TestMetadataPortLockout(t *testing.T) {
+	_, name, srvErr := serveProcess(t, "--buffer-size", "16MiB")
+	hold(t, name, 1100, nil)
+	_, stderr, code := runTE(t, "bench", "--segment", name, "--duration", "1", "--batch-size", "16", "--verify", "--quiet")
+	if code != 0 {
+		t.Fatalf("te bench with the p2p port's slots held: exit %d\n%s\nte serve:\n%s", code, stderr, srvErr.String())
+	}
+}
+
+// TestAuthCLI: te serve with --auth-file serves only initiators with the
+// secret: te bench and te segments without it fail (denied), with it they
+// work; the secret appears in no output, --json included.
+func TestAuthCLI(t *testing.T) {
+	sf := secretFile(t)
+	_, name, srvErr := serveProcess(t, "--buffer-size", "16MiB", "--auth-file", sf)
+	var all strings.Builder
+	out, stderr, code := runTE(t, "bench", "--segment", name, "--duration", "1", "--batch-size", "8", "--quiet")
+	all.WriteString(out + stderr)
+	if code != 1 || !strings.Contains(stderr, "authentication") {
+		t.Fatalf("te bench without the secret: exit %d\n%s", code, stderr)
+	}
+	out, stderr, code = runTE(t, "segments", name)
+	all.WriteString(out + stderr)
+	if code != 1 || !strings.Contains(stderr, "authentication") {
+		t.Fatalf("te segments without the secret: exit %d\n%s", code, stderr)
+	}
+	out, stderr, code = runTE(t, "bench", "--segment", name, "--duration", "1", "--batch-size", "8", "--verify", "--json", "--auth-file", sf)
+	all.WriteString(out + stderr)
+	if code != 0 {
+		t.Fatalf("te bench with the secret: exit %d\n%s", code, stderr)
+	}
+	var r map[string]any
+	if err := json.Unmarshal([]byte(out), &r); err != nil || r["auth"] != true {
+		t.Fatalf("--json: %v %v\n%s", r["auth"], err, out)
+	}
+	t.Setenv(auth.EnvFile, sf)
+	out, stderr, code = runTE(t, "segments", "--json", name) // the secret from $TE_AUTH_FILE
+	all.WriteString(out + stderr)
+	if code != 0 || !strings.Contains(out, name) {
+		t.Fatalf("te segments with the secret: exit %d\n%s%s", code, out, stderr)
+	}
+	all.WriteString(srvErr.String())
+	if strings.Contains(all.String(), testSecret) || strings.Contains(all.String(), "nobody else knows") {
+		t.Fatal("the secret was printed")
+	}
+	if !strings.Contains(srvErr.String(), "handshake failed") {
+		t.Fatalf("te serve logged no failed handshake:\n%s", srvErr.String())
+	}
+}
+
+// TestUnauthenticatedWarning: te serve on all interfaces without a secret
+// warns once; with one it does not.
+func TestUnauthenticatedWarning(t *testing.T) {
+	srv, _, srvErr := serveProcess(t, "--buffer-size", "1MiB", "--metadata", "p2p://0.0.0.0:0")
+	srv.Process.Kill()
+	srv.Wait()
+	if n := strings.Count(srvErr.String(), "without authentication"); n < 1 {
+		t.Fatalf("no warning:\n%s", srvErr.String())
+	}
+	srv, _, srvErr = serveProcess(t, "--buffer-size", "1MiB", "--metadata", "p2p://0.0.0.0:0", "--auth-file", secretFile(t))
+	srv.Process.Kill()
+	srv.Wait()
+	if strings.Contains(srvErr.String(), "without authentication") {
+		t.Fatalf("warned with a secret:\n%s", srvErr.String())
+	}
+}
