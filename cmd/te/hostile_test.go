@@ -168,9 +168,9 @@ func TestAuthCLI(t *testing.T) {
 	if code != 0 {
 		t.Fatalf("te bench with the secret: exit %d\n%s", code, stderr)
 	}
-	var r map[string]any
-	if err := json.Unmarshal([]byte(out), &r); err != nil || r["auth"] != true {
-		t.Fatalf("--json: %v %v\n%s", r["auth"], err, out)
+	var rs []map[string]any
+	if err := json.Unmarshal([]byte(out), &rs); err != nil || len(rs) == 0 || rs[0]["auth"] != true {
+		t.Fatalf("--json: %v %v\n%s", rs, err, out)
 	}
 	t.Setenv(auth.EnvFile, sf)
 	out, stderr, code = runTE(t, "segments", "--json", name) // the secret from $TE_AUTH_FILE
