@@ -106,8 +106,7 @@ type Transport struct {
 	submitting atomic.Int64
 	closeOnce  sync.Once
 	wg         sync.WaitGroup
-	work       []chan *engine.Slice
-	rr         atomic.Uint32
+	copiers    []*copier
 
 	mu      sync.Mutex
 	slots   [maxSlots]*sharedRegion // live shared regions
@@ -189,17 +188,60 @@ func (t *Transport) Install(h engine.Host) error {
 	t.wg.Add(1)
 	go t.acceptLoop()
 	for range t.cfg.Copiers {
-		ch := make(chan *engine.Slice, 1024)
-		t.work = append(t.work, ch)
+		c := &copier{wake: make(chan struct{}, 1), stop: make(chan struct{})}
+		t.copiers = append(t.copiers, c)
 		t.wg.Add(1)
 		go func() {
 			defer t.wg.Done()
-			for s := range ch {
-				copySlice(s)
-			}
+			c.run()
 		}()
 	}
 	return nil
+}
+
+// copier is a goroutine that copies its share of large submissions. A
+// submission appends a run of slices to q and wakes it: one lock and one
+// wake-up per submission, not per slice.
+type copier struct {
+	mu   sync.Mutex
+	q    []*engine.Slice
+	wake chan struct{}
+	stop chan struct{}
+}
+
+func (c *copier) add(ss []*engine.Slice) {
+	c.mu.Lock()
+	c.q = append(c.q, ss...)
+	c.mu.Unlock()
+	select {
+	case c.wake <- struct{}{}:
+	default:
+	}
+}
+
+func (c *copier) run() {
+	var buf []*engine.Slice
+	for {
+		select {
+		case <-c.wake:
+		case <-c.stop:
+			// Submit no longer runs (Close waited): drain and end.
+			c.mu.Lock()
+			buf, c.q = c.q, nil
+			c.mu.Unlock()
+			for _, s := range buf {
+				copySlice(s)
+			}
+			return
+		}
+		c.mu.Lock()
+		buf, c.q = c.q, buf[:0]
+		c.mu.Unlock()
+		for _, s := range buf {
+			copySlice(s)
+		}
+		clear(buf)
+	}
 }
 
 // Describe adds the shm protocol entry: the socket, the host and user
@@ -324,29 +366,27 @@ func (t *Transport) Submit(ss []*engine.Slice) {
 		}
 		return
 	}
-	if len(t.work) > 0 && len(ss) > 1 {
+	if len(t.copiers) > 0 && len(ss) > 1 {
 		var total uint64
 		for _, s := range ss {
 			total += uint64(len(s.Local))
 		}
 		if total >= t.cfg.ParallelMin {
-			k := len(t.work) + 1
-			w := int(t.rr.Add(1))
-			mine := 0
+			// Contiguous runs of about equal bytes: the copiers take
+			// theirs first, this goroutine copies the last.
+			share := total / uint64(len(t.copiers)+1)
+			ci := 0
+			var start int
+			var bytes uint64
 			for i, s := range ss {
-				if j := (i + w) % k; j < len(t.work) {
-					select {
-					case t.work[j] <- s:
-						continue
-					default:
-					}
+				bytes += uint64(len(s.Local))
+				if bytes >= share && ci < len(t.copiers) {
+					t.copiers[ci].add(ss[start : i+1])
+					ci++
+					start, bytes = i+1, 0
 				}
-				// This goroutine's share, and anything a full queue
-				// refused, is copied below, in order.
-				ss[mine] = s
-				mine++
 			}
-			ss = ss[:mine]
+			ss = ss[start:]
 		}
 	}
 	for _, s := range ss {
@@ -463,8 +503,8 @@ func (t *Transport) close() {
 	for _, p := range peers {
 		p.Close()
 	}
-	for _, ch := range t.work {
-		close(ch)
+	for _, c := range t.copiers {
+		close(c.stop)
 	}
 	t.wg.Wait()
 }
