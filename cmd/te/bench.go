@@ -53,6 +53,7 @@ type benchConfig struct {
 	AuthFile   string        `json:"-"`
 	Auth       bool          `json:"auth"` // a cluster secret is in use (never the secret)
 	secret     *auth.Secret  // loaded from AuthFile
+	Trace      bool          `json:"-"`
 }
 
 // sweepBlocks and sweepOps are the table --sweep measures.
@@ -87,6 +88,7 @@ func parseBench(args []string, stderr io.Writer) (*benchConfig, error) {
 	fs.BoolVar(&c.Verify, "verify", false, "after each measurement, write a pattern, read it back and compare")
 	fs.BoolVar(&c.Quiet, "quiet", false, "no progress lines on stderr")
 	authFile := authFlag(fs)
+	fs.BoolVar(&c.Trace, "trace", false, "trace the TCP lanes with eBPF (root) while measuring and print a per-lane table (untraced, from TCP_INFO, where eBPF is unavailable)")
 	alias(fs, "block-size", "block_size")
 	alias(fs, "batch-size", "batch_size")
 	alias(fs, "buffer-size", "buffer_size")
@@ -204,6 +206,12 @@ func runBench(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 		return err
 	}
 	defer env.Close()
+	defer serveLanes(env.laneLabels)() // for te trace
+	var bt *benchTrace
+	if c.Trace {
+		bt = startBenchTrace(env, stderr)
+		defer bt.Close()
+	}
 	where := env.segment
 	if env.target != nil {
 		where += " (in-process target)"
@@ -239,6 +247,15 @@ func runBench(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 				}
 			}
 			results = append(results, rs...)
+		}
+	}
+	if bt != nil {
+		w := stdout
+		if c.JSON {
+			w = stderr
+		}
+		if err := bt.print(w); err != nil {
+			return fmt.Errorf("--trace: %w", err)
 		}
 	}
 	switch {

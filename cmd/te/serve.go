@@ -56,6 +56,7 @@ func runServe(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 		return err
 	}
 	defer n.Close()
+	defer serveLanes(n.laneLabels)() // for te trace
 	d := n.eng.LocalDescriptor()
 	fmt.Fprintf(stdout, "segment %s\n", d.Name)
 	for _, p := range d.Protocols {
