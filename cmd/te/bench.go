@@ -18,6 +18,7 @@ import (
 
 	"github.com/rdmago/te/auth"
 	"github.com/rdmago/te/engine"
+	"github.com/rdmago/te/rdma"
 	"github.com/rdmago/te/segment"
 )
 
@@ -54,6 +55,7 @@ type benchConfig struct {
 	Auth       bool          `json:"auth"` // a cluster secret is in use (never the secret)
 	secret     *auth.Secret  // loaded from AuthFile
 	Trace      bool          `json:"-"`
+	Devices    []string      `json:"devices,omitempty"`
 }
 
 // sweepBlocks and sweepOps are the table --sweep measures.
@@ -89,6 +91,8 @@ func parseBench(args []string, stderr io.Writer) (*benchConfig, error) {
 	fs.BoolVar(&c.Quiet, "quiet", false, "no progress lines on stderr")
 	authFile := authFlag(fs)
 	fs.BoolVar(&c.Trace, "trace", false, "trace the TCP lanes with eBPF (root) while measuring and print a per-lane table (untraced, from TCP_INFO, where eBPF is unavailable)")
+	devices := &listFlag{}
+	fs.Var(devices, "devices", "RDMA `devices` of the initiator (and of an in-process target), one rail each (rxe0,rxe2); default: every device with an active port")
 	alias(fs, "block-size", "block_size")
 	alias(fs, "batch-size", "batch_size")
 	alias(fs, "buffer-size", "buffer_size")
@@ -112,6 +116,7 @@ func parseBench(args []string, stderr io.Writer) (*benchConfig, error) {
 		return nil, badUsage(stderr, "bench", "unexpected arguments %q", strings.Join(fs.Args(), " "))
 	}
 	c.Operation, c.Protocol, c.Protocols, c.protoSet, c.ReportUnit = op.v, proto.String(), proto.v, proto.set, unit.v
+	c.Devices = devices.v
 	c.BlockSize, c.BufferSize, c.Duration = int64(block), int64(buf), time.Duration(dur)
 	c.Seconds = c.Duration.Seconds()
 	c.Metadata = metadataURI(c.Metadata)
@@ -168,7 +173,10 @@ type benchResult struct {
 	VsMemcpy float64       `json:"engine_over_memcpy,omitempty"`
 	// VsTCP is this protocol's rate over tcp's, measured taking turns in
 	// the same run.
-	VsTCP       float64 `json:"over_tcp,omitempty"`
+	VsTCP float64 `json:"over_tcp,omitempty"`
+	// Rails is what each RDMA rail of the initiator carried during the
+	// measurement (rdma only).
+	Rails       []rdma.RailStats `json:"rails,omitempty"`
 	footprint   int64
 	elapsedWall time.Duration
 }
@@ -323,13 +331,13 @@ func setupBench(ctx context.Context, c *benchConfig, bufSize, localSize int64) (
 		// listeners on loopback: the same code path as a remote one.
 		// Stores that do not name segments after their owner (Consul) get
 		// distinct names for the two engines.
-		env.target, err = openNode(ctx, nodeConfig{metadata: c.Metadata, auth: c.secret, name: benchName("target"), protocols: c.Protocols, listen: "127.0.0.1:0", bufSize: bufSize})
+		env.target, err = openNode(ctx, nodeConfig{metadata: c.Metadata, auth: c.secret, name: benchName("target"), protocols: c.Protocols, listen: "127.0.0.1:0", devices: c.Devices, bufSize: bufSize})
 		if err != nil {
 			return nil, fmt.Errorf("in-process target: %w", err)
 		}
 		env.segment = env.target.eng.Name()
 	}
-	env.init, err = openNode(ctx, nodeConfig{metadata: c.Metadata, auth: c.secret, name: benchName("initiator"), protocols: c.Protocols, bufSize: localSize})
+	env.init, err = openNode(ctx, nodeConfig{metadata: c.Metadata, auth: c.secret, name: benchName("initiator"), protocols: c.Protocols, devices: c.Devices, bufSize: localSize})
 	if err != nil {
 		return nil, fmt.Errorf("initiator: %w", err)
 	}
@@ -504,6 +512,7 @@ func (env *benchEnv) run(ctx context.Context, op string, block int64, progress i
 		}
 	}
 	withMemcpy := slices.Contains(protos, "shm")
+	railsBefore := env.railStats()
 
 	// The protocols (and the raw baselines) take turns, a second or so
 	// each, so all see the same load on a shared machine and the ratios
@@ -600,6 +609,9 @@ func (env *benchEnv) run(ctx context.Context, op string, block int64, progress i
 		if mc != nil && mc.GBps > 0 && proto == "shm" {
 			r.Memcpy = mc
 			r.VsMemcpy = r.GBps / mc.GBps
+		}
+		if proto == "rdma" {
+			r.Rails = railDelta(railsBefore, env.railStats())
 		}
 		rs[pi] = r
 	}
@@ -719,6 +731,21 @@ func printResult(w io.Writer, c *benchConfig, r *benchResult) {
 	}
 	if r.VsTCP > 0 {
 		fmt.Fprintf(w, "compare: %s/tcp %.2f (taking turns in this run)\n", r.Protocol, r.VsTCP)
+	}
+	if len(r.Rails) > 0 {
+		var total uint64
+		for _, rs := range r.Rails {
+			total += rs.Bytes
+		}
+		line := "rails:"
+		for _, rs := range r.Rails {
+			share := 0.0
+			if total > 0 {
+				share = 100 * float64(rs.Bytes) / float64(total)
+			}
+			line += fmt.Sprintf("  %s %s GB (%.0f%%%s)", rs.Device, strconv.FormatFloat(float64(rs.Bytes)/1e9, 'f', 2, 64), share, map[bool]string{false: ", down", true: ""}[rs.Up])
+		}
+		fmt.Fprintln(w, line)
 	}
 	if m := r.Memcpy; m != nil {
 		fmt.Fprintf(w, "memcpy: one thread copying the same %s blocks: %s  %s/memcpy %.2f\n",
@@ -870,6 +897,30 @@ func protoNames(d *segment.Descriptor) []string {
 	var out []string
 	for _, p := range d.Protocols {
 		out = append(out, p.Name)
+	}
+	return out
+}
+
+// railStats is the initiator's RDMA rail counters (nil without rdma).
+func (env *benchEnv) railStats() []rdma.RailStats {
+	for _, tr := range env.init.trs {
+		if rt, ok := tr.(*rdma.Transport); ok {
+			return rt.Stats()
+		}
+	}
+	return nil
+}
+
+// railDelta is what each rail carried between two snapshots.
+func railDelta(before, after []rdma.RailStats) []rdma.RailStats {
+	if len(before) != len(after) {
+		return after
+	}
+	out := slices.Clone(after)
+	for i := range out {
+		out[i].Bytes -= before[i].Bytes
+		out[i].Slices -= before[i].Slices
+		out[i].Errors -= before[i].Errors
 	}
 	return out
 }

@@ -210,3 +210,19 @@ func metadataURI(v string) string {
 func authFlag(fs *flag.FlagSet) *string {
 	return fs.String("auth-file", os.Getenv(auth.EnvFile), "`file` holding the cluster secret (mode 0600, at least 16 bytes): peers must prove they hold it (default $"+auth.EnvFile+"; unset: no authentication)")
 }
+
+// listFlag is a comma-separated list of names.
+type listFlag struct{ v []string }
+
+func (l *listFlag) Set(v string) error {
+	l.v = nil
+	for _, n := range strings.Split(v, ",") {
+		if n = strings.TrimSpace(n); n == "" {
+			return fmt.Errorf("empty name in %q", v)
+		}
+		l.v = append(l.v, n)
+	}
+	return nil
+}
+
+func (l *listFlag) String() string { return strings.Join(l.v, ",") }

@@ -6,12 +6,14 @@ import (
 	"fmt"
 	"log/slog"
 	"net"
+	"net/netip"
 	"net/url"
 	"os"
 	"slices"
 
 	"github.com/rdmago/te/auth"
 	"github.com/rdmago/te/engine"
+	"github.com/rdmago/te/rdma"
 	"github.com/rdmago/te/segment"
 	"github.com/rdmago/te/segment/p2p"
 	"github.com/rdmago/te/shm"
@@ -34,6 +36,7 @@ type nodeConfig struct {
 	name      string       // segment name for stores that do not assign one
 	protocols []string     // transports to install: tcp, shm, rdma
 	listen    string       // the transport's data listener; "" derives one
+	devices   []string     // rdma rails; empty: every device with an active port
 	bufSize   int64
 }
 
@@ -75,7 +78,7 @@ func openNode(ctx context.Context, cfg nodeConfig) (_ *node, err error) {
 		return nil, err
 	}
 	for _, p := range cfg.protocols {
-		tr, err := newTransport(p, listen, cfg.auth)
+		tr, err := newTransport(p, listen, cfg.auth, cfg.devices)
 		if err != nil {
 			return nil, err
 		}
@@ -137,14 +140,22 @@ func loadAuth(path string) (*auth.Secret, error) {
 }
 
 // newTransport builds the transport for --protocol.
-func newTransport(protocol, listen string, secret *auth.Secret) (engine.Transport, error) {
+func newTransport(protocol, listen string, secret *auth.Secret, devices []string) (engine.Transport, error) {
 	switch protocol {
 	case "tcp":
 		return tcp.New(tcp.Config{Listen: listen, Auth: secret}), nil
 	case "shm":
 		return shm.New(shm.Config{}), nil
 	case "rdma":
-		return nil, fmt.Errorf("--protocol rdma: the RDMA transport is not wired into te yet; use --protocol tcp or shm")
+		// The control listener goes on the data listener's host; with
+		// none given (all interfaces) the transport picks its first
+		// rail's address, which peers can reach.
+		host, _, _ := net.SplitHostPort(listen)
+		ctl := ""
+		if a, err := netip.ParseAddr(host); err == nil && !a.IsUnspecified() {
+			ctl = net.JoinHostPort(host, "0")
+		}
+		return rdma.New(rdma.Config{Devices: devices, Listen: ctl, Options: verbsOptions}), nil
 	}
 	return nil, fmt.Errorf("--protocol %q: unknown (tcp, shm or rdma)", protocol)
 }

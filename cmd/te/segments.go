@@ -120,6 +120,9 @@ func listSegments(ctx context.Context, w io.Writer, uri string, secret *auth.Sec
 		if err := tw.Flush(); err != nil {
 			return err
 		}
+		if err := printRails(w, descs); err != nil {
+			return err
+		}
 		if len(descs) == 0 && len(failed) == 0 {
 			fmt.Fprintln(os.Stderr, "te segments: no segments")
 		}
@@ -164,6 +167,45 @@ func railsCell(d *segment.Descriptor) string {
 		return "-"
 	}
 	return strings.Join(parts, ",")
+}
+
+// printRails lists, for segments with RDMA rails, each rail's address and
+// each buffer's rkey on every rail (what an initiator posts with).
+func printRails(w io.Writer, descs []*segment.Descriptor) error {
+	any := false
+	for _, d := range descs {
+		any = any || len(d.Devices) > 0
+	}
+	if !any {
+		return nil
+	}
+	fmt.Fprintln(w)
+	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
+	fmt.Fprintln(tw, "SEGMENT\tRAIL\tDEVICE\tGID\tLID\tMTU")
+	for _, d := range descs {
+		for i, dev := range d.Devices {
+			fmt.Fprintf(tw, "%s\t%d\t%s:%d\t%s\t%d\t%d\n", printable(d.Name), i, printable(dev.Name), dev.Port, printable(dev.GID), dev.LID, dev.MTU)
+		}
+	}
+	fmt.Fprintln(tw)
+	fmt.Fprintln(tw, "SEGMENT\tBUFFER\tLENGTH\tLOCATION\tRKEYS (by rail)\t")
+	for _, d := range descs {
+		if len(d.Devices) == 0 {
+			continue
+		}
+		for _, b := range d.Buffers {
+			keys := make([]string, len(b.RKeys))
+			for i, k := range b.RKeys {
+				keys[i] = fmt.Sprintf("%#x", k)
+			}
+			loc := b.Location
+			if loc == "" {
+				loc = "-"
+			}
+			fmt.Fprintf(tw, "%s\t%#x\t%s\t%s\t%s\t\n", printable(d.Name), b.Addr, humanBytes(b.Length), printable(loc), strings.Join(keys, ","))
+		}
+	}
+	return tw.Flush()
 }
 
 func buffersCell(d *segment.Descriptor) string {

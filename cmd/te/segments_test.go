@@ -108,8 +108,13 @@ func TestSegmentsTableEscapes(t *testing.T) {
 	if err := listSegments(ctx, &out, metadataURI("p2p"), nil, []string{peer.Name()}, false, time.Now()); err != nil {
 		t.Fatal(err)
 	}
-	if strings.ContainsAny(out.String()[:len(out.String())-1], "\x1b\x07\r") || strings.Count(out.String(), "\n") != 2 {
+	table, rails, _ := strings.Cut(out.String(), "\n\n")
+	if strings.ContainsAny(out.String()[:len(out.String())-1], "\x1b\x07\r") || strings.Count(table, "\n") != 1 {
 		t.Fatalf("control characters reached the table: %q", out.String())
+	}
+	// The rails section lists each rail and every buffer's rkey per rail.
+	if !strings.Contains(rails, "fe80::1") || !strings.Contains(rails, fmt.Sprintf("%#x", d.Buffers[0].RKeys[0])) {
+		t.Fatalf("rails section lacks the GID or an rkey: %q", rails)
 	}
 	if !strings.Contains(out.String(), `tcp=\x1b[2J\x1b[31mhost:1\r\n`) || !strings.Contains(out.String(), `rxe\a0:1`) {
 		t.Fatalf("escaped strings missing: %q", out.String())

@@ -24,6 +24,8 @@ func runServe(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	fs.Var(protocol, "protocol", "the `transports` to serve: tcp, shm (same-host initiators), rdma, or a comma-separated list")
 	bufSize := sizeFlag(256 << 20)
 	fs.Var(&bufSize, "buffer-size", "`bytes` of memory to expose (mmap'd, touched lazily)")
+	devices := &listFlag{}
+	fs.Var(devices, "devices", "RDMA `devices` to serve on, one rail each (rxe0,rxe2); default: every device with an active port")
 	listen := fs.String("listen", "", "the transport's data listener, host:port (default: the p2p store's host, else all interfaces, any port)")
 	name := fs.String("name", "", "segment name for stores that do not assign one (default hostname/pid; p2p names the segment host:port)")
 	authFile := authFlag(fs)
@@ -50,7 +52,7 @@ func runServe(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 		return err
 	}
 	n, err := openNode(ctx, nodeConfig{
-		metadata: metadataURI(*metadata), auth: secret, name: *name, protocols: protocol.v, listen: *listen, bufSize: int64(bufSize),
+		metadata: metadataURI(*metadata), auth: secret, name: *name, protocols: protocol.v, listen: *listen, devices: devices.v, bufSize: int64(bufSize),
 	})
 	if err != nil {
 		return err
