@@ -1,0 +1,113 @@
+package interop
+
+import (
+	"bufio"
+	"context"
+	"encoding/json"
+	"os/exec"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/rdmago/te/test/softroce/srenv"
+)
+
+// startServe runs `te serve` with args and returns its segment name; the
+// process is killed when the test ends.
+func startServe(t *testing.T, args ...string) string {
+	t.Helper()
+	ctx, cancel := context.WithCancel(context.Background())
+	cmd := exec.CommandContext(ctx, "te", append([]string{"serve"}, args...)...)
+	out, err := cmd.StdoutPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	var stderr strings.Builder
+	cmd.Stderr = &stderr
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		cancel()
+		cmd.Wait()
+		if t.Failed() {
+			t.Logf("te serve stderr:\n%s", stderr.String())
+		}
+	})
+	line, err := bufio.NewReader(out).ReadString('\n')
+	name, ok := strings.CutPrefix(strings.TrimSpace(line), "segment ")
+	if err != nil || !ok {
+		t.Fatalf("te serve %v: no segment line (%q, %v); stderr:\n%s", args, line, err, stderr.String())
+	}
+	return name
+}
+
+type benchJSON struct {
+	Protocol string  `json:"protocol"`
+	Bytes    uint64  `json:"bytes"`
+	GBps     float64 `json:"gb_per_s"`
+	Verified *bool   `json:"verified"`
+	Rails    []struct {
+		Device string `json:"device"`
+		Bytes  uint64 `json:"bytes"`
+		Up     bool   `json:"up"`
+	} `json:"rails"`
+}
+
+// TestTeBenchRDMA runs te serve on host B's rails and te bench on host A's,
+// as two processes, over both rails: data verified, both rails carry bytes.
+// Then te segments shows the target's rails and rkeys.
+func TestTeBenchRDMA(t *testing.T) {
+	topo := srenv.Require(t)
+	var a, b []string
+	for i := range topo.HostA {
+		a, b = append(a, topo.HostA[i].Name), append(b, topo.HostB[i].Name)
+	}
+	seg := startServe(t, "--protocol", "rdma", "--devices", strings.Join(b, ","), "--buffer-size", "64MiB")
+	for _, op := range []string{"write", "read"} {
+		out := runOut(t, "te", "bench", "--segment", seg, "--protocol", "rdma", "--devices", strings.Join(a, ","),
+			"--operation", op, "--block-size", "64KiB", "--batch-size", "64", "--duration", "2s", "--verify", "--json", "--quiet")
+		var r benchJSON
+		if err := json.Unmarshal([]byte(out[strings.Index(out, "{"):]), &r); err != nil {
+			t.Fatalf("te bench %s: %v\n%s", op, err, out)
+		}
+		t.Logf("%s: %.3f GB/s, rails %+v", op, r.GBps, r.Rails)
+		if r.Protocol != "rdma" || r.Bytes == 0 || r.Verified == nil || !*r.Verified {
+			t.Fatalf("te bench %s: %+v", op, r)
+		}
+		if len(r.Rails) != len(a) {
+			t.Fatalf("te bench %s: %d rails reported, want %d", op, len(r.Rails), len(a))
+		}
+		for _, rl := range r.Rails {
+			if rl.Bytes == 0 || !rl.Up {
+				t.Errorf("te bench %s: rail %s carried %d bytes (up %v)", op, rl.Device, rl.Bytes, rl.Up)
+			}
+		}
+	}
+	segs := runOut(t, "te", "segments", seg)
+	for _, d := range b {
+		if !strings.Contains(segs, d+":1") {
+			t.Errorf("te segments does not show rail %s:\n%s", d, segs)
+		}
+	}
+	if !strings.Contains(segs, "RKEYS") {
+		t.Errorf("te segments shows no rkeys:\n%s", segs)
+	}
+}
+
+// TestTeBenchRDMALoopback is the main job over RDMA: te bench with an
+// in-process target on the loopback device.
+func TestTeBenchRDMALoopback(t *testing.T) {
+	topo := srenv.Require(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	out, err := exec.CommandContext(ctx, "te", "bench", "--protocol", "rdma", "--devices", topo.Lo.Name,
+		"--duration", "1s", "--verify").CombinedOutput()
+	if err != nil {
+		t.Fatalf("te bench: %v\n%s", err, out)
+	}
+	if !strings.Contains(string(out), "verify: true") || !strings.Contains(string(out), "rails:  "+topo.Lo.Name) {
+		t.Fatalf("te bench over rdma loopback:\n%s", out)
+	}
+	t.Logf("%s", out)
+}
