@@ -97,7 +97,10 @@ type Config struct {
 	Address string
 	// Prefix is the KV prefix the store's keys live under. Default "te".
 	Prefix string
-	// Token is the ACL token. Default $CONSUL_HTTP_TOKEN.
+	// Token is the ACL token: Consul's ACLs guard the metadata (the
+	// cluster secret of package auth guards the data paths). Default
+	// $CONSUL_HTTP_TOKEN, else the contents of $CONSUL_HTTP_TOKEN_FILE.
+	// It is sent to Consul only, never logged.
 	Token string
 	// SessionTTL is the session's TTL: how long after the owner dies its
 	// segments may remain (Consul allows up to twice this). It must be at
@@ -126,6 +129,13 @@ func (c *Config) setDefaults() error {
 	}
 	if c.Token == "" {
 		c.Token = os.Getenv("CONSUL_HTTP_TOKEN")
+	}
+	if f := os.Getenv("CONSUL_HTTP_TOKEN_FILE"); c.Token == "" && f != "" {
+		b, err := os.ReadFile(f)
+		if err != nil {
+			return fmt.Errorf("consul: ACL token: %w", err)
+		}
+		c.Token = strings.TrimSpace(string(b))
 	}
 	if c.SessionTTL == 0 {
 		c.SessionTTL = DefaultSessionTTL
@@ -498,10 +508,22 @@ var errSessionLost = errors.New("session expired")
 
 // sync writes o's desired state to Consul under session sid. pubMu is held.
 // On success o is clean (or, for an unpublish, removed from owned).
+//
+// A write rolled back because the key is in flux (a crashed owner's
+// session being ended, a key vanishing under a create) is tried again
+// after Consul's state has moved: a blocking query on the key's index
+// waits for the change, so the loop neither spins nor gives up after a
+// fixed number of tries on a busy machine. It is bounded by octx.
 func (s *Store) sync(octx, parent context.Context, name string, o *owned, sid string) error {
 	key := s.Key(name)
 	tookOver := false
-	for attempt := 0; attempt < 3; attempt++ {
+	var seen uint64 // the key's index when last read; 0: not read yet
+	for attempt := 0; ; attempt++ {
+		if attempt > 0 {
+			if err := s.awaitChange(octx, key, seen); err != nil {
+				return s.failure(parent, "publish "+name, fmt.Errorf("key %s kept changing: %w", key, err))
+			}
+		}
 		var ops api.KVTxnOps
 		switch {
 		case o.val == nil:
@@ -540,10 +562,11 @@ func (s *Store) sync(octx, parent context.Context, name string, o *owned, sid st
 			return nil
 		}
 		// Rolled back: look at the key to tell why.
-		p, _, err := s.kv.Get(key, s.q(octx))
+		p, meta, err := s.kv.Get(key, s.q(octx))
 		if err != nil {
 			return s.failure(parent, "publish "+name, err)
 		}
+		seen = meta.LastIndex
 		switch {
 		case o.val == nil:
 			if p == nil || p.Session != sid {
@@ -561,14 +584,20 @@ func (s *Store) sync(octx, parent context.Context, name string, o *owned, sid st
 					return s.failure(parent, "publish "+name, err)
 				}
 				if e != nil {
-					continue // session alive: the key raced us; try again
+					// Session alive: the key existed when the
+					// transaction ran and is gone now; try again once
+					// Consul's index is past what we read.
+					seen = 0
+					continue
 				}
 				s.dropSessionLocked(sid)
 				return fmt.Errorf("consul: publish %s: %w: %w; re-registering", name, segment.ErrUnavailable, errSessionLost)
 			}
 			o.index = 0 // deleted under us; create it afresh
+			seen = 0
 		case p.Session == sid && bytes.Equal(p.Value, o.sent):
 			o.index = p.ModifyIndex // an earlier write of ours landed unseen
+			seen = 0
 		case p.Session != "" && p.Session != sid:
 			holder := "session " + p.Session
 			if e, _, err := s.client.Session().Info(p.Session, s.q(octx)); err == nil && e != nil {
@@ -582,7 +611,7 @@ func (s *Store) sync(octx, parent context.Context, name string, o *owned, sid st
 					s.cfg.Logf("consul: %s was held by pid %d of this machine, which is gone; ended its session %s and took the key over", key, prev.pid, e.ID)
 					tookOver = true
 					o.index = 0
-					continue
+					continue // once the key has moved past the dead owner's index
 				}
 			}
 			return fmt.Errorf("consul: publish %s: %w: key %s is held by another store (%s); if that process is gone, the key expires within twice its TTL (at once when it ran on this machine)", name, segment.ErrConflict, key, holder)
@@ -599,7 +628,30 @@ func (s *Store) sync(octx, parent context.Context, name string, o *owned, sid st
 			return fmt.Errorf("consul: publish %s: %w: key %s was changed by another writer (modify index %d, this store wrote %d)", name, segment.ErrConflict, key, p.ModifyIndex, o.index)
 		}
 	}
-	return fmt.Errorf("consul: publish %s: %w: key %s keeps changing", name, segment.ErrConflict, key)
+}
+
+// awaitChange returns once key's index in Consul is past seen (at once
+// when seen is 0), with a blocking query bounded by ctx.
+func (s *Store) awaitChange(ctx context.Context, key string, seen uint64) error {
+	if seen == 0 {
+		return ctx.Err()
+	}
+	for {
+		q := &api.QueryOptions{WaitIndex: seen, WaitTime: s.cfg.WatchWait}
+		if d, ok := ctx.Deadline(); ok {
+			q.WaitTime = min(q.WaitTime, max(time.Until(d), time.Millisecond))
+		}
+		_, meta, err := s.kv.Get(key, q.WithContext(ctx))
+		if err != nil {
+			return err
+		}
+		if meta.LastIndex != seen {
+			return nil
+		}
+		if err := ctx.Err(); err != nil {
+			return err
+		}
+	}
 }
 
 // dropSessionLocked forgets a session Consul no longer knows: its keys are
