@@ -107,7 +107,10 @@ func TestMoreThenSilence(t *testing.T) {
 	}
 }
 
-const emfileEnv = "TE_TCP_TEST_EMFILE_TARGET"
+const (
+	emfileEnv   = "TE_TCP_TEST_EMFILE_TARGET"
+	emfileLimit = 48 // the child's RLIMIT_NOFILE
+)
 
 // runEMFILETarget is the child of TestAcceptSurvivesEMFILE: a target with
 // a logger on stderr, started under a low RLIMIT_NOFILE.
@@ -161,7 +164,7 @@ func (s *syncBuffer) String() string {
 // off and logs, instead of leaving the port listening with nobody
 // accepting.
 func TestAcceptSurvivesEMFILE(t *testing.T) {
-	cmd := exec.Command("/bin/sh", "-c", `ulimit -n 48 && exec "$0" -test.run='^$'`, os.Args[0])
+	cmd := exec.Command("/bin/sh", "-c", fmt.Sprintf(`ulimit -n %d && exec "$0" -test.run='^$'`, emfileLimit), os.Args[0])
 	cmd.Env = append(os.Environ(), emfileEnv+"=1")
 	stdin, _ := cmd.StdinPipe()
 	out, _ := cmd.StdoutPipe()
@@ -194,11 +197,17 @@ func TestAcceptSurvivesEMFILE(t *testing.T) {
 		}
 		flood = append(flood, c)
 	}
-	for deadline := time.Now().Add(30 * time.Second); !strings.Contains(stderr.String(), "too many open files"); time.Sleep(10 * time.Millisecond) {
+	// Wait until the child holds every descriptor it may open.
+	fds := func() int {
+		ents, _ := os.ReadDir(fmt.Sprintf("/proc/%d/fd", cmd.Process.Pid))
+		return len(ents)
+	}
+	for deadline := time.Now().Add(30 * time.Second); fds() < emfileLimit; time.Sleep(10 * time.Millisecond) {
 		if time.Now().After(deadline) {
-			t.Fatalf("the child never ran out of descriptors:\n%s", stderr.String())
+			t.Fatalf("the child never ran out of descriptors (%d open):\n%s", fds(), stderr.String())
 		}
 	}
+	time.Sleep(50 * time.Millisecond) // let its accept fail on them
 	for _, c := range flood {
 		c.Close()
 	}
@@ -223,6 +232,9 @@ func TestAcceptSurvivesEMFILE(t *testing.T) {
 			t.Fatalf("no initiator served after the descriptor shortage: %v\nchild stderr:\n%s", err, stderr.String())
 		}
 		time.Sleep(100 * time.Millisecond) // the child still drains the flood
+	}
+	if !strings.Contains(stderr.String(), "too many open files") {
+		t.Fatalf("the accept failure was not logged:\n%s", stderr.String())
 	}
 	t.Logf("child log:\n%s", stderr.String())
 }
