@@ -188,7 +188,8 @@ func (e *Engine) Epoch() uint64 { return e.epoch }
 // LocalDescriptor returns a copy of the local segment's current descriptor.
 func (e *Engine) LocalDescriptor() *segment.Descriptor { return e.local.Load().Clone() }
 
-// Close fails transfers still in flight, closes transports and peers,
+// Close fails transfers still in flight (their errors wrap ErrClosed,
+// whatever the transport reported), closes transports and peers,
 // unpublishes the local descriptor and stops background work. Batches stay
 // readable (Status, Wait); everything else returns ErrClosed. It is
 // idempotent and safe on a nil Engine.

@@ -3,6 +3,7 @@ package engine
 import (
 	"context"
 	"errors"
+	"fmt"
 	"log/slog"
 
 	"github.com/rdmago/te/segment"
@@ -185,6 +186,11 @@ func (s *Slice) Done(n uint64, err error) {
 	}
 	s.task = nil
 	if err != nil {
+		if e := t.b.e; e.closed.Load() && !errors.Is(err, ErrClosed) {
+			// The engine's Close closes peers first; whatever error
+			// they fail slices with, the cause is the Close.
+			err = fmt.Errorf("%w: %w", ErrClosed, err)
+		}
 		t.setErr(err)
 	}
 	if n > 0 {
