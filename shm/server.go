@@ -280,7 +280,11 @@ func (sc *serverConn) revoke(sr *sharedRegion) {
 // close drops the connection and the control page. The initiator's
 // mappings go with its end of the socket (it unmaps on EOF, or exits).
 func (sc *serverConn) close() {
-	sc.dead.Store(true)
+	sc.dead.Store(true) // a revoke in progress stops waiting
+	if sc.t.closed.Load() {
+		sc.c.SetWriteDeadline(time.Now()) // a send in progress under mu gives up
+		sc.fence()
+	}
 	sc.c.Close()
 	sc.mu.Lock()
 	if sc.ctl != nil {
@@ -291,4 +295,29 @@ func (sc *serverConn) close() {
 	sc.t.mu.Lock()
 	delete(sc.t.conns, sc)
 	sc.t.mu.Unlock()
+}
+
+// fence stops the peer's copies into every region it mapped, as revoke
+// does for one, when the transport closes: the peer learns of the close
+// only when it reads the socket's EOF, and no copy may land after Close
+// returns (the memory is no longer registered).
+func (sc *serverConn) fence() {
+	sc.mu.Lock()
+	defer sc.mu.Unlock()
+	if sc.page == nil {
+		return
+	}
+	for slot := range sc.mapped {
+		sc.page.gen[slot].Store(0)
+	}
+	deadline := time.Now().Add(sc.t.cfg.IOTimeout)
+	for slot := range sc.mapped {
+		for spins := 0; sc.page.busy[slot].Load() > 0 && time.Now().Before(deadline); spins++ {
+			if spins < 100 {
+				runtime.Gosched()
+			} else {
+				time.Sleep(50 * time.Microsecond)
+			}
+		}
+	}
 }
