@@ -3,12 +3,14 @@ package transporttest
 import (
 	"bufio"
 	"context"
-	"encoding/binary"
+	"crypto/sha256"
+	"encoding/hex"
 	"errors"
 	"fmt"
 	"io"
 	"os"
 	"os/exec"
+	"regexp"
 	"strconv"
 	"strings"
 	"sync"
@@ -16,392 +18,572 @@ import (
 	"time"
 
 	"github.com/rdmago/te/engine"
-	"github.com/rdmago/te/engine/enginetest"
-	"github.com/rdmago/te/segment"
 	"github.com/rdmago/te/segment/p2p"
 )
 
-// Target is the target side of a conformance pair: an engine with one
-// registered buffer, in this process or in a child process, driven through
-// these methods so that the tests can check its memory either way.
-type Target interface {
-	// Name is the target's segment name.
-	Name() string
-	// Base is the address of the registered buffer.
-	Base() uint64
-	// Read returns a copy of n bytes at offset off of the buffer; Write
-	// stores b there.
-	Read(off, n int) ([]byte, error)
-	Write(off int, b []byte) error
-	// RegisterExtra allocates and registers a second buffer of n bytes
-	// and returns its address; UnregisterExtra unregisters it (and keeps
-	// it mapped); ReadExtra and WriteExtra access it.
-	RegisterExtra(n int) (uint64, error)
-	UnregisterExtra() error
-	ReadExtra(n int) ([]byte, error)
-	WriteExtra(b []byte) error
-	// CloseEngine closes the target's engine (its memory stays mapped).
-	CloseEngine() error
+// TargetInfo describes one incarnation of a target engine.
+type TargetInfo struct {
+	// Name is the target's segment name: in a child process, its p2p
+	// store's address (host:port).
+	Name  string
+	Epoch uint64
+	// Addr and Size are the registered buffer.
+	Addr uint64
+	Size int
+	// Pid is the child process's id (0 for a target in this process).
+	Pid int
 }
 
-// Options adapt the suite to a transport.
-type Options struct {
-	// Shared allocates every buffer with engine.AllocShared (a transport
-	// that hands memory to a peer, shm, needs it).
+// TargetConfig configures StartTarget.
+type TargetConfig struct {
+	// Size is the bytes of the registered buffer. Required.
+	Size int
+	// Listen is the child's p2p store address, host:port. Default
+	// 127.0.0.1:0 (a free port; Restart keeps the port).
+	Listen string
+	// Ready bounds the child's start until it serves. Default 2 min.
+	Ready time.Duration
+	// Shared maps the child's buffers with engine.AllocShared.
 	Shared bool
-	// Remote runs every target in a child process: the test binary,
-	// started again with an environment variable that its TestMain must
-	// pass to ServeTargetIfChild before anything else. Initiator and
-	// target then find each other through the embedded p2p store.
-	Remote bool
 }
 
-func (o Options) alloc(n int) (*engine.Memory, error) {
-	if o.Shared {
-		return engine.AllocShared(n)
-	}
-	return engine.Alloc(n)
+// target is what a conformance case needs of the target engine, in this
+// process (localTarget) or in a child process (*Target). Addresses are the
+// target's own; fill and check work on pattern positions (see Pattern).
+type target interface {
+	Info() TargetInfo
+	// Fill writes the pattern of seed at positions pos.. into [addr, addr+n).
+	Fill(addr uint64, n int, seed, pos uint64) error
+	// Check compares [addr, addr+n) with the pattern of seed at pos..
+	Check(addr uint64, n int, seed, pos uint64) error
+	// Hash is the SHA-256 of [addr, addr+n).
+	Hash(addr uint64, n int) ([32]byte, error)
+	// Register maps and registers another region of size bytes.
+	Register(size int) (addr uint64, err error)
+	// Unregister unregisters a region from Register; its memory stays
+	// mapped so Check and Hash still read it.
+	Unregister(addr uint64) error
+	// CloseEngine closes the target engine in an orderly way (the
+	// process, if any, stays).
+	CloseEngine() error
+	// Kill ends the target abruptly: SIGKILL for a child process.
+	Kill() error
+	// Restart starts a new incarnation under the same name: a new engine
+	// (new epoch) with a new transport and a new buffer of size bytes.
+	Restart(size int) error
 }
 
-// localTarget is a target engine in this process.
-type localTarget struct {
-	o     Options
-	e     *engine.Engine
-	mem   *engine.Memory
-	extra *engine.Memory
-}
+// Environment of a target child process.
+const (
+	envTest   = "TE_TRANSPORTTEST_TARGET" // t.Name() of the test that starts it (StartTarget)
+	envIndex  = "TE_TRANSPORTTEST_INDEX"  // which StartTarget call of that test
+	envMain   = "TE_TRANSPORTTEST_MAIN"   // serve from TestMain (StartRemoteTarget)
+	envSize   = "TE_TRANSPORTTEST_SIZE"
+	envListen = "TE_TRANSPORTTEST_LISTEN"
+	envShared = "TE_TRANSPORTTEST_SHARED"
+	ctlFD     = 3 // the child's replies (stdout belongs to the testing package)
+)
 
-func newLocalTarget(t testing.TB, o Options, cfg engine.Config, size int, tr engine.Transport) *localTarget {
-	t.Helper()
-	n := enginetest.NewNode(t, cfg, 0, tr)
-	lt := &localTarget{o: o, e: n.Engine}
-	var err error
-	if lt.mem, err = o.alloc(size); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() {
-		n.Engine.Close()
-		lt.mem.Close()
-		lt.extra.Close()
-	})
-	if err := lt.e.RegisterLocalMemory(lt.mem.Bytes(), "cpu:0"); err != nil {
-		t.Fatal(err)
-	}
-	return lt
-}
+// ErrTargetGone: the target child process exited or stopped answering.
+var ErrTargetGone = errors.New("transporttest: target process gone")
 
-func (lt *localTarget) Name() string { return lt.e.Name() }
-func (lt *localTarget) Base() uint64 { return engine.AddrOf(lt.mem.Bytes()) }
-func (lt *localTarget) Read(off, n int) ([]byte, error) {
-	return append([]byte(nil), lt.mem.Bytes()[off:off+n]...), nil
-}
-func (lt *localTarget) Write(off int, b []byte) error {
-	copy(lt.mem.Bytes()[off:], b)
-	return nil
-}
-func (lt *localTarget) RegisterExtra(n int) (uint64, error) {
-	var err error
-	if lt.extra, err = lt.o.alloc(n); err != nil {
-		return 0, err
-	}
-	return engine.AddrOf(lt.extra.Bytes()), lt.e.RegisterLocalMemory(lt.extra.Bytes(), "")
-}
-func (lt *localTarget) UnregisterExtra() error { return lt.e.UnregisterLocalMemory(lt.extra.Bytes()) }
-func (lt *localTarget) ReadExtra(n int) ([]byte, error) {
-	return append([]byte(nil), lt.extra.Bytes()[:n]...), nil
-}
-func (lt *localTarget) WriteExtra(b []byte) error {
-	copy(lt.extra.Bytes(), b)
-	return nil
-}
-func (lt *localTarget) CloseEngine() error { return lt.e.Close() }
-
-// The child protocol: the parent writes requests on the child's stdin,
-// the child answers each on stdout.
+// Target is a target engine in a child process, the test binary run
+// again. The child builds an engine over the embedded p2p store
+// (segment/p2p) with a fresh transport, registers a buffer and answers
+// commands on a pipe; it exits when the parent closes the pipe or dies.
+// Methods are safe for concurrent use.
 //
-//	request  u8 op | u64 a | u64 b | payload (op 'w', 'W': b bytes)
-//	reply    u8 ok (1) or failed (0) | u64 value | u32 n | n bytes (data, or the error text)
+// StartTarget needs nothing from the package's TestMain: the child runs
+// the same test up to the same StartTarget call and serves there instead
+// of returning, with the factory passed there. So StartTarget must be
+// called from the test (or subtest) whose name the child can select with
+// -test.run, before the test does anything the child should not repeat;
+// a test that starts several targets starts them all before using any.
 //
-// The child first sends a reply with value = buffer address and the
-// segment name as data.
-const childEnv = "TE_TRANSPORTTEST_TARGET"
+// StartRemoteTarget works from any test, with the transport that TestMain
+// passes to ServeTargetIfChild: the child serves from TestMain.
+type Target struct {
+	t     testing.TB
+	name  string // t.Name()
+	index int
+	main  bool // served from TestMain (StartRemoteTarget)
+	cfg   TargetConfig
 
-// ServeTargetIfChild turns the process into a conformance target when the
-// suite started it as one (Options.Remote): it serves the parent's
-// requests until its stdin closes, then exits. Otherwise it returns at
-// once. Call it first thing in TestMain, with a factory for the
-// transport under test.
-func ServeTargetIfChild(newTransport func() engine.Transport) {
-	spec := os.Getenv(childEnv)
-	if spec == "" {
-		return
-	}
-	err := serveTarget(spec, newTransport)
-	if err != nil {
-		fmt.Fprintln(os.Stderr, "transporttest target:", err)
-		os.Exit(1)
-	}
-	os.Exit(0)
-}
-
-func serveTarget(spec string, newTransport func() engine.Transport) error {
-	// spec: size,shared,listen
-	f := strings.SplitN(spec, ",", 3)
-	if len(f) != 3 {
-		return fmt.Errorf("bad %s=%q", childEnv, spec)
-	}
-	size, err := strconv.Atoi(f[0])
-	if err != nil {
-		return err
-	}
-	o := Options{Shared: f[1] == "1"}
-	st, err := p2p.New(context.Background(), p2p.Options{Listen: f[2], PollInterval: 20 * time.Millisecond})
-	if err != nil {
-		return err
-	}
-	defer st.Close()
-	e, err := engine.New(engine.Config{Name: st.Name(), Store: st})
-	if err != nil {
-		return err
-	}
-	defer e.Close()
-	if err := e.Install(newTransport()); err != nil {
-		return err
-	}
-	lt := &localTarget{o: o, e: e}
-	if lt.mem, err = o.alloc(size); err != nil {
-		return err
-	}
-	if err := e.RegisterLocalMemory(lt.mem.Bytes(), "cpu:0"); err != nil {
-		return err
-	}
-	in := bufio.NewReader(os.Stdin)
-	out := bufio.NewWriter(os.Stdout)
-	reply := func(v uint64, data []byte, err error) error {
-		ok := byte(1)
-		if err != nil {
-			ok, data = 0, []byte(err.Error())
-		}
-		var h [13]byte
-		h[0] = ok
-		binary.LittleEndian.PutUint64(h[1:], v)
-		binary.LittleEndian.PutUint32(h[9:], uint32(len(data)))
-		out.Write(h[:])
-		out.Write(data)
-		return out.Flush()
-	}
-	if err := reply(lt.Base(), []byte(lt.Name()), nil); err != nil {
-		return err
-	}
-	for {
-		var h [17]byte
-		if _, err := io.ReadFull(in, h[:]); err != nil {
-			if errors.Is(err, io.EOF) {
-				return nil
-			}
-			return err
-		}
-		a, b := int(binary.LittleEndian.Uint64(h[1:])), int(binary.LittleEndian.Uint64(h[9:]))
-		var v uint64
-		var data []byte
-		var rerr error
-		switch h[0] {
-		case 'r':
-			if a < 0 || b < 0 || a+b > size {
-				rerr = fmt.Errorf("read [%d, %d) outside %d bytes", a, a+b, size)
-				break
-			}
-			data, rerr = lt.Read(a, b)
-		case 'w', 'W':
-			data = make([]byte, b)
-			if _, err := io.ReadFull(in, data); err != nil {
-				return err
-			}
-			if h[0] == 'W' {
-				rerr = lt.WriteExtra(data)
-			} else if a < 0 || a+b > size {
-				rerr = fmt.Errorf("write [%d, %d) outside %d bytes", a, a+b, size)
-			} else {
-				rerr = lt.Write(a, data)
-			}
-			data = nil
-		case 'x':
-			v, rerr = lt.RegisterExtra(a)
-		case 'u':
-			rerr = lt.UnregisterExtra()
-		case 'R':
-			data, rerr = lt.ReadExtra(a)
-		case 'c':
-			rerr = lt.CloseEngine()
-		default:
-			return fmt.Errorf("unknown request %q", h[0])
-		}
-		if err := reply(v, data, rerr); err != nil {
-			return err
-		}
-	}
-}
-
-// RemoteTarget is a target engine in a child process.
-type RemoteTarget struct {
-	Cmd  *exec.Cmd
-	mu   sync.Mutex
+	mu   sync.Mutex // serialises commands; guards the fields below
+	cmd  *exec.Cmd
 	in   io.WriteCloser
-	out  *bufio.Reader
-	name string
-	base uint64
+	ctl  *os.File
+	rd   *bufio.Reader
+	info TargetInfo
+	dead bool
 }
 
-// StartRemoteTarget starts the test binary as a target (see
-// ServeTargetIfChild) with a buffer of size bytes, its p2p store
-// listening on listen ("127.0.0.1:0" for any port). The child is killed
-// when the test ends.
-func StartRemoteTarget(t testing.TB, o Options, size int, listen string) *RemoteTarget {
+var starts struct {
+	sync.Mutex
+	n map[testing.TB]int
+}
+
+// startIndex numbers the StartTarget calls of one run of a test (-count
+// runs it again under the same name), the same way in the parent and in
+// the child.
+func startIndex(t testing.TB) int {
+	starts.Lock()
+	defer starts.Unlock()
+	if starts.n == nil {
+		starts.n = map[testing.TB]int{}
+	}
+	i, ok := starts.n[t]
+	if !ok {
+		t.Cleanup(func() {
+			starts.Lock()
+			delete(starts.n, t)
+			starts.Unlock()
+		})
+	}
+	starts.n[t] = i + 1
+	return i
+}
+
+// StartTarget starts a target child process with a transport from f and
+// waits until it serves; the test's cleanup stops it. In the child process
+// itself it does not return: it serves until the parent goes away.
+func StartTarget(t testing.TB, f Factory, cfg TargetConfig) *Target {
 	t.Helper()
+	if cfg.Size <= 0 {
+		t.Fatalf("transporttest: StartTarget: Size %d", cfg.Size)
+	}
+	if cfg.Listen == "" {
+		cfg.Listen = "127.0.0.1:0"
+	}
+	if cfg.Ready <= 0 {
+		cfg.Ready = 2 * time.Minute
+	}
+	idx := startIndex(t)
+	if want := os.Getenv(envTest); want != "" {
+		if want != t.Name() {
+			fmt.Fprintf(os.Stderr, "transporttest: target child for %q reached StartTarget in %q: call StartTarget only from the test that runs against the target\n", want, t.Name())
+			os.Exit(3)
+		}
+		if strconv.Itoa(idx) == os.Getenv(envIndex) {
+			serveChild(func() engine.Transport { return f(t) })
+		}
+		return &Target{t: t, name: t.Name(), index: idx, cfg: cfg, dead: true}
+	}
+	g := &Target{t: t, name: t.Name(), index: idx, cfg: cfg}
+	t.Cleanup(g.stop)
+	if err := g.spawn(cfg.Listen, cfg.Size); err != nil {
+		t.Fatal(err)
+	}
+	return g
+}
+
+var mainTransport func() engine.Transport
+
+// ServeTargetIfChild, called first thing in TestMain, makes the process a
+// target for StartRemoteTarget when started as one: it serves with
+// transports from newTransport until the parent goes away, then exits.
+// Otherwise it returns at once.
+func ServeTargetIfChild(newTransport func() engine.Transport) {
+	mainTransport = newTransport
+	if os.Getenv(envMain) != "" {
+		serveChild(newTransport)
+	}
+}
+
+// StartRemoteTarget starts a target child process served from TestMain
+// (ServeTargetIfChild) with a buffer of size bytes (from
+// engine.AllocShared when o.Shared) and its p2p store on listen
+// ("127.0.0.1:0": any port); the test's cleanup stops it.
+func StartRemoteTarget(t testing.TB, o Options, size int, listen string) *Target {
+	t.Helper()
+	if mainTransport == nil {
+		t.Fatal("transporttest: StartRemoteTarget needs TestMain to call ServeTargetIfChild")
+	}
+	if listen == "" {
+		listen = "127.0.0.1:0"
+	}
+	g := &Target{t: t, name: t.Name(), main: true, cfg: TargetConfig{Size: size, Listen: listen, Ready: 2 * time.Minute, Shared: o.Shared}}
+	t.Cleanup(g.stop)
+	if err := g.spawn(listen, size); err != nil {
+		t.Fatal(err)
+	}
+	return g
+}
+
+// runPattern selects exactly the test called name with -test.run.
+func runPattern(name string) string {
+	parts := strings.Split(name, "/")
+	for i, p := range parts {
+		parts[i] = "^" + regexp.QuoteMeta(p) + "$"
+	}
+	return strings.Join(parts, "/")
+}
+
+// spawn starts a child and reads its ready line. Called with g.mu held or
+// before g is shared.
+func (g *Target) spawn(listen string, size int) error {
 	exe, err := os.Executable()
 	if err != nil {
-		t.Fatal(err)
+		return fmt.Errorf("transporttest: %w", err)
 	}
-	shared := "0"
-	if o.Shared {
-		shared = "1"
+	r, w, err := os.Pipe()
+	if err != nil {
+		return fmt.Errorf("transporttest: %w", err)
 	}
-	cmd := exec.Command(exe)
-	cmd.Env = append(os.Environ(), fmt.Sprintf("%s=%d,%s,%s", childEnv, size, shared, listen))
+	cmd := exec.Command(exe, "-test.run="+runPattern(g.name), "-test.count=1", "-test.timeout=0")
+	cmd.Env = append(os.Environ(), envSize+"="+strconv.Itoa(size), envListen+"="+listen)
+	if g.main {
+		cmd.Env = append(cmd.Env, envMain+"=1")
+	} else {
+		cmd.Env = append(cmd.Env, envTest+"="+g.name, envIndex+"="+strconv.Itoa(g.index))
+	}
+	if g.cfg.Shared {
+		cmd.Env = append(cmd.Env, envShared+"=1")
+	}
+	cmd.ExtraFiles = []*os.File{w} // fd 3
+	cmd.Stdout = os.Stderr         // the child's test output, if any
 	cmd.Stderr = os.Stderr
 	in, err := cmd.StdinPipe()
 	if err != nil {
-		t.Fatal(err)
-	}
-	outp, err := cmd.StdoutPipe()
-	if err != nil {
-		t.Fatal(err)
+		r.Close()
+		w.Close()
+		return fmt.Errorf("transporttest: %w", err)
 	}
 	if err := cmd.Start(); err != nil {
-		t.Fatal(err)
+		r.Close()
+		w.Close()
+		in.Close()
+		return fmt.Errorf("transporttest: start target: %w", err)
 	}
-	rt := &RemoteTarget{Cmd: cmd, in: in, out: bufio.NewReaderSize(outp, 1<<20)}
-	t.Cleanup(func() { rt.Kill() })
-	v, name, err := rt.reply()
+	w.Close()
+	g.cmd, g.in, g.ctl, g.rd, g.dead = cmd, in, r, bufio.NewReader(r), false
+	line, err := g.reply(g.cfg.Ready)
+	if err == nil {
+		f := strings.Fields(line)
+		var info TargetInfo
+		if len(f) == 5 {
+			info.Name = f[0]
+			info.Epoch, err = strconv.ParseUint(f[1], 0, 64)
+			if err == nil {
+				info.Addr, err = strconv.ParseUint(f[2], 0, 64)
+			}
+			if err == nil {
+				info.Size, err = strconv.Atoi(f[3])
+			}
+			if err == nil {
+				info.Pid, err = strconv.Atoi(f[4])
+			}
+		} else {
+			err = fmt.Errorf("malformed ready line %q", line)
+		}
+		g.info = info
+	}
 	if err != nil {
-		t.Fatalf("target child: %v", err)
+		g.reap(true)
+		if errors.Is(err, ErrTargetGone) && !g.main {
+			err = fmt.Errorf("%w (a child must reach StartTarget in %s: is the test selected by -test.run=%s?)", err, g.name, runPattern(g.name))
+		}
+		return fmt.Errorf("transporttest: target did not start: %w", err)
 	}
-	rt.base, rt.name = v, string(name)
-	return rt
+	return nil
 }
 
-// Kill ends the child with SIGKILL and reaps it.
-func (rt *RemoteTarget) Kill() {
-	if rt.Cmd.ProcessState != nil {
+// reply reads one answer line within d: the text after "ok", or an error.
+func (g *Target) reply(d time.Duration) (string, error) {
+	g.ctl.SetReadDeadline(time.Now().Add(d))
+	line, err := g.rd.ReadString('\n')
+	if err != nil {
+		if errors.Is(err, os.ErrDeadlineExceeded) {
+			return "", fmt.Errorf("%w: no answer within %v", ErrTargetGone, d)
+		}
+		return "", fmt.Errorf("%w: %v", ErrTargetGone, err)
+	}
+	line = strings.TrimSuffix(line, "\n")
+	if rest, ok := strings.CutPrefix(line, "ok"); ok {
+		return strings.TrimSpace(rest), nil
+	}
+	return "", fmt.Errorf("transporttest: target: %s", strings.TrimPrefix(line, "err "))
+}
+
+// do sends one command and returns its answer.
+func (g *Target) do(format string, args ...any) (string, error) {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	if g.dead {
+		return "", ErrTargetGone
+	}
+	if _, err := fmt.Fprintf(g.in, format+"\n", args...); err != nil {
+		return "", fmt.Errorf("%w: %v", ErrTargetGone, err)
+	}
+	return g.reply(2 * time.Minute)
+}
+
+// reap ends the child (SIGKILL when kill is set, else by closing its
+// stdin, then SIGKILL after 10 s) and waits for it. Called with g.mu held.
+func (g *Target) reap(kill bool) {
+	if g.cmd == nil {
 		return
 	}
-	rt.Cmd.Process.Kill() // SIGKILL
-	rt.in.Close()
-	rt.Cmd.Wait()
-}
-
-func (rt *RemoteTarget) reply() (uint64, []byte, error) {
-	var h [13]byte
-	if _, err := io.ReadFull(rt.out, h[:]); err != nil {
-		return 0, nil, fmt.Errorf("target child: %w", err)
+	if kill {
+		g.cmd.Process.Kill()
 	}
-	data := make([]byte, binary.LittleEndian.Uint32(h[9:]))
-	if _, err := io.ReadFull(rt.out, data); err != nil {
-		return 0, nil, fmt.Errorf("target child: %w", err)
-	}
-	if h[0] != 1 {
-		return 0, nil, fmt.Errorf("target child: %s", data)
-	}
-	return binary.LittleEndian.Uint64(h[1:]), data, nil
-}
-
-func (rt *RemoteTarget) call(op byte, a, b int, payload []byte) (uint64, []byte, error) {
-	rt.mu.Lock()
-	defer rt.mu.Unlock()
-	var h [17]byte
-	h[0] = op
-	binary.LittleEndian.PutUint64(h[1:], uint64(a))
-	binary.LittleEndian.PutUint64(h[9:], uint64(b))
-	if _, err := rt.in.Write(append(h[:], payload...)); err != nil {
-		return 0, nil, fmt.Errorf("target child: %w", err)
-	}
-	return rt.reply()
-}
-
-// Name is the child's segment name (its p2p address).
-func (rt *RemoteTarget) Name() string { return rt.name }
-
-// Base is the address of the child's buffer.
-func (rt *RemoteTarget) Base() uint64 { return rt.base }
-
-// Read reads the child's buffer.
-func (rt *RemoteTarget) Read(off, n int) ([]byte, error) {
-	_, d, err := rt.call('r', off, n, nil)
-	return d, err
-}
-
-// Write writes the child's buffer.
-func (rt *RemoteTarget) Write(off int, b []byte) error {
-	_, _, err := rt.call('w', off, len(b), b)
-	return err
-}
-
-// RegisterExtra registers a second buffer in the child.
-func (rt *RemoteTarget) RegisterExtra(n int) (uint64, error) {
-	v, _, err := rt.call('x', n, 0, nil)
-	return v, err
-}
-
-// UnregisterExtra unregisters it.
-func (rt *RemoteTarget) UnregisterExtra() error {
-	_, _, err := rt.call('u', 0, 0, nil)
-	return err
-}
-
-// ReadExtra reads it.
-func (rt *RemoteTarget) ReadExtra(n int) ([]byte, error) {
-	_, d, err := rt.call('R', n, 0, nil)
-	return d, err
-}
-
-// WriteExtra writes it.
-func (rt *RemoteTarget) WriteExtra(b []byte) error {
-	_, _, err := rt.call('W', 0, len(b), b)
-	return err
-}
-
-// CloseEngine closes the child's engine.
-func (rt *RemoteTarget) CloseEngine() error {
-	_, _, err := rt.call('c', 0, 0, nil)
-	return err
-}
-
-// Initiator starts the initiator side for the suite: an engine with one
-// registered buffer of size bytes and a fresh transport from f, using st
-// as its store (nil: a p2p store of its own, for remote targets).
-func Initiator(t testing.TB, o Options, st segment.Store, size int, f Factory) *enginetest.Node {
-	t.Helper()
-	name := "initiator"
-	if st == nil {
-		ps, err := p2p.New(context.Background(), p2p.Options{Listen: "127.0.0.1:0", PollInterval: 20 * time.Millisecond})
-		if err != nil {
-			t.Fatal(err)
+	g.in.Close()
+	done := make(chan struct{})
+	go func() {
+		select {
+		case <-done:
+		case <-time.After(10 * time.Second):
+			g.cmd.Process.Kill()
 		}
-		t.Cleanup(func() { ps.Close() })
-		st, name = ps, ps.Name()
-	}
-	n := enginetest.NewNode(t, engine.Config{Name: name, Store: st}, 0, f(t))
-	mem, err := o.alloc(size)
+	}()
+	g.cmd.Wait()
+	close(done)
+	g.ctl.Close()
+	g.cmd, g.dead = nil, true
+}
+
+func (g *Target) stop() {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	g.reap(false)
+}
+
+// Info returns the current incarnation.
+func (g *Target) Info() TargetInfo {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	return g.info
+}
+
+// Name is the target's segment name.
+func (g *Target) Name() string { return g.Info().Name }
+
+// Base is the address of the target's buffer.
+func (g *Target) Base() uint64 { return g.Info().Addr }
+
+// Read returns a copy of n bytes at offset off of the target's buffer.
+func (g *Target) Read(off, n int) ([]byte, error) {
+	s, err := g.do("read %d %d", g.Base()+uint64(off), n)
 	if err != nil {
-		t.Fatal(err)
+		return nil, err
 	}
-	t.Cleanup(func() {
-		n.Engine.Close()
-		mem.Close()
-	})
-	if err := n.Engine.RegisterLocalMemory(mem.Bytes(), "cpu:0"); err != nil {
-		t.Fatal(err)
+	return hex.DecodeString(s)
+}
+
+// Fill writes the pattern of seed at positions pos.. into [addr, addr+n)
+// of the target's memory.
+func (g *Target) Fill(addr uint64, n int, seed, pos uint64) error {
+	_, err := g.do("fill %d %d %d %d", addr, n, seed, pos)
+	return err
+}
+
+// Check compares [addr, addr+n) of the target's memory with the pattern
+// of seed at positions pos..
+func (g *Target) Check(addr uint64, n int, seed, pos uint64) error {
+	_, err := g.do("check %d %d %d %d", addr, n, seed, pos)
+	return err
+}
+
+// Hash returns the SHA-256 of [addr, addr+n) of the target's memory.
+func (g *Target) Hash(addr uint64, n int) ([32]byte, error) {
+	var h [32]byte
+	s, err := g.do("hash %d %d", addr, n)
+	if err != nil {
+		return h, err
 	}
-	n.Mem = mem
-	return n
+	if n, err := hex.Decode(h[:], []byte(s)); err != nil || n != len(h) {
+		return h, fmt.Errorf("transporttest: target: bad hash %q", s)
+	}
+	return h, nil
+}
+
+// Register maps and registers another region in the target.
+func (g *Target) Register(size int) (uint64, error) {
+	s, err := g.do("register %d", size)
+	if err != nil {
+		return 0, err
+	}
+	return strconv.ParseUint(s, 0, 64)
+}
+
+// Unregister unregisters a region from Register (it stays mapped).
+func (g *Target) Unregister(addr uint64) error {
+	_, err := g.do("unregister %d", addr)
+	return err
+}
+
+// CloseEngine closes the child's engine; the process stays.
+func (g *Target) CloseEngine() error {
+	_, err := g.do("close")
+	return err
+}
+
+// Kill sends the child SIGKILL and reaps it.
+func (g *Target) Kill() error {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	if g.cmd == nil {
+		return ErrTargetGone
+	}
+	g.reap(true)
+	return nil
+}
+
+// Restart kills the child if it still runs and starts a new one on the
+// same p2p address (so the same segment name) with a buffer of size bytes.
+func (g *Target) Restart(size int) error {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	g.reap(true)
+	return g.spawn(g.info.Name, size)
+}
+
+// serveChild is the target child process: it never returns.
+func serveChild(newTransport func() engine.Transport) {
+	ctl := os.NewFile(ctlFD, "transporttest-ctl")
+	die := func(format string, args ...any) {
+		msg := fmt.Sprintf(format, args...)
+		fmt.Fprintf(os.Stderr, "transporttest: target child: %s\n", msg)
+		if ctl != nil {
+			fmt.Fprintf(ctl, "err %s\n", msg)
+		}
+		os.Exit(2)
+	}
+	if ctl == nil {
+		die("no control pipe on fd %d", ctlFD)
+	}
+	size, err := strconv.Atoi(os.Getenv(envSize))
+	if err != nil || size <= 0 {
+		die("bad %s=%q", envSize, os.Getenv(envSize))
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	st, err := p2p.New(ctx, p2p.Options{Listen: os.Getenv(envListen)})
+	cancel()
+	if err != nil {
+		die("p2p store: %v", err)
+	}
+	e, err := engine.New(engine.Config{Name: st.Name(), Store: st})
+	if err != nil {
+		die("engine: %v", err)
+	}
+	if err := e.Install(newTransport()); err != nil {
+		die("install: %v", err)
+	}
+	c := &child{e: e, alloc: Options{Shared: os.Getenv(envShared) != ""}.alloc}
+	main, err := c.register(size)
+	if err != nil {
+		die("%v", err)
+	}
+	fmt.Fprintf(ctl, "ok %s %#x %#x %d %d\n", st.Name(), e.Epoch(), main, size, os.Getpid())
+	sc := bufio.NewScanner(os.Stdin)
+	for sc.Scan() {
+		out, err := c.command(strings.Fields(sc.Text()))
+		if err != nil {
+			fmt.Fprintf(ctl, "err %s\n", strings.ReplaceAll(err.Error(), "\n", " "))
+		} else {
+			fmt.Fprintf(ctl, "ok %s\n", out)
+		}
+	}
+	// The parent closed the pipe or died.
+	e.Close()
+	st.Close()
+	os.Exit(0)
+}
+
+// child is the target child's state.
+type child struct {
+	e     *engine.Engine
+	alloc func(int) (*engine.Memory, error)
+	mems  []*engine.Memory // every region, unregistered ones included
+}
+
+func (c *child) register(size int) (uint64, error) {
+	m, err := c.alloc(size)
+	if err != nil {
+		return 0, err
+	}
+	if err := c.e.RegisterLocalMemory(m.Bytes(), "cpu:0"); err != nil {
+		m.Close()
+		return 0, err
+	}
+	c.mems = append(c.mems, m)
+	return engine.AddrOf(m.Bytes()), nil
+}
+
+// mem returns [addr, addr+n) of one of the child's regions.
+func (c *child) mem(addr uint64, n int) ([]byte, error) {
+	for _, m := range c.mems {
+		b := m.Bytes()
+		base := engine.AddrOf(b)
+		if addr >= base && n >= 0 && addr-base+uint64(n) <= uint64(len(b)) {
+			return b[addr-base : addr-base+uint64(n)], nil
+		}
+	}
+	return nil, fmt.Errorf("[%#x, +%d) is in no region of the target", addr, n)
+}
+
+func (c *child) command(f []string) (string, error) {
+	if len(f) == 0 {
+		return "", errors.New("empty command")
+	}
+	nums := make([]uint64, len(f)-1)
+	for i, s := range f[1:] {
+		v, err := strconv.ParseUint(s, 0, 64)
+		if err != nil {
+			return "", fmt.Errorf("%s: argument %q: %v", f[0], s, err)
+		}
+		nums[i] = v
+	}
+	arg := func(n int) error {
+		if len(nums) != n {
+			return fmt.Errorf("%s takes %d arguments", f[0], n)
+		}
+		return nil
+	}
+	switch f[0] {
+	case "fill", "check":
+		if err := arg(4); err != nil {
+			return "", err
+		}
+		b, err := c.mem(nums[0], int(nums[1]))
+		if err != nil {
+			return "", err
+		}
+		if f[0] == "fill" {
+			Pattern(b, nums[2], nums[3])
+			return "", nil
+		}
+		return "", CheckPattern(b, nums[2], nums[3])
+	case "hash", "read":
+		if err := arg(2); err != nil {
+			return "", err
+		}
+		b, err := c.mem(nums[0], int(nums[1]))
+		if err != nil {
+			return "", err
+		}
+		if f[0] == "read" {
+			return hex.EncodeToString(b), nil
+		}
+		h := sha256.Sum256(b)
+		return hex.EncodeToString(h[:]), nil
+	case "register":
+		if err := arg(1); err != nil {
+			return "", err
+		}
+		a, err := c.register(int(nums[0]))
+		return fmt.Sprintf("%#x", a), err
+	case "unregister":
+		if err := arg(1); err != nil {
+			return "", err
+		}
+		b, err := c.mem(nums[0], 1)
+		if err != nil {
+			return "", err
+		}
+		return "", c.e.UnregisterLocalMemory(b[:1:1])
+	case "close":
+		return "", c.e.Close()
+	}
+	return "", fmt.Errorf("unknown command %q", f[0])
 }

@@ -1,318 +1,401 @@
 // Package transporttest is the conformance suite every engine.Transport
-// must pass: an initiator engine and a target engine, each with a fresh
-// transport from the factory, moving data through the public engine API.
-// The target runs in the same process (Run) or in a child process
-// (RunWith and Options.Remote). Write a new transport's tests by calling
-// Run first; the tcp and shm transports pass it.
+// must pass. Run puts the initiator and the target engine in one process;
+// RunRemote puts the target in a child process (the test binary run again,
+// see StartTarget), reached through the embedded p2p store, as two hosts
+// would be. Each engine gets a fresh transport from a factory, and the
+// suite moves data only through the public engine API.
+//
+// Data is checked byte for byte against a seeded pattern (Pattern) that
+// both processes can produce: the initiator writes it and the target
+// checks what arrived, the target writes it and the initiator checks what
+// it read. The cases cover sizes from 1 B to Options.MaxSize (64 MiB),
+// batches of 4096 tasks, many concurrent submitters, bad requests, memory
+// unregistered under an initiator, the target's engine closed, killed
+// (child process SIGKILLed) and restarted with new memory mid-run, the
+// initiator's engine closed mid-batch (no goroutine may leak), and, for
+// transports with several rails, striping over every rail and a rail taken
+// down mid-batch (Options.Rails).
+//
+// A transport's tests:
+//
+//	func factory(testing.TB) engine.Transport { return mytransport.New(...) }
+//
+//	func TestConformance(t *testing.T)       { transporttest.Run(t, factory) }
+//	func TestConformanceRemote(t *testing.T) { transporttest.RunRemote(t, factory) }
 package transporttest
 
 import (
-	"bytes"
 	"context"
-	"crypto/rand"
 	"errors"
 	"fmt"
-	"sync"
 	"testing"
 	"time"
 
 	"github.com/rdmago/te/engine"
 	"github.com/rdmago/te/engine/enginetest"
+	"github.com/rdmago/te/segment"
+	"github.com/rdmago/te/segment/p2p"
 )
 
-// Factory returns a fresh, not yet installed transport.
+// Factory returns a fresh, not yet installed transport. In a target child
+// process (RunRemote, StartTarget) t is the child's copy of the test.
 type Factory func(t testing.TB) engine.Transport
 
-type pair struct {
-	ini *enginetest.Node
-	tgt Target
-	seg engine.SegmentID
+// Options tune Run and RunRemote. The zero value selects every default.
+type Options struct {
+	// Target builds the target engine's transport (in the child process
+	// for RunRemote); nil uses the initiator's factory. Transports whose
+	// two sides need different settings (RDMA: each simulated host its
+	// own devices) set it.
+	Target Factory
+	// MaxSize is the largest single transfer of the Integrity case (each
+	// side maps a bit more than that). Default 64 MiB.
+	MaxSize int
+	// DeadPeer is the transport's stated bound: after the target's engine
+	// is closed or its process killed, every task in flight to it has
+	// finished (FAILED or COMPLETED) within DeadPeer, and a new transfer
+	// to it fails within DeadPeer. Default 30 s.
+	DeadPeer time.Duration
+	// Timeout bounds the transfers of each case to a healthy target.
+	// Default 2 min.
+	Timeout time.Duration
+	// Rails enables the multi-rail cases; nil skips them.
+	Rails *Rails
+	// Shared maps every registered buffer of both engines with
+	// engine.AllocShared (a transport that hands memory to a peer
+	// process, shm, needs it) instead of engine.Alloc.
+	Shared bool
+	// Remote makes RunWith run RunRemote.
+	Remote bool
 }
 
-func (p *pair) local() []byte { return p.ini.Mem.Bytes() }
+func (o Options) alloc(size int) (*engine.Memory, error) {
+	if o.Shared {
+		return engine.AllocShared(size)
+	}
+	return engine.Alloc(size)
+}
 
-// newPair starts a target with a buffer of size bytes and an initiator
-// with one of the same size, and opens the target.
-func newPair(t testing.TB, o Options, size int, f Factory) *pair {
+// Rails are the hooks of the multi-rail cases, for transports that stripe
+// over several links (RDMA).
+type Rails struct {
+	// Count is the number of rails between initiator and target (≥ 2).
+	Count int
+	// Bytes returns the bytes the initiator's transport (what the
+	// Factory returned for the initiator) has moved on each rail so far:
+	// Count entries, counting slices completed successfully (a slice
+	// failed on one rail and retried on another counts once, on the
+	// other). The suite checks that one large batch moves bytes on every
+	// rail, and that no bytes complete on a rail while its link is down.
+	Bytes func(tr engine.Transport) []uint64
+	// SetLink takes rail i's link down (up false) or back up; in the
+	// Soft-RoCE guest, `ip link set vethN down`. The suite restores every
+	// rail it took down when the case ends.
+	SetLink func(rail int, up bool) error
+	// Recover bounds how long after SetLink(i, true) the transport takes
+	// to carry bytes on rail i again. Default 60 s.
+	Recover time.Duration
+}
+
+func (o Options) withDefaults() Options {
+	if o.MaxSize <= 0 {
+		o.MaxSize = 64 << 20
+	}
+	if o.DeadPeer <= 0 {
+		o.DeadPeer = 30 * time.Second
+	}
+	if o.Timeout <= 0 {
+		o.Timeout = 2 * time.Minute
+	}
+	if o.Rails != nil && o.Rails.Recover <= 0 {
+		o.Rails.Recover = 60 * time.Second
+	}
+	return o
+}
+
+// suite is one run of the cases in one mode.
+type suite struct {
+	ini, tgt Factory
+	o        Options
+	remote   bool
+}
+
+// tcase is one conformance case and where it applies.
+type tcase struct {
+	name          string
+	local, remote bool // runs in process / across processes
+	rails         bool // needs Options.Rails
+	run           func(t *testing.T, s *suite)
+}
+
+var cases = []tcase{
+	{name: "Integrity", local: true, remote: true, run: testIntegrity},
+	{name: "LargeBatch", local: true, remote: true, run: testLargeBatch},
+	{name: "Concurrent", local: true, remote: true, run: testConcurrent},
+	{name: "BadRequests", local: true, remote: true, run: testBadRequests},
+	{name: "TargetUnregistered", local: true, remote: true, run: testTargetUnregistered},
+	{name: "TargetClosed", local: true, remote: true, run: testTargetClosed},
+	{name: "PeerKilled", remote: true, run: testPeerKilled},
+	{name: "PeerRestart", local: true, remote: true, run: testPeerRestart},
+	{name: "TransportClose", local: true, remote: true, run: testInitiatorClose},
+	{name: "MultiRail", local: true, remote: true, rails: true, run: testMultiRail},
+	{name: "RailDown", local: true, remote: true, rails: true, run: testRailDown},
+}
+
+// Run runs every conformance case with both engines in this process. At
+// most one Options may be given.
+func Run(t *testing.T, f Factory, opts ...Options) {
+	run(t, f, false, opts)
+}
+
+// RunWith is Run, or RunRemote when o.Remote is set.
+func RunWith(t *testing.T, f Factory, o Options) {
+	run(t, f, o.Remote, []Options{o})
+}
+
+// RunRemote runs the conformance cases with the target engine in a child
+// process (StartTarget): the test binary runs again with -test.run
+// selecting the running case, so call RunRemote from its own test function
+// or subtest, before anything the child should not repeat. At most one
+// Options may be given. The case that SIGKILLs the target runs only here.
+func RunRemote(t *testing.T, f Factory, opts ...Options) {
+	run(t, f, true, opts)
+}
+
+func run(t *testing.T, f Factory, remote bool, opts []Options) {
+	var o Options
+	switch len(opts) {
+	case 0:
+	case 1:
+		o = opts[0]
+	default:
+		t.Fatal("transporttest: more than one Options")
+	}
+	o = o.withDefaults()
+	if o.Rails != nil && (o.Rails.Count < 2 || o.Rails.Bytes == nil || o.Rails.SetLink == nil) {
+		t.Fatal("transporttest: Options.Rails needs Count ≥ 2, Bytes and SetLink")
+	}
+	s := &suite{ini: f, tgt: o.Target, o: o, remote: remote}
+	if s.tgt == nil {
+		s.tgt = f
+	}
+	for _, c := range cases {
+		if (remote && !c.remote) || (!remote && !c.local) || (c.rails && o.Rails == nil) {
+			continue
+		}
+		t.Run(c.name, func(t *testing.T) { c.run(t, s) })
+	}
+}
+
+// env is one initiator engine with a target opened.
+type env struct {
+	s     *suite
+	e     *engine.Engine // initiator
+	tr    engine.Transport
+	mem   *engine.Memory
+	buf   []byte // the initiator's registered buffer
+	store segment.Store
+	seg   engine.SegmentID
+	tgt   target
+	lt    *localTarget // in-process target, nil for RunRemote
+}
+
+// newEnv starts a target with a tgtSize-byte buffer (first: in a child
+// process, that is where the child serves) and an initiator with iniSize
+// bytes, and opens the target's segment.
+func (s *suite) newEnv(t *testing.T, iniSize, tgtSize int) *env {
 	t.Helper()
-	p := &pair{}
-	if o.Remote {
-		p.tgt = StartRemoteTarget(t, o, size, "127.0.0.1:0")
-		p.ini = Initiator(t, o, nil, size, f)
-	} else {
-		st := enginetest.NewMemStore()
-		t.Cleanup(func() { st.Close() })
-		p.tgt = newLocalTarget(t, o, engine.Config{Name: "target", Store: st}, size, f(t))
-		p.ini = Initiator(t, o, st, size, f)
-	}
-	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-	defer cancel()
-	var err error
-	if p.seg, err = p.ini.Engine.OpenSegment(ctx, p.tgt.Name(), nil); err != nil {
-		t.Fatal(err)
-	}
-	return p
-}
-
-// transfer submits reqs in a fresh batch and waits.
-func (p *pair) transfer(ctx context.Context, reqs []engine.Request) error {
-	e := p.ini.Engine
-	b, err := e.AllocateBatch(len(reqs))
-	if err != nil {
-		return err
-	}
-	defer e.FreeBatch(b)
-	if err := e.Submit(b, reqs); err != nil {
-		return err
-	}
-	return e.Wait(ctx, b)
-}
-
-func random(t testing.TB, b []byte) {
-	t.Helper()
-	if _, err := rand.Read(b); err != nil {
-		t.Fatal(err)
-	}
-}
-
-// check fails the test on err and returns b (a read of target memory).
-func check(t testing.TB) func([]byte, error) []byte {
-	return func(b []byte, err error) []byte {
-		t.Helper()
+	v := &env{s: s}
+	name := "initiator"
+	if s.remote {
+		v.tgt = StartTarget(t, s.tgt, TargetConfig{Size: tgtSize, Shared: s.o.Shared})
+		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+		st, err := p2p.New(ctx, p2p.Options{PollInterval: 100 * time.Millisecond, Grace: time.Second})
+		cancel()
 		if err != nil {
 			t.Fatal(err)
 		}
-		return b
+		v.store, name = st, st.Name()
+	} else {
+		st := enginetest.NewMemStore()
+		v.store = st
+		v.lt = newLocalTarget(t, st.Process(), s.tgt, s.o.alloc, "target", tgtSize)
+		v.tgt = v.lt
 	}
-}
-
-// Run runs every conformance test against transports from f, with the
-// target in this process.
-func Run(t *testing.T, f Factory) { RunWith(t, f, Options{}) }
-
-// RunWith runs every conformance test with options.
-func RunWith(t *testing.T, f Factory, o Options) {
-	t.Run("Integrity", func(t *testing.T) { testIntegrity(t, f, o) })
-	t.Run("LargeBatch", func(t *testing.T) { testLargeBatch(t, f, o) })
-	t.Run("Concurrent", func(t *testing.T) { testConcurrent(t, f, o) })
-	t.Run("TargetUnregistered", func(t *testing.T) { testTargetUnregistered(t, f, o) })
-	t.Run("TargetClosed", func(t *testing.T) { testTargetClosed(t, f, o) })
-	t.Run("TransportClose", func(t *testing.T) { testTransportClose(t, f, o) })
-}
-
-// testIntegrity writes random data of sizes from 1 byte to 64 MiB and
-// reads it back.
-func testIntegrity(t *testing.T, f Factory, o Options) {
-	const max = 64 << 20
-	p := newPair(t, o, 2*max+8192, f)
-	ctx, cancel := context.WithTimeout(context.Background(), 120*time.Second)
-	defer cancel()
-	for _, n := range []int{1, 3, 64, 4095, 4096, 4097, 65536, 1<<20 + 5, 16 << 20, max} {
-		off := n % 4093
-		src := p.local()[:n]
-		dst := p.local()[max : max+n]
-		random(t, src)
-		clear(dst)
-		if err := p.transfer(ctx, []engine.Request{{Op: engine.Write, Local: src, Target: p.seg, TargetAddr: p.tgt.Base() + uint64(off)}}); err != nil {
-			t.Fatalf("WRITE %d: %v", n, err)
-		}
-		if got := check(t)(p.tgt.Read(off, n)); !bytes.Equal(got, src) {
-			t.Fatalf("WRITE %d: target differs", n)
-		}
-		if err := p.transfer(ctx, []engine.Request{{Op: engine.Read, Local: dst, Target: p.seg, TargetAddr: p.tgt.Base() + uint64(off)}}); err != nil {
-			t.Fatalf("READ %d: %v", n, err)
-		}
-		if !bytes.Equal(dst, src) {
-			t.Fatalf("READ %d: data differs", n)
-		}
-	}
-}
-
-// testLargeBatch moves 4096 tasks of one batch, mixed READ and WRITE.
-func testLargeBatch(t *testing.T, f Factory, o Options) {
-	const tasks, blk = 4096, 2048
-	p := newPair(t, o, 2*tasks*blk, f)
-	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
-	defer cancel()
-	random(t, p.local())
-	tmem := make([]byte, tasks*blk)
-	random(t, tmem)
-	if err := p.tgt.Write(0, tmem); err != nil {
-		t.Fatal(err)
-	}
-	want := bytes.Clone(tmem)
-	reqs := make([]engine.Request, tasks)
-	for i := range reqs {
-		off := i * blk
-		if i%2 == 0 {
-			reqs[i] = engine.Request{Op: engine.Write, Local: p.local()[off : off+blk], Target: p.seg, TargetAddr: p.tgt.Base() + uint64(off)}
-			copy(want[off:], p.local()[off:off+blk])
-		} else {
-			reqs[i] = engine.Request{Op: engine.Read, Local: p.local()[off : off+blk], Target: p.seg, TargetAddr: p.tgt.Base() + uint64(off)}
-		}
-	}
-	if err := p.transfer(ctx, reqs); err != nil {
-		t.Fatal(err)
-	}
-	if got := check(t)(p.tgt.Read(0, tasks*blk)); !bytes.Equal(got, want) || !bytes.Equal(p.local()[:tasks*blk], want) {
-		t.Fatal("data differs")
-	}
-}
-
-// testConcurrent runs submitters in parallel goroutines.
-func testConcurrent(t *testing.T, f Factory, o Options) {
-	const workers, rounds, blk = 8, 10, 64 << 10
-	p := newPair(t, o, workers*blk, f)
-	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
-	defer cancel()
-	var wg sync.WaitGroup
-	errs := make(chan error, workers)
-	for w := range workers {
-		wg.Go(func() {
-			local := p.local()[w*blk : (w+1)*blk]
-			remote := p.tgt.Base() + uint64(w*blk)
-			for r := range rounds {
-				random(t, local)
-				want := bytes.Clone(local)
-				if err := p.transfer(ctx, []engine.Request{{Op: engine.Write, Local: local, Target: p.seg, TargetAddr: remote}}); err != nil {
-					errs <- err
-					return
-				}
-				clear(local)
-				if err := p.transfer(ctx, []engine.Request{{Op: engine.Read, Local: local, Target: p.seg, TargetAddr: remote}}); err != nil {
-					errs <- err
-					return
-				}
-				if !bytes.Equal(local, want) {
-					errs <- fmt.Errorf("worker %d round %d: data differs", w, r)
-					return
-				}
-			}
-		})
-	}
-	wg.Wait()
-	close(errs)
-	for err := range errs {
-		t.Error(err)
-	}
-}
-
-// testTargetUnregistered: the target unregisters a buffer the initiator
-// has used (and may still hold in its descriptor); the initiator's next
-// WRITE to it fails and writes nothing.
-func testTargetUnregistered(t *testing.T, f Factory, o Options) {
-	const size = 1 << 20
-	p := newPair(t, o, size, f)
-	e := p.ini.Engine
-	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-	defer cancel()
-	extra, err := p.tgt.RegisterExtra(size)
+	t.Cleanup(v.close)
+	e, err := engine.New(engine.Config{Name: name, Store: v.store})
 	if err != nil {
 		t.Fatal(err)
 	}
-	for {
-		d, _ := e.SegmentDescriptor(p.seg)
-		if len(d.Buffers) == 2 {
-			break
-		}
-		if ctx.Err() != nil {
-			t.Fatal("initiator never saw the second region")
-		}
-		time.Sleep(time.Millisecond)
-	}
-	// Use it once, so that a transport that sets up per-buffer state
-	// (a mapping, a key cache) has it when the buffer goes.
-	random(t, p.local())
-	if err := p.transfer(ctx, []engine.Request{{Op: engine.Write, Local: p.local()[:4096], Target: p.seg, TargetAddr: extra}}); err != nil {
+	v.e = e
+	v.tr = s.ini(t)
+	if err := e.Install(v.tr); err != nil {
 		t.Fatal(err)
 	}
-	if got := check(t)(p.tgt.ReadExtra(4096)); !bytes.Equal(got, p.local()[:4096]) {
-		t.Fatal("WRITE into the second region: target differs")
-	}
-	if err := p.tgt.UnregisterExtra(); err != nil {
+	if v.mem, err = s.o.alloc(iniSize); err != nil {
 		t.Fatal(err)
 	}
-	want := make([]byte, size)
-	random(t, want)
-	if err := p.tgt.WriteExtra(want); err != nil {
-		t.Fatal(err)
-	}
-	random(t, p.local())
-	err = p.transfer(ctx, []engine.Request{{Op: engine.Write, Local: p.local()[:4096], Target: p.seg, TargetAddr: extra}})
-	if err == nil {
-		t.Fatal("WRITE into unregistered target memory succeeded")
-	}
-	if !errors.Is(err, engine.ErrOutOfRange) && !errors.Is(err, engine.ErrPeerReset) && !errors.Is(err, engine.ErrNoTransport) {
-		t.Logf("refused with %v", err)
-	}
-	if got := check(t)(p.tgt.ReadExtra(size)); !bytes.Equal(got, want) {
-		t.Fatal("unregistered target memory was written")
-	}
-}
-
-// testTargetClosed closes the target engine while a large batch is in
-// flight: Wait returns in bounded time and every task has finished.
-func testTargetClosed(t *testing.T, f Factory, o Options) {
-	const tasks, blk = 512, 256 << 10
-	p := newPair(t, o, tasks*blk, f)
-	e := p.ini.Engine
-	reqs := make([]engine.Request, tasks)
-	for i := range reqs {
-		reqs[i] = engine.Request{Op: engine.Op(1 + i%2), Local: p.local()[i*blk : (i+1)*blk], Target: p.seg, TargetAddr: p.tgt.Base() + uint64(i*blk)}
-	}
-	b, _ := e.AllocateBatch(tasks)
-	if err := e.Submit(b, reqs); err != nil {
-		t.Fatal(err)
-	}
-	if err := p.tgt.CloseEngine(); err != nil {
-		t.Fatal(err)
-	}
-	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
-	defer cancel()
-	err := e.Wait(ctx, b)
-	if errors.Is(err, context.DeadlineExceeded) {
-		t.Fatal("Wait hung after the target closed")
-	}
-	for i := range tasks {
-		st, _ := e.Status(b, i)
-		if st.State != engine.StateCompleted && st.State != engine.StateFailed {
-			t.Fatalf("task %d: %v", i, st.State)
-		}
-		if st.State == engine.StateFailed && st.Err == nil {
-			t.Fatalf("task %d failed without an error", i)
-		}
-	}
-	if err := e.FreeBatch(b); err != nil {
-		t.Fatal(err)
-	}
-}
-
-// testTransportClose: closing the initiator engine (and so its transport)
-// fails what is in flight; Close is idempotent.
-func testTransportClose(t *testing.T, f Factory, o Options) {
-	p := newPair(t, o, 16<<20, f)
-	e := p.ini.Engine
-	reqs := make([]engine.Request, 16)
-	for i := range reqs {
-		reqs[i] = engine.Request{Op: engine.Write, Local: p.local()[i<<20 : (i+1)<<20], Target: p.seg, TargetAddr: p.tgt.Base() + uint64(i<<20)}
-	}
-	b, _ := e.AllocateBatch(len(reqs))
-	if err := e.Submit(b, reqs); err != nil {
-		t.Fatal(err)
-	}
-	if err := e.Close(); err != nil {
-		t.Fatal(err)
-	}
-	if err := e.Close(); err != nil {
+	v.buf = v.mem.Bytes()
+	if err := e.RegisterLocalMemory(v.buf, "cpu:0"); err != nil {
 		t.Fatal(err)
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
-	e.Wait(ctx, b)
-	if bs, _ := e.BatchStatus(b); bs.State == engine.StatePending {
-		t.Fatal("tasks still pending after Close")
+	if v.seg, err = e.OpenSegment(ctx, v.tgt.Info().Name, nil); err != nil {
+		t.Fatal(err)
 	}
-	if err := e.Submit(b, reqs[:1]); !errors.Is(err, engine.ErrClosed) {
-		t.Fatalf("submit after close: %v", err)
+	return v
+}
+
+// close closes the initiator engine, its memory and store, and an
+// in-process target. It is idempotent.
+func (v *env) close() {
+	if v.e != nil {
+		v.e.Close()
 	}
+	if v.mem != nil {
+		v.mem.Close()
+	}
+	if v.lt != nil {
+		v.lt.close()
+	}
+	if v.store != nil {
+		v.store.Close()
+	}
+}
+
+// ctx returns a context bounded by d, cancelled when the test ends.
+func ctxFor(t *testing.T, d time.Duration) context.Context {
+	ctx, cancel := context.WithTimeout(context.Background(), d)
+	t.Cleanup(cancel)
+	return ctx
+}
+
+// transfer submits reqs in a fresh batch and waits.
+func (v *env) transfer(ctx context.Context, reqs []engine.Request) error {
+	b, err := v.e.AllocateBatch(len(reqs))
+	if err != nil {
+		return err
+	}
+	if err := v.e.Submit(b, reqs); err != nil {
+		v.e.FreeBatch(b)
+		return err
+	}
+	err = v.e.Wait(ctx, b)
+	if ferr := v.e.FreeBatch(b); ferr != nil && err == nil {
+		err = ferr
+	}
+	return err
+}
+
+func (v *env) write(local []byte, addr uint64) engine.Request {
+	return engine.Request{Op: engine.Write, Local: local, Target: v.seg, TargetAddr: addr}
+}
+
+func (v *env) read(local []byte, addr uint64) engine.Request {
+	return engine.Request{Op: engine.Read, Local: local, Target: v.seg, TargetAddr: addr}
+}
+
+// roundTrip writes n pattern bytes to addr and has the target check them,
+// then has the target write other pattern bytes there and reads them back.
+func (v *env) roundTrip(ctx context.Context, addr uint64, n int, seed uint64) error {
+	src := v.buf[:n]
+	Pattern(src, seed, 0)
+	if err := v.transfer(ctx, []engine.Request{v.write(src, addr)}); err != nil {
+		return fmt.Errorf("WRITE %d B to %#x: %w", n, addr, err)
+	}
+	if err := v.tgt.Check(addr, n, seed, 0); err != nil {
+		return fmt.Errorf("WRITE %d B to %#x: target: %w", n, addr, err)
+	}
+	if err := v.tgt.Fill(addr, n, seed+1, 0); err != nil {
+		return err
+	}
+	clear(src)
+	if err := v.transfer(ctx, []engine.Request{v.read(src, addr)}); err != nil {
+		return fmt.Errorf("READ %d B from %#x: %w", n, addr, err)
+	}
+	if err := CheckPattern(src, seed+1, 0); err != nil {
+		return fmt.Errorf("READ %d B from %#x: %w", n, addr, err)
+	}
+	return nil
+}
+
+// finished waits for batch b within d and checks that every task is
+// COMPLETED with all its bytes (sizes[i]) or FAILED with an error wrapping
+// one of allowed (any error when allowed is empty). It returns the counts.
+func (v *env) finished(t *testing.T, b engine.BatchID, sizes []int, d time.Duration, allowed ...error) (done, failed int) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), d)
+	defer cancel()
+	if err := v.e.Wait(ctx, b); errors.Is(err, context.DeadlineExceeded) {
+		bs, _ := v.e.BatchStatus(b)
+		t.Fatalf("batch still %v %v after the bound (%v)", bs.State, err, d)
+	}
+	for i, n := range sizes {
+		st, err := v.e.Status(b, i)
+		if err != nil {
+			t.Fatal(err)
+		}
+		switch st.State {
+		case engine.StateCompleted:
+			done++
+			if st.Transferred != uint64(n) {
+				t.Fatalf("task %d COMPLETED with %d of %d bytes", i, st.Transferred, n)
+			}
+		case engine.StateFailed:
+			failed++
+			if st.Err == nil {
+				t.Fatalf("task %d FAILED without an error", i)
+			}
+			if len(allowed) > 0 && !isAny(st.Err, allowed) {
+				t.Fatalf("task %d FAILED with %v, want one of %v", i, st.Err, allowed)
+			}
+		default:
+			t.Fatalf("task %d still %v after Wait", i, st.State)
+		}
+	}
+	return done, failed
+}
+
+func isAny(err error, targets []error) bool {
+	for _, e := range targets {
+		if errors.Is(err, e) {
+			return true
+		}
+	}
+	return false
+}
+
+// Initiator starts an initiator engine named after its store with a fresh
+// transport from f and one registered buffer of size bytes (from
+// engine.AllocShared when o.Shared). A nil st gives it a p2p store of its
+// own on 127.0.0.1, to reach targets in child processes. The test's
+// cleanup closes it all.
+func Initiator(t testing.TB, o Options, st segment.Store, size int, f Factory) *enginetest.Node {
+	t.Helper()
+	name := "initiator"
+	if st == nil {
+		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+		ps, err := p2p.New(ctx, p2p.Options{PollInterval: 20 * time.Millisecond})
+		cancel()
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { ps.Close() })
+		st, name = ps, ps.Name()
+	}
+	n := enginetest.NewNode(t, engine.Config{Name: name, Store: st}, 0, f(t))
+	mem, err := o.alloc(size)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		n.Engine.Close()
+		mem.Close()
+	})
+	if err := n.Engine.RegisterLocalMemory(mem.Bytes(), "cpu:0"); err != nil {
+		t.Fatal(err)
+	}
+	n.Mem = mem
+	return n
 }
