@@ -585,9 +585,8 @@ func (s *Store) sync(octx, parent context.Context, name string, o *owned, sid st
 				}
 				if e != nil {
 					// Session alive: the key existed when the
-					// transaction ran and is gone now; try again once
-					// Consul's index is past what we read.
-					seen = 0
+					// transaction ran and is gone now (or its lock
+					// delay runs): try again once Consul's state moved.
 					continue
 				}
 				s.dropSessionLocked(sid)
@@ -630,29 +629,27 @@ func (s *Store) sync(octx, parent context.Context, name string, o *owned, sid st
 	}
 }
 
-// awaitChange returns once key's index in Consul is past seen (at once
-// when seen is 0), with a blocking query bounded by ctx.
+// awaitChange waits for Consul's state to move on from what was last
+// read of key (index seen): one blocking query, which returns as soon as
+// the key's index passes seen, or after a short bound (a lock-delay or a
+// rolled-back create changes no index). seen 0: no wait. ctx bounds it.
 func (s *Store) awaitChange(ctx context.Context, key string, seen uint64) error {
 	if seen == 0 {
 		return ctx.Err()
 	}
-	for {
-		q := &api.QueryOptions{WaitIndex: seen, WaitTime: s.cfg.WatchWait}
-		if d, ok := ctx.Deadline(); ok {
-			q.WaitTime = min(q.WaitTime, max(time.Until(d), time.Millisecond))
-		}
-		_, meta, err := s.kv.Get(key, q.WithContext(ctx))
-		if err != nil {
-			return err
-		}
-		if meta.LastIndex != seen {
-			return nil
-		}
-		if err := ctx.Err(); err != nil {
-			return err
-		}
+	q := &api.QueryOptions{WaitIndex: seen, WaitTime: settleWait}
+	if d, ok := ctx.Deadline(); ok {
+		q.WaitTime = min(q.WaitTime, max(time.Until(d), time.Millisecond))
 	}
+	_, _, err := s.kv.Get(key, q.WithContext(ctx))
+	if err == nil {
+		err = ctx.Err()
+	}
+	return err
 }
+
+// settleWait bounds one wait for a key in flux to settle.
+const settleWait = 250 * time.Millisecond
 
 // dropSessionLocked forgets a session Consul no longer knows: its keys are
 // gone, so every owned segment must be written afresh. pubMu is held.
