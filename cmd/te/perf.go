@@ -121,6 +121,10 @@ type perfResult struct {
 	StdevUS   float64 `json:"t_stdev_us,omitempty"`
 	P99US     float64 `json:"t_p99_us,omitempty"`
 	P999US    float64 `json:"t_p999_us,omitempty"`
+	// PreemptPerS is how often per second the kernel switched the
+	// polling thread out during the measured exchanges (involuntary
+	// context switches; see threadPreempts), -1 where unknown.
+	PreemptPerS float64 `json:"preempt_per_s,omitempty"`
 }
 
 var errPerfPeer = errors.New("peer")
@@ -297,6 +301,8 @@ type perfEnd struct {
 	// early counts peer messages of the send-latency test that arrived
 	// before this side finished the previous exchange.
 	early int
+	// preemptPerS: the latency loop's thread preemptions per second.
+	preemptPerS float64
 }
 
 func openPerfEnd(dev string, gidx int, p perfParams) (_ *perfEnd, err error) {
@@ -675,7 +681,12 @@ func (e *perfEnd) latRun(ctx context.Context, peer perfInfo, client bool) ([]tim
 	}
 	const warm = 16
 	times := make([]time.Duration, e.p.Iters)
+	var pre *threadPreempts
 	for i := 0; i < warm+e.p.Iters; i++ {
+		if i == warm {
+			pre = startThreadPreempts()
+			defer func() { e.preemptPerS = pre.stop() }()
+		}
 		t0 := time.Now()
 		if err := e.latStep(ctx, peer, uint32(i+1), client, wr); err != nil {
 			return nil, fmt.Errorf("%s: exchange %d: %w", e.name, i+1, err)
@@ -728,6 +739,7 @@ func (e *perfEnd) clientSide(ctx context.Context, peer perfInfo, peerName string
 		div = 1
 	}
 	latStats(&r, times, div)
+	r.PreemptPerS = e.preemptPerS
 	return r, nil
 }
 
@@ -931,5 +943,8 @@ func printPerf(w io.Writer, r perfResult, asJSON bool) error {
 		"t_max[usec]", "t_typical[usec]", "t_avg[usec]", "t_stdev[usec]", "99% percentile", "99.9% percentile")
 	fmt.Fprintf(w, " %-8d %-12d %-12.2f %-12.2f %-16.2f %-12.2f %-14.2f %-16.2f %.2f\n", r.Bytes, r.Iters,
 		r.MinUS, r.MaxUS, r.TypicalUS, r.AvgUS, r.StdevUS, r.P99US, r.P999US)
+	if r.PreemptPerS > 0 {
+		fmt.Fprintf(w, " polling thread preempted %.0f times/s (involuntary context switches)\n", r.PreemptPerS)
+	}
 	return nil
 }

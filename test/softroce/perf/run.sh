@@ -38,9 +38,9 @@ teperf() {
 	sd=$1 cd=$2
 	shift 2
 	PORT=$((PORT + 1))
-	timeout 120 te perf -d $sd -server -port $PORT -timeout 100s 2> /tmp/te-srv.log &
+	timeout 120 ${TE:-te} perf -d $sd -server -port $PORT -timeout 100s 2> /tmp/te-srv.log &
 	sp=$!
-	timeout 120 te perf -d $cd -connect 127.0.0.1:$PORT -json -timeout 100s "$@" > /tmp/te-cli.log 2>&1
+	timeout 120 ${TE:-te} perf -d $cd -connect 127.0.0.1:$PORT -json -timeout 100s "$@" > /tmp/te-cli.log 2>&1
 	rc=$?
 	wait $sp
 	[ $rc = 0 ] || { echo "te perf failed (rc $rc):" >&2; cat /tmp/te-cli.log /tmp/te-srv.log >&2; echo x >> $FAILF; return 1; }
@@ -57,7 +57,7 @@ bench() {
 	while [ $# -gt 0 ] && [ "$1" != -- ]; do targs="$targs $1"; shift; done
 	shift
 	pargs="$*"
-	: > /tmp/te.v; : > /tmp/pt.v; : > /tmp/te.a; : > /tmp/pt.a; : > /tmp/te.9; : > /tmp/pt.9
+	: > /tmp/te.v; : > /tmp/pt.v; : > /tmp/te.a; : > /tmp/pt.a; : > /tmp/te.9; : > /tmp/pt.9; : > /tmp/te.p
 	for r in $(seq 1 $RUNS); do
 		# shellcheck disable=SC2086
 		t=$(teperf $sd $cd $targs) && if [ $kind = bw ]; then
@@ -66,6 +66,7 @@ bench() {
 			echo "$t" | json t_typical_us >> /tmp/te.v
 			echo "$t" | json t_avg_us >> /tmp/te.a
 			echo "$t" | json t_p99_us >> /tmp/te.9
+			echo "$t" | json preempt_per_s >> /tmp/te.p
 		fi
 		# shellcheck disable=SC2086
 		p=$(perftest $sd $sg $cd $cg $tool $pargs) && if [ $kind = bw ]; then
@@ -80,18 +81,26 @@ bench() {
 	if [ $kind = bw ]; then
 		line=$(awk -v n="$name" -v t="$tv" -v p="$pv" -v r="$RUNS" 'BEGIN{printf "%-28s BW MB/s (median of %d)   te %9.2f   perftest %9.2f   te/perftest %.2f", n, r, t, p, (p>0 ? t/p : 0)}')
 	else
-		ta=$(median < /tmp/te.a) pa=$(median < /tmp/pt.a) t9=$(median < /tmp/te.9) p9=$(median < /tmp/pt.9)
-		line=$(awk -v n="$name" -v t="$tv" -v p="$pv" -v ta="$ta" -v pa="$pa" -v t9="$t9" -v p9="$p9" -v r="$RUNS" 'BEGIN{printf "%-28s typical us (median of %d) te %9.2f   perftest %9.2f   te/perftest %.2f   (avg: te %.2f perftest %.2f; p99: te %.2f perftest %.2f)", n, r, t, p, (p>0 ? t/p : 0), ta, pa, t9, p9}')
+		ta=$(median < /tmp/te.a) pa=$(median < /tmp/pt.a) t9=$(median < /tmp/te.9) p9=$(median < /tmp/pt.9) tp=$(median < /tmp/te.p)
+		line=$(awk -v n="$name" -v t="$tv" -v p="$pv" -v ta="$ta" -v pa="$pa" -v t9="$t9" -v p9="$p9" -v tp="$tp" -v r="$RUNS" 'BEGIN{printf "%-28s typical us (median of %d) te %9.2f   perftest %9.2f   te/perftest %.2f   (avg: te %.2f perftest %.2f; p99: te %.2f perftest %.2f te/perftest %.2f; te polling thread preempted %.0f/s)", n, r, t, p, (p>0 ? t/p : 0), ta, pa, t9, p9, (p9>0 ? t9/p9 : 0), tp}')
 	fi
 	echo "BENCH $line"
 	echo "$line" >> "$OUT"
 	echo "   te:       $(tr '\n' ' ' < /tmp/te.v)" >> "$OUT"
 	echo "   perftest: $(tr '\n' ' ' < /tmp/pt.v)" >> "$OUT"
+	if [ $kind = lat ]; then
+		echo "   p99 te:       $(tr '\n' ' ' < /tmp/te.9)" >> "$OUT"
+		echo "   p99 perftest: $(tr '\n' ' ' < /tmp/pt.9)" >> "$OUT"
+	fi
 }
 
 echo "te perf vs perftest: $N iterations, $RUNS interleaved runs each, kernel $SR_KVER, veth MTU $SR_MTU"
 bench "write_bw 64KiB rail1" $SR_DEV1 $SR_GID1 $SR_DEV0 $SR_GID0 bw ib_write_bw -n $N -s 65536 -- -n $N -s 65536
 bench "write_lat 8B rail1" $SR_DEV1 $SR_GID1 $SR_DEV0 $SR_GID0 lat ib_write_lat -lat -n $N -s 8 -- -n $N -s 8
+# diagnostic (bench.sh builds it): te whose Go runtime wakes its sysmon thread at 5 Hz, not 100 Hz
+if [ -x /payload/te-sysmon5hz ]; then
+	TE=/payload/te-sysmon5hz bench "write_lat 8B rail1 sysmon-5Hz" $SR_DEV1 $SR_GID1 $SR_DEV0 $SR_GID0 lat ib_write_lat -lat -n $N -s 8 -- -n $N -s 8
+fi
 bench "read_bw 64KiB rail2" $SR_DEV3 $SR_GID3 $SR_DEV2 $SR_GID2 bw ib_read_bw -op read -n $N -s 65536 -- -n $N -s 65536
 bench "send_bw 64KiB rail2" $SR_DEV3 $SR_GID3 $SR_DEV2 $SR_GID2 bw ib_send_bw -op send -n $N -s 65536 -- -n $N -s 65536
 # te's default on rxe sleeps on completion events; this row busy-polls like perftest
