@@ -8,6 +8,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/rdmago/te/auth"
 	"github.com/rdmago/te/engine"
 )
 
@@ -312,4 +313,67 @@ func BenchmarkLatency(b *testing.B) {
 			})
 		}
 	}
+}
+
+// BenchmarkAuth: the same batch loop (WRITE, 128 × 64 KiB) to a target
+// without and one with a cluster secret, batch for batch in turn, so both
+// see the same load on a shared machine; it reports each side's GB/s and
+// on/off (each iteration runs one batch on each, the first alternating).
+// The handshake is per connection (done in the warm-up), so on/off
+// should be 1 within noise. test/auth/bench.sh runs it.
+func BenchmarkAuth(b *testing.B) {
+	const size = 64 << 10
+	type side struct {
+		p    *pair
+		reqs []engine.Request
+		dur  time.Duration
+	}
+	var sides [2]side
+	for i, s := range []*auth.Secret{nil, testSecret(b)} {
+		p := newPair(b, benchBatch*size, benchBatch*size, Config{Auth: s})
+		reqs := make([]engine.Request, benchBatch)
+		for j := range reqs {
+			reqs[j] = engine.Request{Op: engine.Write, Local: p.ini.buf()[j*size : (j+1)*size], Target: p.seg, TargetAddr: p.tgt.base() + uint64(j*size)}
+		}
+		fill(b, p.ini.buf())
+		fill(b, p.tgt.buf())
+		for range 3 {
+			if err := p.ini.e.Transfer(context.Background(), reqs); err != nil {
+				b.Fatal(err)
+			}
+		}
+		sides[i] = side{p: p, reqs: reqs}
+	}
+	ctx := context.Background()
+	b.SetBytes(int64(2 * benchBatch * size))
+	b.ReportAllocs()
+	b.ResetTimer()
+	n := 0
+	for b.Loop() {
+		for k := range sides {
+			// Alternate which goes first: the second of a pair runs
+			// while the first one's goroutines still wind down.
+			sd := &sides[k^(n&1)]
+			start := time.Now()
+			bid, err := sd.p.ini.e.AllocateBatch(benchBatch)
+			if err == nil {
+				err = sd.p.ini.e.Submit(bid, sd.reqs)
+			}
+			if err == nil {
+				err = sd.p.ini.e.Wait(ctx, bid)
+			}
+			if err == nil {
+				err = sd.p.ini.e.FreeBatch(bid)
+			}
+			if err != nil {
+				b.Fatal(err)
+			}
+			sd.dur += time.Since(start)
+		}
+		n++
+	}
+	gbps := func(d time.Duration) float64 { return float64(n*benchBatch*size) / d.Seconds() / 1e9 }
+	b.ReportMetric(gbps(sides[0].dur), "off-GB/s")
+	b.ReportMetric(gbps(sides[1].dur), "on-GB/s")
+	b.ReportMetric(sides[0].dur.Seconds()/sides[1].dur.Seconds(), "on/off")
 }
