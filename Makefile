@@ -17,7 +17,7 @@ build:
 build-arm64:
 	CGO_ENABLED=0 GOARCH=arm64 $(GO) build -trimpath -ldflags='-s -w' -o $(BIN)-arm64 ./cmd/te
 
-## run: the main job — te bench on loopback TCP with an in-process target
+## run: the main job — te bench, loopback TCP and shm taking turns, in-process target
 run: build
 	./$(BIN) bench
 
@@ -54,7 +54,7 @@ test-unit:
 # arm64 (Grace hosts): the ABI, verbs, rxe and mlx5 unit suites (the mlx5dv
 # oracle, the simulated HCA, the doorbell stores of mmio_arm64.s) built for
 # arm64 and run under qemu-user, then the static arm64 te runs the main job
-# (te bench, loopback TCP, data verified). Without qemu-aarch64 it skips
+# (te bench, loopback TCP and shm, data verified). Without qemu-aarch64 it skips
 # loudly, and fails under CI=true.
 ARM64_PKGS := ./internal/... ./uverbs/... ./rxe ./mlx5
 test-arm64:
@@ -88,7 +88,7 @@ test-softroce:
 
 ## bench: the measured tables (README)
 bench: build
-	$(GO) test -run '^$$' -bench . -benchmem ./engine ./tcp ./mlx5
+	$(GO) test -run '^$$' -bench . -benchmem ./engine ./tcp ./shm ./mlx5
 	./$(BIN) bench --sweep --baseline
 	bash test/softroce/bench.sh
 

@@ -860,6 +860,10 @@ func printCompareTable(w io.Writer, c *benchConfig, protos []string, rs []*bench
 		hdr += " shm/memcpy\t"
 		sep += "---\t"
 	}
+	if c.Baseline {
+		hdr += fmt.Sprintf(" baseline %s\t %s/baseline\t", u, protos[0])
+		sep += "---\t---\t"
+	}
 	fmt.Fprintln(tw, hdr)
 	fmt.Fprintln(tw, sep)
 	num := func(r float64) string { return strconv.FormatFloat(r, 'f', c.Precision, 64) }
@@ -883,6 +887,9 @@ func printCompareTable(w io.Writer, c *benchConfig, protos []string, rs []*bench
 		}
 		if withMemcpy {
 			line += fmt.Sprintf(" %.2f\t", shm.VsMemcpy)
+		}
+		if b := row[0].Baseline; c.Baseline && b != nil {
+			line += fmt.Sprintf(" %s\t %.2f\t", num(b.GBps*1e9/reportUnits[c.ReportUnit]), row[0].VsBaseline)
 		}
 		fmt.Fprintln(tw, line)
 	}
