@@ -34,9 +34,17 @@
 // as soon as its last slice finished with any slice failed; its transferred
 // bytes are the sum over its slices.
 //
+// Choosing a transport: with several installed, a segment on this host is
+// reached over shm (a transport that reports it with Reacher), else over
+// rdma when both sides have it, else over tcp, else over another protocol
+// both have; Request.Transport and OpenOptions.Transport force one.
+//
 // Memory rules: memory handed to a transport (the NIC or a peer writes it)
-// must not be ordinary Go heap memory; use Alloc, or register memory mapped
-// by other means (RegisterLocalAddr). Registered memory cannot be
+// must not be ordinary Go heap memory; use Alloc (AllocShared for memory a
+// same-host peer may map, which the shm transport needs), or register
+// memory mapped by other means (RegisterLocalAddr). Memory.Close
+// unregisters what is still registered inside it, and refuses while a
+// transfer uses it. Registered memory cannot be
 // unregistered while a transfer uses it, and a batch cannot be freed while
 // any of its tasks is in flight, so a late completion never writes freed
 // state.

@@ -145,7 +145,7 @@ func newTransport(protocol, listen string, secret *auth.Secret, devices []string
 	case "tcp":
 		return tcp.New(tcp.Config{Listen: listen, Auth: secret}), nil
 	case "shm":
-		return shm.New(shm.Config{}), nil
+		return shm.New(shm.Config{Secret: secret}), nil
 	case "rdma":
 		// The control listener goes on the data listener's host; with
 		// none given (all interfaces) the transport picks its first
