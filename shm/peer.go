@@ -341,6 +341,7 @@ func (p *peer) fetch(addr, n uint64) (*mapping, error) {
 	default:
 	}
 	p.nomap.Store(false)
+	p.c.SetWriteDeadline(time.Now().Add(p.t.cfg.IOTimeout))
 	if err := uds.Send(p.c, appendRange(nil, msgMapReq, addr, n), nil); err != nil {
 		return nil, errGone
 	}

@@ -481,6 +481,13 @@ func (t *Transport) Close() error {
 
 func (t *Transport) close() {
 	t.closed.Store(true)
+	// Stop the peers first: a Submit waiting for a MAP gives up at once
+	// instead of at its IOTimeout.
+	t.mu.Lock()
+	for p := range t.peers {
+		p.stop()
+	}
+	t.mu.Unlock()
 	for t.submitting.Load() != 0 {
 		runtime.Gosched()
 	}
