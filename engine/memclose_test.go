@@ -5,9 +5,11 @@ package engine_test
 import (
 	"errors"
 	"testing"
+	"time"
 
 	"github.com/rdmago/te/engine"
 	"github.com/rdmago/te/engine/enginetest"
+	"github.com/rdmago/te/tcp"
 )
 
 // TestMemoryCloseUnregisters: closing Memory that is still registered
@@ -96,4 +98,57 @@ func TestMemoryCloseBusy(t *testing.T) {
 	}
 	mem.Bytes()[0] = 1 // still mapped
 	r.Release()
+}
+
+// TestRemoteWriteAfterMemoryClose: a target that closes registered memory
+// (without unregistering it first) refuses a peer's later WRITE to it with
+// an error; before Close unregistered, the WRITE hit unmapped memory and
+// killed the target process.
+func TestRemoteWriteAfterMemoryClose(t *testing.T) {
+	st := enginetest.NewMemStore()
+	defer st.Close()
+	tgt := enginetest.NewNode(t, engine.Config{Name: "tgt", Store: st}, 0, tcp.New(tcp.Config{}))
+	ini := enginetest.NewNode(t, engine.Config{Name: "ini", Store: st}, 1<<16, tcp.New(tcp.Config{}))
+	mem, err := engine.Alloc(1 << 20)
+	if err != nil {
+		t.Fatal(err)
+	}
+	addr := engine.AddrOf(mem.Bytes())
+	if err := tgt.Engine.RegisterLocalMemory(mem.Bytes(), ""); err != nil {
+		t.Fatal(err)
+	}
+	ctx := ctxT(t, 30*time.Second)
+	seg, err := ini.Engine.OpenSegment(ctx, "tgt", nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	req := []engine.Request{{Op: engine.Write, Local: ini.Mem.Bytes()[:4096], Target: seg, TargetAddr: addr}}
+	if err := ini.Engine.Transfer(ctx, req); err != nil {
+		t.Fatal(err)
+	}
+	if err := mem.Close(); err != nil {
+		t.Fatal(err)
+	}
+	// The initiator may still hold the old descriptor: its WRITE reaches
+	// the target, which must refuse it.
+	err = ini.Engine.Transfer(ctx, req)
+	if !errors.Is(err, engine.ErrOutOfRange) {
+		t.Fatalf("WRITE to closed memory: %v, want ErrOutOfRange", err)
+	}
+	// The target is alive and serves its other memory.
+	other, err := engine.Alloc(4096)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer other.Close()
+	if err := tgt.Engine.RegisterLocalMemory(other.Bytes(), ""); err != nil {
+		t.Fatal(err)
+	}
+	if err := ini.Engine.SyncSegment(ctx, seg); err != nil {
+		t.Fatal(err)
+	}
+	req[0].TargetAddr = engine.AddrOf(other.Bytes())
+	if err := ini.Engine.Transfer(ctx, req); err != nil {
+		t.Fatal(err)
+	}
 }
