@@ -201,9 +201,7 @@ func (sc *serverConn) handshake() error {
 		return err
 	}
 	for _, sr := range live {
-		// A region revoked since liveAll is sent anyway with its
-		// generation already 0 here (revoke waits for mu): the peer
-		// maps it and never copies into it, and UNMAP follows.
+		// A region revoked since liveAll: see sendMap.
 		if err := sc.sendMap(sr); err != nil {
 			return err
 		}
@@ -212,12 +210,15 @@ func (sc *serverConn) handshake() error {
 	return nil
 }
 
-// sendMap hands one region to the peer; sc.mu is held.
+// sendMap hands one region to the peer; sc.mu is held. A region being
+// unregistered (its revoke waits for mu) goes out with its generation left
+// at 0, so the peer cannot copy into it, and is recorded as mapped, so the
+// revoke that follows tells the peer to unmap it.
 func (sc *serverConn) sendMap(sr *sharedRegion) error {
 	if sc.t.isLive(sr) {
 		sc.page.gen[sr.slot].Store(sr.gen)
-		sc.mapped[sr.slot] = sr.gen
 	}
+	sc.mapped[sr.slot] = sr.gen
 	sc.out = mapMsg{slot: sr.slot, gen: sr.gen, addr: sr.r.Addr(), n: sr.r.Len(), off: sr.off}.append(sc.out[:0])
 	sc.c.SetWriteDeadline(time.Now().Add(sc.t.cfg.IOTimeout))
 	return uds.Send(sc.c, sc.out, []int{sr.fd})
