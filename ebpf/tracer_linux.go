@@ -174,7 +174,6 @@ func (t *Tracer) Events() <-chan Event { return t.events }
 func (t *Tracer) readEvents() {
 	defer t.wg.Done()
 	defer close(t.events)
-	var raw lanesEvent
 	for {
 		rec, err := t.rd.Read()
 		if err != nil {
@@ -183,25 +182,14 @@ func (t *Tracer) readEvents() {
 			}
 			continue
 		}
-		if err := binary.Read(bytes.NewReader(rec.RawSample), binary.NativeEndian, &raw); err != nil {
+		ev, err := decodeEvent(rec.RawSample, t.wallOffset)
+		if err != nil {
 			continue
 		}
-		ev := Event{
-			Time:          time.Unix(0, int64(t.wallOffset)+int64(raw.TsNs)),
-			Kind:          EventKind(raw.Kind),
-			Cookie:        raw.Cookie,
-			Old:           State(raw.OldState),
-			New:           State(raw.NewState),
-			SRTT:          time.Duration(raw.SrttUs) * time.Microsecond,
-			Retransmits:   raw.TotalRetrans,
-			BytesAcked:    raw.BytesAcked,
-			BytesReceived: raw.BytesReceived,
-		}
-		ev.Local, ev.Remote = addrs(raw.Family, raw.Laddr, raw.Raddr, raw.Lport, raw.Rport)
-		if raw.Lport == 0 {
+		if ev.Local.Port() == 0 {
 			// The kernel releases the port before the CLOSE transition.
 			t.mu.Lock()
-			if c, ok := t.seen[raw.Cookie]; ok {
+			if c, ok := t.seen[ev.Cookie]; ok {
 				ev.Local, ev.Remote = c.Local, c.Remote
 			}
 			t.mu.Unlock()
@@ -334,6 +322,11 @@ func (t *Tracer) readRows() ([]lanesRow, error) {
 	if err != nil {
 		return nil, fmt.Errorf("ebpf: read iter/tcp: %w", err)
 	}
+	return decodeRows(buf)
+}
+
+// decodeRows splits the iterator's output into rows.
+func decodeRows(buf []byte) ([]lanesRow, error) {
 	if len(buf)%rowSize != 0 {
 		return nil, fmt.Errorf("ebpf: iter/tcp wrote %d bytes, not a multiple of the %d-byte row", len(buf), rowSize)
 	}
@@ -342,6 +335,36 @@ func (t *Tracer) readRows() ([]lanesRow, error) {
 		return nil, fmt.Errorf("ebpf: decode iter/tcp rows: %w", err)
 	}
 	return rows, nil
+}
+
+// eventSize is sizeof(struct event) in lanes.bpf.c.
+var eventSize = binary.Size(lanesEvent{})
+
+// decodeEvent decodes one ring buffer record; wallOffset dates it.
+func decodeEvent(rec []byte, wallOffset time.Duration) (Event, error) {
+	var raw lanesEvent
+	if len(rec) < eventSize {
+		return Event{}, fmt.Errorf("ebpf: event of %d bytes, want %d", len(rec), eventSize)
+	}
+	if err := binary.Read(bytes.NewReader(rec[:eventSize]), binary.NativeEndian, &raw); err != nil {
+		return Event{}, fmt.Errorf("ebpf: decode event: %w", err)
+	}
+	if raw.Kind != uint32(StateChange) && raw.Kind != uint32(Retransmit) {
+		return Event{}, fmt.Errorf("ebpf: event of unknown kind %d", raw.Kind)
+	}
+	ev := Event{
+		Time:          time.Unix(0, int64(wallOffset)+int64(raw.TsNs)),
+		Kind:          EventKind(raw.Kind),
+		Cookie:        raw.Cookie,
+		Old:           State(raw.OldState),
+		New:           State(raw.NewState),
+		SRTT:          time.Duration(raw.SrttUs) * time.Microsecond,
+		Retransmits:   raw.TotalRetrans,
+		BytesAcked:    raw.BytesAcked,
+		BytesReceived: raw.BytesReceived,
+	}
+	ev.Local, ev.Remote = addrs(raw.Family, raw.Laddr, raw.Raddr, raw.Lport, raw.Rport)
+	return ev, nil
 }
 
 // socketInodes returns the inodes of the sockets pid holds open.
