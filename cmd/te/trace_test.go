@@ -71,7 +71,7 @@ func TestTraceServe(t *testing.T) {
 					lanes = append(lanes, l)
 				}
 			}
-			if len(lanes) >= 2 {
+			if len(lanes) == 4 { // tcp.DefaultLanes
 				break
 			}
 		}
@@ -80,41 +80,50 @@ func TestTraceServe(t *testing.T) {
 		}
 	}
 
-	serveRows := traceJSON(t, "--pid", strconv.Itoa(srv.Process.Pid))
-	moving := 0
-	for _, l := range lanes {
-		found := false
-		for _, r := range serveRows {
-			if r.Remote != l.Local || r.Local != l.Remote {
-				continue
+	// The serve's rows name the bench's segment as every lane's peer. On a
+	// loaded machine the bench may stall through one interval: the bytes
+	// must move in one of several.
+	checkServe := func() (moving int) {
+		rows := traceJSON(t, "--pid", strconv.Itoa(srv.Process.Pid))
+		for _, l := range lanes {
+			found := false
+			for _, r := range rows {
+				if r.Remote != l.Local || r.Local != l.Remote {
+					continue
+				}
+				found = true
+				if r.Peer != lanes[0].Segment || !strings.HasSuffix(r.Lane, " in") || r.State != "ESTABLISHED" {
+					t.Errorf("serve side of lane %+v: %+v; want peer %s", l, r, lanes[0].Segment)
+				}
+				if r.RxBps > 0 && r.BytesReceived > 0 {
+					moving++
+				}
 			}
-			found = true
-			if r.Peer != lanes[0].Segment || !strings.HasSuffix(r.Lane, " in") || r.State != "ESTABLISHED" {
-				t.Errorf("serve side of lane %+v: %+v; want peer %s", l, r, lanes[0].Segment)
+			if !found {
+				t.Errorf("te trace --pid %d: no row for lane %+v in %+v", srv.Process.Pid, l, rows)
 			}
-			if r.RxBps > 0 && r.BytesReceived > 0 {
+		}
+		return moving
+	}
+	checkBench := func() (moving int) {
+		for _, r := range traceJSON(t, "--pid", strconv.Itoa(bench.Process.Pid)) {
+			if r.Peer == name && r.Lane != "-" && r.TxBps > 0 && r.BytesAcked > 0 {
 				moving++
 			}
 		}
-		if !found {
-			t.Errorf("te trace --pid %d: no row for lane %+v in %+v", srv.Process.Pid, l, serveRows)
+		return moving
+	}
+	for _, c := range []struct {
+		side  string
+		check func() int
+	}{{"serve", checkServe}, {"bench", checkBench}} {
+		moving := 0
+		for try := 0; try < 10 && moving < len(lanes) && !t.Failed(); try++ {
+			moving = c.check()
 		}
-	}
-	if moving < 2 {
-		t.Errorf("only %d of the serve's lanes received bytes over the interval: %+v", moving, serveRows)
-	}
-
-	benchRows := traceJSON(t, "--pid", strconv.Itoa(bench.Process.Pid))
-	moving = 0
-	for _, r := range benchRows {
-		if r.Peer == name && r.Lane != "-" {
-			if r.TxBps > 0 {
-				moving++
-			}
+		if moving < len(lanes) {
+			t.Errorf("te trace of the %s: %d of %d lanes moved bytes in any of 10 intervals", c.side, moving, len(lanes))
 		}
-	}
-	if moving < 2 {
-		t.Errorf("te trace of the bench: %d lanes to %s sending: %+v", moving, name, benchRows)
 	}
 
 	// The live table: the peers and counters in text, two refreshes.
