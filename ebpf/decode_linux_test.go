@@ -72,8 +72,20 @@ func FuzzDecode(f *testing.F) {
 				conn(&rows[i])
 			}
 		}
+		if len(b) >= rowSize {
+			keyOf(b[:rowSize])
+		}
 		if ev, err := decodeEvent(b, 0); err == nil && ev.Kind != StateChange && ev.Kind != Retransmit {
 			t.Fatalf("event of kind %v", ev.Kind)
 		}
 	})
+}
+
+func TestRowKey(t *testing.T) {
+	r := lanesRow{Cookie: 1<<60 + 1, Inode: 1<<50 + 2, Cgroup: 1<<40 + 3, Lport: 0x1234, Rport: 0x5678, Watched: 1,
+		State: 0xff, Family: 0xffff, RetransEvents: ^uint32(0)}
+	want := rowKey{cookie: r.Cookie, inode: r.Inode, cgroup: r.Cgroup, lport: r.Lport, rport: r.Rport, watched: true}
+	if k := keyOf(encode(t, r)); k != want {
+		t.Fatalf("keyOf = %+v, want %+v: the offsets disagree with struct row", k, want)
+	}
 }

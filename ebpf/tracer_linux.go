@@ -224,24 +224,22 @@ func (t *Tracer) Snapshot() ([]Conn, error) {
 	if t.closed {
 		return nil, ErrClosed
 	}
-	rows, err := t.readRows()
-	if err != nil {
-		return nil, err
-	}
 	var inodes map[uint64]bool
+	var err error
 	if t.f.PID != 0 {
 		if inodes, err = socketInodes(t.f.PID); err != nil {
 			return nil, err
 		}
+	}
+	rows, err := t.readRows(func(k rowKey) bool { return t.match(k, inodes) })
+	if err != nil {
+		return nil, err
 	}
 	one := uint8(1)
 	present := map[uint64]bool{}
 	var out []Conn
 	for i := range rows {
 		r := &rows[i]
-		if !t.match(r, inodes) {
-			continue
-		}
 		present[r.Cookie] = true
 		if r.Watched == 0 {
 			if err := t.objs.Watch.Put(r.Cookie, one); err != nil {
@@ -280,16 +278,43 @@ func (t *Tracer) Snapshot() ([]Conn, error) {
 	return out, nil
 }
 
-func (t *Tracer) match(r *lanesRow, inodes map[uint64]bool) bool {
+func (t *Tracer) match(k rowKey, inodes map[uint64]bool) bool {
 	switch {
-	case t.f.all(), r.Watched != 0, t.cookies[r.Cookie]:
+	case t.f.all(), k.watched, t.cookies[k.cookie]:
 		return true
-	case t.cgroupID != 0 && r.Cgroup == t.cgroupID:
+	case t.cgroupID != 0 && k.cgroup == t.cgroupID:
 		return true
-	case len(t.ports) > 0 && (t.ports[r.Lport] || t.ports[r.Rport]):
+	case len(t.ports) > 0 && (t.ports[k.lport] || t.ports[k.rport]):
 		return true
 	}
-	return r.Inode != 0 && inodes[r.Inode]
+	return k.inode != 0 && inodes[k.inode]
+}
+
+// rowKey is what the filter reads of a row, taken from its bytes without
+// decoding the rest: a pull returns every TCP socket of the namespace.
+type rowKey struct {
+	cookie, inode, cgroup uint64
+	lport, rport          uint16
+	watched               bool
+}
+
+// Offsets of the rowKey fields in struct row (lanes.bpf.c); TestRowKey
+// checks them against the generated type.
+const (
+	offCookie  = 0
+	offInode   = 8
+	offCgroup  = 16
+	offLport   = 106
+	offRport   = 108
+	offWatched = 111
+)
+
+func keyOf(b []byte) rowKey {
+	ne := binary.NativeEndian
+	return rowKey{
+		cookie: ne.Uint64(b[offCookie:]), inode: ne.Uint64(b[offInode:]), cgroup: ne.Uint64(b[offCgroup:]),
+		lport: ne.Uint16(b[offLport:]), rport: ne.Uint16(b[offRport:]), watched: b[offWatched] != 0,
+	}
 }
 
 func conn(r *lanesRow) Conn {
@@ -311,8 +336,8 @@ func conn(r *lanesRow) Conn {
 	return c
 }
 
-// readRows runs the iterator once.
-func (t *Tracer) readRows() ([]lanesRow, error) {
+// readRows runs the iterator once and decodes the rows keep selects.
+func (t *Tracer) readRows(keep func(rowKey) bool) ([]lanesRow, error) {
 	rc, err := t.iter.Open()
 	if err != nil {
 		return nil, fmt.Errorf("ebpf: open iter/tcp: %w", err)
@@ -322,7 +347,16 @@ func (t *Tracer) readRows() ([]lanesRow, error) {
 	if err != nil {
 		return nil, fmt.Errorf("ebpf: read iter/tcp: %w", err)
 	}
-	return decodeRows(buf)
+	if len(buf)%rowSize != 0 {
+		return nil, fmt.Errorf("ebpf: iter/tcp wrote %d bytes, not a multiple of the %d-byte row", len(buf), rowSize)
+	}
+	n := 0
+	for off := 0; off < len(buf); off += rowSize {
+		if keep(keyOf(buf[off : off+rowSize])) {
+			n += copy(buf[n:], buf[off:off+rowSize])
+		}
+	}
+	return decodeRows(buf[:n])
 }
 
 // decodeRows splits the iterator's output into rows.
@@ -420,4 +454,23 @@ func (t *Tracer) release() error {
 	}
 	errs = append(errs, t.objs.Close())
 	return errors.Join(errs...)
+}
+
+// Cost is the kernel time spent in the tracer's programs and how often
+// they ran, while BPF statistics are enabled (sysctl
+// kernel.bpf_stats_enabled=1, or cilium/ebpf's EnableStats); zero
+// otherwise. It measures what tracing costs, independent of throughput
+// noise.
+func (t *Tracer) Cost() (time.Duration, uint64, error) {
+	var d time.Duration
+	var runs uint64
+	for _, p := range []*cebpf.Program{t.objs.LaneState, t.objs.LaneRetransmit, t.objs.LaneRows} {
+		st, err := p.Stats()
+		if err != nil {
+			return 0, 0, fmt.Errorf("ebpf: program stats: %w", err)
+		}
+		d += st.Runtime
+		runs += st.RunCount
+	}
+	return d, runs, nil
 }

@@ -2,7 +2,10 @@
 
 package ebpf
 
-import "fmt"
+import (
+	"fmt"
+	"time"
+)
 
 // Tracer needs Linux.
 type Tracer struct{}
@@ -20,3 +23,6 @@ func (t *Tracer) Snapshot() ([]Conn, error) { return nil, ErrClosed }
 
 // Close needs Linux.
 func (t *Tracer) Close() error { return nil }
+
+// Cost needs Linux.
+func (t *Tracer) Cost() (time.Duration, uint64, error) { return 0, 0, ErrClosed }
