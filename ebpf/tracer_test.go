@@ -34,41 +34,58 @@ func open(t *testing.T, f Filter) *Tracer {
 	if err != nil {
 		t.Fatal(err)
 	}
+	progs, maps := objectIDs(t, tr)
 	t.Cleanup(func() {
 		if err := tr.Close(); err != nil {
 			t.Errorf("Close: %v", err)
 		}
-		// The kernel frees programs after an RCU grace period.
-		n := loadedPrograms(t)
-		for deadline := time.Now().Add(10 * time.Second); n != 0 && time.Now().Before(deadline); n = loadedPrograms(t) {
-			time.Sleep(10 * time.Millisecond)
+		// The kernel frees programs and maps after an RCU grace period.
+		left := 0
+		for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(10 * time.Millisecond) {
+			left = 0
+			for _, id := range progs {
+				if p, err := cebpf.NewProgramFromID(id); err == nil {
+					p.Close()
+					left++
+				}
+			}
+			for _, id := range maps {
+				if m, err := cebpf.NewMapFromID(id); err == nil {
+					m.Close()
+					left++
+				}
+			}
+			if left == 0 || time.Now().After(deadline) {
+				break
+			}
 		}
-		if n != 0 {
-			t.Errorf("%d lane programs still loaded 10 s after Close", n)
+		if left != 0 {
+			t.Errorf("%d of the tracer's programs and maps still exist 10 s after Close", left)
 		}
 	})
 	return tr
 }
 
-// loadedPrograms counts the kernel's programs with this package's names.
-func loadedPrograms(t *testing.T) int {
-	n := 0
-	for id := cebpf.ProgramID(0); ; {
-		next, err := cebpf.ProgramGetNextID(id)
-		if err != nil {
-			return n
-		}
-		id = next
-		p, err := cebpf.NewProgramFromID(id)
-		if err != nil {
-			continue // unloaded meanwhile
-		}
+// objectIDs returns the kernel ids of the tracer's programs and maps.
+func objectIDs(t *testing.T, tr *Tracer) (progs []cebpf.ProgramID, maps []cebpf.MapID) {
+	t.Helper()
+	for _, p := range []*cebpf.Program{tr.objs.LaneState, tr.objs.LaneRetransmit, tr.objs.LaneRows} {
 		info, err := p.Info()
-		p.Close()
-		if err == nil && slices.Contains([]string{"lane_state", "lane_retransmit", "lane_rows"}, info.Name) {
-			n++
+		if err != nil {
+			t.Fatal(err)
 		}
+		id, _ := info.ID()
+		progs = append(progs, id)
 	}
+	for _, m := range []*cebpf.Map{tr.objs.Watch, tr.objs.Ports, tr.objs.Conns, tr.objs.Events} {
+		info, err := m.Info()
+		if err != nil {
+			t.Fatal(err)
+		}
+		id, _ := info.ID()
+		maps = append(maps, id)
+	}
+	return progs, maps
 }
 
 // connPair is a loopback TCP connection made through ln.
