@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"errors"
 	"io"
 	"os"
 	"os/exec"
@@ -159,6 +160,19 @@ func TestBenchTrace(t *testing.T) {
 		t.Fatalf("te bench --trace unprivileged:\n%s\n%s", out.String(), errb.String())
 	}
 	t.Logf("nobody:\n%s%s", errb.String(), out.String())
+
+	// te trace itself says what is missing.
+	cmd = exec.Command(nobodyCopy(t), "trace", "--count", "1")
+	if os.Geteuid() == 0 {
+		cmd.SysProcAttr = &syscall.SysProcAttr{Credential: &syscall.Credential{Uid: 65534, Gid: 65534}}
+	}
+	errb.Reset()
+	cmd.Stderr = &errb
+	err := cmd.Run()
+	var ee *exec.ExitError
+	if !errors.As(err, &ee) || ee.ExitCode() != 1 || !strings.Contains(errb.String(), "te trace: ebpf: tracing needs root") {
+		t.Fatalf("te trace as nobody: %v\n%s", err, errb.String())
+	}
 }
 
 // nobodyCopy copies te where user nobody can run it.
