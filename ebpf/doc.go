@@ -12,6 +12,10 @@
 // changes and retransmissions. fentry/fexit and kprobes are not used: some
 // kernels (locked-down guests) refuse them.
 //
+// The iterator lists the connections of the network namespace the tracer
+// runs in; run it in the traced process's namespace. The tracepoints see
+// every namespace.
+//
 // Open needs root (CAP_BPF, CAP_PERFMON, CAP_NET_ADMIN) and a kernel with
 // BTF (5.11 or later); without them it returns an error wrapping
 // ErrPermission or ErrUnsupported that names what is missing, and the
