@@ -1,10 +1,12 @@
 package main
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
 	"net"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"strings"
 	"sync"
@@ -27,6 +29,14 @@ func secretFile(t *testing.T) string {
 		t.Fatal(err)
 	}
 	return p
+}
+
+// stopped kills a te serve and returns its stderr (read only once it has
+// exited: the exec package's copier writes it until then).
+func stopped(srv *exec.Cmd, stderr *bytes.Buffer) string {
+	srv.Process.Kill()
+	srv.Wait()
+	return stderr.String()
 }
 
 // fetch gets a te serve's descriptor as any client would.
@@ -104,7 +114,7 @@ func hold(t *testing.T, addr string, n int, hs func(c net.Conn) error) {
 // connections (more than MaxConns, 4096) and then sends nothing cannot
 // lock a real initiator out: te bench --verify passes while it holds them.
 func TestDataPortLockout(t *testing.T) {
-	_, name, srvErr := serveProcess(t, "--buffer-size", "16MiB")
+	srv, name, srvErr := serveProcess(t, "--buffer-size", "16MiB")
 	d := fetch(t, name, nil)
 	pr, _ := d.Protocol(segment.ProtoTCP)
 	hold(t, pr.Endpoint, 4200, func(c net.Conn) error {
@@ -112,7 +122,7 @@ func TestDataPortLockout(t *testing.T) {
 	})
 	_, stderr, code := runTE(t, "bench", "--segment", name, "--duration", "1", "--batch-size", "16", "--verify", "--quiet")
 	if code != 0 {
-		t.Fatalf("te bench with the attacker's connections held: exit %d\n%s\nte serve:\n%s", code, stderr, srvErr.String())
+		t.Fatalf("te bench with the attacker's connections held: exit %d\n%s\nte serve:\n%s", code, stderr, stopped(srv, srvErr))
 	}
 }
 
@@ -121,7 +131,7 @@ func TestDataPortLockout(t *testing.T) {
 // out, and te bench --verify with the secret passes.
 func TestDataPortLockoutAuth(t *testing.T) {
 	sf := secretFile(t)
-	_, name, srvErr := serveProcess(t, "--buffer-size", "16MiB", "--auth-file", sf)
+	srv, name, srvErr := serveProcess(t, "--buffer-size", "16MiB", "--auth-file", sf)
 	s, err := auth.Load(sf)
 	if err != nil {
 		t.Fatal(err)
@@ -131,18 +141,18 @@ func TestDataPortLockoutAuth(t *testing.T) {
 	hold(t, pr.Endpoint, 4200, nil)
 	_, stderr, code := runTE(t, "bench", "--segment", name, "--duration", "1", "--batch-size", "16", "--verify", "--quiet", "--auth-file", sf)
 	if code != 0 {
-		t.Fatalf("te bench with the attacker's connections held: exit %d\n%s\nte serve:\n%s", code, stderr, srvErr.String())
+		t.Fatalf("te bench with the attacker's connections held: exit %d\n%s\nte serve:\n%s", code, stderr, stopped(srv, srvErr))
 	}
 }
 
 // TestMetadataPortLockout: 1100 idle connections to te serve's p2p port
 // (more than its 1024) do not stop te bench from fetching the descriptor.
 func TestMetadataPortLockout(t *testing.T) {
-	_, name, srvErr := serveProcess(t, "--buffer-size", "16MiB")
+	srv, name, srvErr := serveProcess(t, "--buffer-size", "16MiB")
 	hold(t, name, 1100, nil)
 	_, stderr, code := runTE(t, "bench", "--segment", name, "--duration", "1", "--batch-size", "16", "--verify", "--quiet")
 	if code != 0 {
-		t.Fatalf("te bench with the p2p port's slots held: exit %d\n%s\nte serve:\n%s", code, stderr, srvErr.String())
+		t.Fatalf("te bench with the p2p port's slots held: exit %d\n%s\nte serve:\n%s", code, stderr, stopped(srv, srvErr))
 	}
 }
 
@@ -151,7 +161,7 @@ func TestMetadataPortLockout(t *testing.T) {
 // work; the secret appears in no output, --json included.
 func TestAuthCLI(t *testing.T) {
 	sf := secretFile(t)
-	_, name, srvErr := serveProcess(t, "--buffer-size", "16MiB", "--auth-file", sf)
+	srv, name, srvErr := serveProcess(t, "--buffer-size", "16MiB", "--auth-file", sf)
 	var all strings.Builder
 	out, stderr, code := runTE(t, "bench", "--segment", name, "--duration", "1", "--batch-size", "8", "--quiet")
 	all.WriteString(out + stderr)
@@ -178,12 +188,13 @@ func TestAuthCLI(t *testing.T) {
 	if code != 0 || !strings.Contains(out, name) {
 		t.Fatalf("te segments with the secret: exit %d\n%s%s", code, out, stderr)
 	}
-	all.WriteString(srvErr.String())
+	serveLog := stopped(srv, srvErr)
+	all.WriteString(serveLog)
 	if strings.Contains(all.String(), testSecret) || strings.Contains(all.String(), "nobody else knows") {
 		t.Fatal("the secret was printed")
 	}
-	if !strings.Contains(srvErr.String(), "handshake failed") {
-		t.Fatalf("te serve logged no failed handshake:\n%s", srvErr.String())
+	if !strings.Contains(serveLog, "handshake failed") {
+		t.Fatalf("te serve logged no failed handshake:\n%s", serveLog)
 	}
 }
 
