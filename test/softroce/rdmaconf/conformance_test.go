@@ -99,14 +99,3 @@ func TestConformanceRemote(t *testing.T) {
 		transporttest.RunRemote(t, lo, transporttest.Options{DeadPeer: bound})
 	})
 }
-
-// TestConformanceRails runs the multi-rail cases with both hosts in this
-// process (rdma's own TestConformance runs the rest in process).
-func TestConformanceRails(t *testing.T) {
-	topo := srenv.Require(t)
-	transporttest.Run(t, factory(names(topo.HostA)), transporttest.Options{
-		Target:   factory(names(topo.HostB)),
-		DeadPeer: deadPeerBound(t),
-		Rails:    rails(topo),
-	})
-}
