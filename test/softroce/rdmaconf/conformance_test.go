@@ -3,7 +3,9 @@
 // the Soft-RoCE guest: the test process is host A (rxe0, rxe2), a child
 // process started by the suite is host B (rxe1, rxe3), and a second run
 // puts both processes on the loopback device (rxelo). It has its own test
-// binary so that it gets its own -test.timeout in the guest.
+// binary, so its own -test.timeout in the guest: it took 123 s (6.1) and
+// 92 s (6.12) of the default 300 s under TCG. rdma's TestConformance runs
+// the suite with both hosts in one process.
 //
 //	test/softroce/run.sh ./test/softroce/rdmaconf
 package rdmaconf_test
