@@ -3,6 +3,7 @@ package rdma
 import (
 	"time"
 
+	"github.com/rdmago/te/auth"
 	"github.com/rdmago/te/uverbs"
 )
 
@@ -56,6 +57,10 @@ type Config struct {
 	SpinPolls int
 	// Options opens the devices (providers); nil uses the registered ones.
 	Options *uverbs.Options
+	// Auth is the cluster secret: with it, the control connection proves
+	// both sides hold it (package auth) before any QP is created for the
+	// peer. nil: authentication off (peers with a secret refuse us).
+	Auth *auth.Secret
 }
 
 func (c *Config) defaults() {

@@ -12,6 +12,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/rdmago/te/auth"
 	"github.com/rdmago/te/engine"
 	"github.com/rdmago/te/internal/wire"
 	"github.com/rdmago/te/segment"
@@ -282,10 +283,62 @@ func (p *peer) dial(ctx context.Context) error {
 		tc.SetNoDelay(true)
 		tc.SetKeepAlivePeriod(5 * time.Second)
 	}
-	p.conn, p.rd = c, bufio.NewReader(c)
+	rd := bufio.NewReader(c)
+	if err := p.authenticate(ctx, c, rd); err != nil {
+		c.Close()
+		return err
+	}
+	p.conn, p.rd = c, rd
 	p.resp, p.dead = make(chan frame, 1), make(chan struct{})
 	p.wg.Add(1)
 	go p.readLoop(c, p.rd, p.resp, p.dead)
+	return nil
+}
+
+// authenticate runs the auth handshake on a fresh control connection: the
+// target must prove it holds the cluster secret before we prove we do,
+// and before any endpoint is asked for.
+func (p *peer) authenticate(ctx context.Context, c net.Conn, rd *bufio.Reader) error {
+	t := p.t
+	if dl, ok := ctx.Deadline(); ok {
+		c.SetDeadline(dl)
+		defer c.SetDeadline(time.Time{})
+	}
+	in := t.cfg.Auth.Initiate(segment.ProtoRDMA, auth.Party{Name: t.host.LocalName(), Epoch: t.host.Epoch()},
+		auth.Party{Name: p.name, Epoch: p.epoch})
+	if err := hsProto.Write(c, hsHello, 0, auth.AppendHello(nil, in.Hello())); err != nil {
+		return fmt.Errorf("rdma: control connection to %s: %w: %w", p.name, err, engine.ErrTransient)
+	}
+	var hdr [wire.HeaderLen]byte
+	h, payload, err := hsProto.Read(rd, hdr[:], nil)
+	if err != nil {
+		return fmt.Errorf("rdma: control connection to %s: %w: %w", p.name, err, engine.ErrTransient)
+	}
+	switch h.Type {
+	case hsChallenge:
+	case hsReject:
+		rj, err := decodeReject(payload)
+		if err != nil {
+			return err
+		}
+		return fmt.Errorf("%w by %s: %s", errRejected, p.name, rj.Msg)
+	default:
+		return fmt.Errorf("rdma: control connection to %s: %w: %s frame before the challenge", p.name, wire.ErrFrame, hsProto.TypeName(h.Type))
+	}
+	ch, rest, err := auth.ParseChallenge(payload)
+	if err == nil && len(rest) > 0 {
+		err = fmt.Errorf("%w: %d trailing bytes", auth.ErrMessage, len(rest))
+	}
+	if err != nil {
+		return fmt.Errorf("rdma: control connection to %s: %w", p.name, err)
+	}
+	ans, err := in.Finish(ch)
+	if err != nil {
+		return fmt.Errorf("rdma: %s (%s): %w", p.name, c.RemoteAddr(), err)
+	}
+	if err := hsProto.Write(c, hsAnswer, 0, auth.AppendAnswer(nil, ans)); err != nil {
+		return fmt.Errorf("rdma: control connection to %s: %w: %w", p.name, err, engine.ErrTransient)
+	}
 	return nil
 }
 

@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 
+	"github.com/rdmago/te/auth"
 	"github.com/rdmago/te/internal/wire"
 	"github.com/rdmago/te/uverbs"
 )
@@ -17,6 +18,12 @@ const (
 	hsAccept  wire.Type = 2
 	hsReject  wire.Type = 3
 	hsRelease wire.Type = 4
+	// Authentication (package auth), always first on a connection, with
+	// or without a secret: initiator Hello, target Challenge, initiator
+	// Answer. No endpoint is set up before the target checked the Answer.
+	hsHello     wire.Type = 5
+	hsChallenge wire.Type = 6
+	hsAnswer    wire.Type = 7
 
 	maxNameLen = 1024
 	maxMsgLen  = 1024
@@ -38,6 +45,12 @@ var hsProto = wire.Proto{
 			return 1 + 2 + maxMsgLen, true
 		case hsRelease:
 			return 4, true
+		case hsHello:
+			return 1 + auth.NonceLen + 3*(2+auth.MaxNameLen) + 16, true
+		case hsChallenge:
+			return 1 + 8 + auth.NonceLen + 1 + auth.ProofLen, true
+		case hsAnswer:
+			return 2 + auth.ProofLen, true
 		}
 		return 0, false
 	},
@@ -51,6 +64,12 @@ var hsProto = wire.Proto{
 			return "reject"
 		case hsRelease:
 			return "release"
+		case hsHello:
+			return "hello"
+		case hsChallenge:
+			return "challenge"
+		case hsAnswer:
+			return "answer"
 		}
 		return fmt.Sprintf("type %d", uint8(t))
 	},
@@ -119,7 +138,12 @@ func getQPs(d *wire.Dec) []qpInfo {
 	}
 	qps := make([]qpInfo, 0, n)
 	for range n {
-		qps = append(qps, qpInfo{QPN: uverbs.QPN(d.U32() & 0xffffff), PSN: uverbs.PSN(d.U32() & 0xffffff)})
+		qpn, psn := d.U32(), d.U32()
+		if qpn > 0xffffff || psn > 0xffffff {
+			d.Fixed(-1) // poison: QPNs and PSNs are 24 bits
+			return nil
+		}
+		qps = append(qps, qpInfo{QPN: uverbs.QPN(qpn), PSN: uverbs.PSN(psn)})
 	}
 	return qps
 }

@@ -9,7 +9,9 @@ import (
 	"sync"
 	"time"
 
+	"github.com/rdmago/te/auth"
 	"github.com/rdmago/te/internal/wire"
+	"github.com/rdmago/te/segment"
 	"github.com/rdmago/te/uverbs"
 )
 
@@ -22,6 +24,7 @@ type targetState struct {
 	perInit  map[string]int // QPs held per initiator name
 	total    int
 	closed   bool
+	fails    *auth.FailureLog
 }
 
 // session is one initiator's control connection and the endpoints it set
@@ -38,6 +41,7 @@ func (ts *targetState) init(t *Transport) {
 	ts.t = t
 	ts.sessions = map[*session]struct{}{}
 	ts.perInit = map[string]int{}
+	ts.fails = auth.NewFailureLog(t.log, segment.ProtoRDMA, 0)
 }
 
 func (t *Transport) accept() {
@@ -91,6 +95,21 @@ func (t *Transport) serve(s *session) {
 		tc.SetKeepAlivePeriod(5 * time.Second)
 	}
 	rd := bufio.NewReader(s.conn)
+	if err := t.admit(s, rd); err != nil {
+		if !t.closed.Load() {
+			t.tgt.fails.Failed(s.conn.RemoteAddr(), err)
+		}
+		code := rejectProtocol
+		if errors.Is(err, auth.ErrDenied) {
+			code = rejectAuth
+		}
+		t.reply(s, hsReject, (&rejectMsg{Code: code, Msg: err.Error()}).encode())
+		return
+	}
+	ts := &t.tgt
+	ts.mu.Lock()
+	ts.dropOlderLocked(s)
+	ts.mu.Unlock()
 	var hdr [wire.HeaderLen]byte
 	first := true
 	for {
@@ -140,6 +159,58 @@ func (t *Transport) serve(s *session) {
 	}
 }
 
+// admit runs the auth handshake that opens every control connection: the
+// Hello names the initiator (segment and epoch) the session then serves.
+func (t *Transport) admit(s *session, rd *bufio.Reader) error {
+	s.conn.SetDeadline(time.Now().Add(t.cfg.HandshakeTimeout))
+	defer s.conn.SetDeadline(time.Time{})
+	var hdr [wire.HeaderLen]byte
+	h, payload, err := hsProto.Read(rd, hdr[:], nil)
+	if err != nil {
+		return err
+	}
+	if h.Type != hsHello {
+		return fmt.Errorf("%w: %s frame before hello", wire.ErrFrame, hsProto.TypeName(h.Type))
+	}
+	hello, rest, err := auth.ParseHello(payload)
+	if err == nil && len(rest) > 0 {
+		err = fmt.Errorf("%w: %d trailing bytes", auth.ErrMessage, len(rest))
+	}
+	if err != nil {
+		return err
+	}
+	if hello.Initiator.Name == "" {
+		return fmt.Errorf("%w: hello without an initiator name", auth.ErrMessage)
+	}
+	re, err := t.cfg.Auth.Respond(segment.ProtoRDMA, auth.Party{Name: t.host.LocalName(), Epoch: t.host.Epoch()}, hello)
+	if err != nil {
+		return err
+	}
+	if err := hsProto.Write(s.conn, hsChallenge, 0, auth.AppendChallenge(nil, re.Challenge())); err != nil {
+		return err
+	}
+	if h, payload, err = hsProto.Read(rd, hdr[:], nil); err != nil {
+		return err
+	}
+	if h.Type != hsAnswer {
+		return fmt.Errorf("%w: %s frame instead of the answer", wire.ErrFrame, hsProto.TypeName(h.Type))
+	}
+	ans, rest, err := auth.ParseAnswer(payload)
+	if err == nil && len(rest) > 0 {
+		err = fmt.Errorf("%w: %d trailing bytes", auth.ErrMessage, len(rest))
+	}
+	if err != nil {
+		return err
+	}
+	if err := re.Check(ans); err != nil {
+		return err
+	}
+	t.tgt.mu.Lock()
+	s.initiator, s.epoch = hello.Initiator.Name, hello.Initiator.Epoch
+	t.tgt.mu.Unlock()
+	return nil
+}
+
 func (t *Transport) reply(s *session, typ wire.Type, payload []byte) bool {
 	s.conn.SetWriteDeadline(time.Now().Add(t.cfg.HandshakeTimeout))
 	return hsProto.Write(s.conn, typ, 0, payload) == nil
@@ -151,13 +222,8 @@ func (ts *targetState) open(s *session, m *connectMsg) (rejectCode, []byte, erro
 	if m.TargetEpoch != t.host.Epoch() {
 		return rejectStaleEpoch, nil, fmt.Errorf("stale epoch %#x: this is %s epoch %#x", m.TargetEpoch, t.host.LocalName(), t.host.Epoch())
 	}
-	if s.initiator == "" {
-		ts.mu.Lock()
-		s.initiator, s.epoch = m.Initiator, m.InitEpoch
-		ts.mu.Unlock()
-		ts.dropOlder(s)
-	} else if s.initiator != m.Initiator || s.epoch != m.InitEpoch {
-		return rejectProtocol, nil, fmt.Errorf("initiator changed from %s/%#x to %s/%#x on one connection", s.initiator, s.epoch, m.Initiator, m.InitEpoch)
+	if s.initiator != m.Initiator || s.epoch != m.InitEpoch {
+		return rejectProtocol, nil, fmt.Errorf("connect for %s/%#x on the connection of %s/%#x", m.Initiator, m.InitEpoch, s.initiator, s.epoch)
 	}
 	if int(m.RemoteRail) >= len(t.rails) {
 		return rejectBadRail, nil, fmt.Errorf("no rail %d (have %d)", m.RemoteRail, len(t.rails))
@@ -243,11 +309,9 @@ func (ts *targetState) unreserveLocked(initiator string, n int) {
 	ts.total -= n
 }
 
-// dropOlder closes the sessions of s's initiator from another epoch: a
-// restarted initiator's old QPs are dead weight.
-func (ts *targetState) dropOlder(s *session) {
-	ts.mu.Lock()
-	defer ts.mu.Unlock()
+// dropOlderLocked closes the sessions of s's initiator from another
+// epoch: a restarted initiator's old QPs are dead weight.
+func (ts *targetState) dropOlderLocked(s *session) {
 	for o := range ts.sessions {
 		if o != s && o.initiator == s.initiator && o.epoch != s.epoch {
 			ts.t.log.Info("rdma: initiator restarted, dropping its old QPs", "initiator", s.initiator, "old_epoch", o.epoch, "qps", o.nqps)

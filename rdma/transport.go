@@ -11,6 +11,7 @@ import (
 	"sync"
 	"sync/atomic"
 
+	"github.com/rdmago/te/auth"
 	"github.com/rdmago/te/engine"
 	"github.com/rdmago/te/segment"
 	"github.com/rdmago/te/uverbs"
@@ -104,6 +105,7 @@ func (t *Transport) Install(h engine.Host) (err error) {
 		t.addr = t.cfg.Advertise
 	}
 	t.tgt.init(t)
+	auth.WarnUnauthenticated(t.log, segment.ProtoRDMA, t.ln.Addr(), t.cfg.Auth)
 	for _, r := range t.rails {
 		r.start()
 	}

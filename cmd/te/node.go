@@ -155,7 +155,7 @@ func newTransport(protocol, listen string, secret *auth.Secret, devices []string
 		if a, err := netip.ParseAddr(host); err == nil && !a.IsUnspecified() {
 			ctl = net.JoinHostPort(host, "0")
 		}
-		return rdma.New(rdma.Config{Devices: devices, Listen: ctl, Options: verbsOptions}), nil
+		return rdma.New(rdma.Config{Devices: devices, Listen: ctl, Options: verbsOptions, Auth: secret}), nil
 	}
 	return nil, fmt.Errorf("--protocol %q: unknown (tcp, shm or rdma)", protocol)
 }
