@@ -112,6 +112,10 @@ func (r *rawClient) hello(t *testing.T, s *auth.Secret, target *segment.Descript
 	return true
 }
 
+// loGID is the loopback device's RoCE GID, which the target's QPs can
+// reach (set by the tests before they connect).
+var loGID uverbs.GID
+
 func connectPayload(initiator string, initEpoch, targetEpoch uint64, nqp int) []byte {
 	var e wire.Enc
 	e.String(initiator)
@@ -120,8 +124,7 @@ func connectPayload(initiator string, initEpoch, targetEpoch uint64, nqp int) []
 	e.U32(1)  // endpoint id
 	e.U16(0)  // local rail
 	e.U16(0)  // remote rail
-	gid := uverbs.GID{10: 0xff, 11: 0xff, 12: 10, 13: 0, 14: 1, 15: 9}
-	e.Fixed(gid[:])
+	e.Fixed(loGID[:])
 	e.U16(0)
 	e.U8(uint8(uverbs.MTU1024))
 	e.U8(uint8(nqp))
@@ -184,6 +187,7 @@ func transferWorks(t *testing.T, ts *targetSide, devs []string, s *auth.Secret) 
 func TestHostileControl(t *testing.T) {
 	topo := srenv.Require(t)
 	lo := []string{topo.Lo.Name}
+	loGID = topo.Lo.GID
 	ts := startTarget(t, lo, rdma.Config{MaxInitiatorQPs: 2})
 	addr := ts.tr.ControlAddr()
 
@@ -241,8 +245,8 @@ func TestHostileControl(t *testing.T) {
 			t.Fatalf("connect over the QP limit: frame %v ok %v %q", h.Type, ok, p)
 		}
 		r.send(t, tConnect, connectPayload("mallory", 7, ts.desc.Epoch, 2))
-		if h, _, ok := r.next(t); !ok || h.Type != tAccept {
-			t.Fatalf("connect within the limit: frame %v ok %v", h.Type, ok)
+		if h, p, ok := r.next(t); !ok || h.Type != tAccept {
+			t.Fatalf("connect within the limit: frame %v ok %v %q", h.Type, ok, p)
 		}
 		if n := ts.tr.TargetQPs(); n != 2 {
 			t.Fatalf("target holds %d QPs, want 2", n)
@@ -321,7 +325,13 @@ func TestAuth(t *testing.T) {
 		in := secret.Initiate(segment.ProtoRDMA, auth.Party{Name: "eve", Epoch: 1}, auth.Party{Name: ts.desc.Name, Epoch: ts.desc.Epoch})
 		r.send(t, tHello, auth.AppendHello(nil, in.Hello()))
 		r.send(t, tConnect, connectPayload("eve", 1, ts.desc.Epoch, 1))
-		r.closed(t)
+		if h, _, ok := r.next(t); !ok || h.Type != tChallenge {
+			t.Fatal("no challenge")
+		}
+		r.closed(t) // the connect came where the answer belongs
+		if n := ts.tr.TargetQPs(); n != 0 {
+			t.Fatalf("target created %d QPs for an initiator that skipped the challenge", n)
+		}
 	})
 	t.Run("with-secret", func(t *testing.T) {
 		if err := transferWorks(t, ts, lo, secret); err != nil {
