@@ -121,9 +121,9 @@ func connectPayload(initiator string, initEpoch, targetEpoch uint64, nqp int) []
 	e.String(initiator)
 	e.U64(initEpoch)
 	e.U64(targetEpoch)
-	e.U32(1)  // endpoint id
-	e.U16(0)  // local rail
-	e.U16(0)  // remote rail
+	e.U32(1) // endpoint id
+	e.U16(0) // local rail
+	e.U16(0) // remote rail
 	e.Fixed(loGID[:])
 	e.U16(0)
 	e.U8(uint8(uverbs.MTU1024))
