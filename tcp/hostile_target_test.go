@@ -17,9 +17,15 @@ import (
 	"github.com/rdmago/te/segment"
 )
 
-// fakeTarget accepts one connection at a time, answers HELLO, then
-// answers each request with what misbehave returns (raw bytes).
+// fakeTarget accepts one connection at a time, completes the handshake,
+// then answers each request with what misbehave returns (raw bytes).
 func fakeTarget(t *testing.T, st *enginetest.MemStore, name string, misbehave func(req header) []byte) segment.Buffer {
+	t.Helper()
+	return fakeTargetAuth(t, st, name, nil, misbehave)
+}
+
+// fakeTargetAuth is fakeTarget holding a cluster secret (nil: none).
+func fakeTargetAuth(t *testing.T, st *enginetest.MemStore, name string, secret *auth.Secret, misbehave func(req header) []byte) segment.Buffer {
 	t.Helper()
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
@@ -48,7 +54,7 @@ func fakeTarget(t *testing.T, st *enginetest.MemStore, name string, misbehave fu
 			mu.Unlock()
 			wg.Go(func() {
 				defer c.Close()
-				if _, err := acceptHandshake(c, nil, auth.Party{Name: name, Epoch: 5}); err != nil {
+				if _, err := acceptHandshake(c, secret, auth.Party{Name: name, Epoch: 5}); err != nil {
 					return
 				}
 				var hb [headerLen]byte
@@ -82,8 +88,21 @@ func frame(h header, payload []byte) []byte {
 }
 
 // TestHostileTarget: replies that break the protocol fail the tasks with
-// ErrProtocol and never write local memory outside the slice.
+// ErrProtocol and never write local memory outside the slice; with and
+// without a cluster secret (a hostile target may hold it too).
 func TestHostileTarget(t *testing.T) {
+	for _, on := range []bool{false, true} {
+		t.Run(fmt.Sprint("auth=", on), func(t *testing.T) {
+			var s *auth.Secret
+			if on {
+				s = testSecret(t)
+			}
+			testHostileTarget(t, s)
+		})
+	}
+}
+
+func testHostileTarget(t *testing.T, secret *auth.Secret) {
 	cases := []struct {
 		name string
 		op   engine.Op
@@ -122,10 +141,10 @@ func TestHostileTarget(t *testing.T) {
 		t.Run(c.name, func(t *testing.T) {
 			st := enginetest.NewMemStore()
 			defer st.Close()
-			buf := fakeTarget(t, st, "evil", c.resp)
+			buf := fakeTargetAuth(t, st, "evil", secret, c.resp)
 			// Long enough that a loaded machine's slow fake target
 			// does not turn the expected error into a timeout.
-			n := newNode(t, st, "ini", 1<<16, Config{Lanes: 1, IOTimeout: 2 * time.Second})
+			n := newNode(t, st, "ini", 1<<16, Config{Lanes: 1, IOTimeout: 2 * time.Second, Auth: secret})
 			seg, err := n.e.OpenSegment(ctxT(t, 5*time.Second), "evil", nil)
 			if err != nil {
 				t.Fatal(err)
