@@ -77,18 +77,22 @@ func (r *frameReader) header(hb *[headerLen]byte, idle time.Duration) error {
 		}
 		return err
 	}
-	// The header has begun: the rest within the timeout.
-	if r.timeout > 0 {
+	// The header has begun. Usually it arrived whole; else the rest must
+	// come within the timeout.
+	whole := (raw && n == headerLen) || (!raw && r.br.Buffered() >= headerLen)
+	switch {
+	case !whole && r.timeout > 0:
 		r.c.SetReadDeadline(time.Now().Add(r.timeout))
-	} else if idle > 0 {
+	case idle > 0:
 		r.c.SetReadDeadline(time.Time{})
 	}
-	if raw {
+	switch {
+	case raw && n < headerLen:
 		_, err = io.ReadFull(r.c, hb[n:])
-	} else {
+	case !raw:
 		_, err = io.ReadFull(r.br, hb[:])
 	}
-	if r.timeout > 0 {
+	if !whole && r.timeout > 0 {
 		r.c.SetReadDeadline(time.Time{})
 	}
 	return err
