@@ -85,7 +85,7 @@ func parseBench(args []string, stderr io.Writer) (*benchConfig, error) {
 	fs.Var(unit, "report-unit", "bandwidth `unit`: GB (1e9 bytes), GiB, Gb, MB, MiB, Mb, KB, KiB, Kb")
 	fs.IntVar(&c.Precision, "report-precision", 2, "digits after the point in reported bandwidths")
 	fs.BoolVar(&c.JSON, "json", false, "print the results as JSON on stdout")
-	fs.BoolVar(&c.Baseline, "baseline", false, "also measure raw TCP over one loopback connection at the same block size, taking turns with the engine (about a second each), and print engine/baseline")
+	fs.BoolVar(&c.Baseline, "baseline", false, "also measure raw TCP over one loopback connection at the same block size, taking turns with the engine (250 ms each), and print engine/baseline")
 	fs.BoolVar(&c.Sweep, "sweep", false, "measure the table: 4KiB, 64KiB, 1MiB blocks × write, read (other flags apply)")
 	fs.BoolVar(&c.Verify, "verify", false, "after each measurement, write a pattern, read it back and compare")
 	fs.BoolVar(&c.Quiet, "quiet", false, "no progress lines on stderr")
@@ -486,6 +486,9 @@ func (l *loop) step(ctx context.Context) error {
 	return nil
 }
 
+// turn is how long one contender runs before the next takes over.
+const turn = 250 * time.Millisecond
+
 // run measures one configuration for the configured duration, over each
 // protocol in turn (and, with shm, a single-thread memcpy of the same
 // blocks), and returns one result per protocol.
@@ -514,12 +517,13 @@ func (env *benchEnv) run(ctx context.Context, op string, block int64, progress i
 	withMemcpy := slices.Contains(protos, "shm")
 	railsBefore := env.railStats()
 
-	// The protocols (and the raw baselines) take turns, a second or so
+	// The protocols (and the raw baselines) take turns of about 250 ms
 	// each, so all see the same load on a shared machine and the ratios
-	// mean something.
+	// mean something: load that comes in bursts of seconds hits every
+	// contender about equally.
 	rounds := 1
 	if c.Baseline || withMemcpy || len(protos) > 1 {
-		rounds = min(max(int(c.Duration/time.Second), 1), 10)
+		rounds = min(max(int(c.Duration/turn), 1), 40)
 	}
 	slice := c.Duration / time.Duration(rounds)
 	var (

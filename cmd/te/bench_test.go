@@ -180,7 +180,7 @@ func TestBenchSideBySide(t *testing.T) {
 			t.Errorf("output lacks %q", want)
 		}
 	}
-	if !strings.Contains(errb.String(), "round 2/2") {
+	if !strings.Contains(errb.String(), "round 8/8") {
 		t.Errorf("the protocols did not take turns in rounds:\n%s", errb.String())
 	}
 	out.Reset()
