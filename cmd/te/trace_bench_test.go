@@ -7,6 +7,7 @@ import (
 	"os"
 	"slices"
 	"sync"
+	"syscall"
 	"testing"
 	"time"
 
@@ -26,7 +27,8 @@ import (
 // ratio over all rounds and the median of each round's pair (robust to
 // a neighbour's burst on a shared machine), and, from the kernel's BPF
 // run-time statistics (enabled for the traced rounds), the CPU time the
-// tracer's programs took per second of traced transfer. Run:
+// tracer's programs took per second of traced transfer, and the process's
+// CPU time per GB moved either way. Run:
 // go test -run '^$' -bench TraceOverhead -benchtime 10x ./cmd/te (root).
 func BenchmarkTraceOverhead(b *testing.B) {
 	if os.Geteuid() != 0 {
@@ -51,7 +53,7 @@ func traceOverhead(b *testing.B, op, block string) {
 		b.Fatal(err)
 	}
 	defer env.Close()
-	var bytes, secs [2]float64 // untraced, traced
+	var bytes, secs, cpu [2]float64 // untraced, traced
 	var bpfTime time.Duration
 	var bpfRuns uint64
 	var last [2]float64 // this round's rates
@@ -85,7 +87,9 @@ func traceOverhead(b *testing.B, op, block string) {
 				}
 			})
 		}
+		cpu0 := processCPU(b)
 		rs, err := env.run(ctx, op, c.BlockSize, io.Discard)
+		cpu[i] += processCPU(b) - cpu0
 		close(stop)
 		wg.Wait()
 		if tr != nil {
@@ -120,7 +124,20 @@ func traceOverhead(b *testing.B, op, block string) {
 	b.ReportMetric(t, "traced_GB/s")
 	b.ReportMetric(t/u, "traced/untraced")
 	b.ReportMetric(pairs[len(pairs)/2], "median_pair")
+	// CPU of the whole process (both engines, user and system) per GB
+	// moved: less sensitive than the rate to what else runs.
+	b.ReportMetric(cpu[0]/bytes[0]*1e9*1e3, "untraced_cpu_ms/GB")
+	b.ReportMetric(cpu[1]/bytes[1]*1e9*1e3, "traced_cpu_ms/GB")
 	b.ReportMetric(float64(bpfTime)/secs[1]/1e3, "bpf_us/s")
 	b.ReportMetric(float64(bpfRuns)/secs[1], "bpf_runs/s")
 	b.ReportMetric(0, "ns/op")
+}
+
+// processCPU is the user and system CPU seconds this process has used.
+func processCPU(b *testing.B) float64 {
+	var ru syscall.Rusage
+	if err := syscall.Getrusage(syscall.RUSAGE_SELF, &ru); err != nil {
+		b.Fatal(err)
+	}
+	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano()).Seconds()
 }
