@@ -3,7 +3,9 @@ package ebpf
 import (
 	"bytes"
 	"encoding/binary"
+	"errors"
 	"net/netip"
+	"strings"
 	"testing"
 	"time"
 )
@@ -87,5 +89,20 @@ func TestRowKey(t *testing.T) {
 	want := rowKey{cookie: r.Cookie, inode: r.Inode, cgroup: r.Cgroup, lport: r.Lport, rport: r.Rport, watched: true}
 	if k := keyOf(encode(t, r)); k != want {
 		t.Fatalf("keyOf = %+v, want %+v: the offsets disagree with struct row", k, want)
+	}
+}
+
+// TestNoBTF: a kernel without BTF gets ErrUnsupported naming it, before
+// anything is loaded (root or not).
+func TestNoBTF(t *testing.T) {
+	defer func(p string) { btfPath = p }(btfPath)
+	btfPath = "/nonexistent/vmlinux"
+	tr, err := Open(Filter{})
+	if err == nil {
+		tr.Close()
+		t.Fatal("Open without kernel BTF succeeded")
+	}
+	if !errors.Is(err, ErrUnsupported) || !strings.Contains(err.Error(), "CONFIG_DEBUG_INFO_BTF") {
+		t.Fatalf("Open without BTF: %v", err)
 	}
 }

@@ -22,7 +22,8 @@ import (
 	"github.com/rdmago/te/internal/sock"
 )
 
-const btfPath = "/sys/kernel/btf/vmlinux"
+// btfPath is where the kernel publishes its BTF (a variable for tests).
+var btfPath = "/sys/kernel/btf/vmlinux"
 
 // Tracer holds the loaded programs, their links and maps. Snapshot may be
 // called from any goroutine; Events is read by one.
