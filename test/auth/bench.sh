@@ -7,8 +7,9 @@
 #    runs' on/off and the ratio of the means.
 # 2. te bench with and without --auth-file (in-process target), [rounds]
 #    rounds (default 6; 0 skips), each running both in alternating order
-#    (off-on, on-off, ...) to cancel drift; every round, the means and the
-#    median of the per-round ratios.
+#    (off-on, on-off, ...) to cancel drift; every round and the ratios of
+#    the means of GB/s and of GB per CPU-second (user+sys of the process,
+#    which other load on the machine disturbs far less than wall time).
 #
 # The handshake is per connection, so on/off should be 1 within noise.
 #
@@ -28,8 +29,15 @@ dir=$(mktemp -d)
 trap 'rm -rf "$dir"' EXIT
 head -c 32 /dev/urandom | base64 >"$dir/secret"
 chmod 600 "$dir/secret"
-gbps() { sed -n 's/.*"gb_per_s": \([0-9.e+-]*\).*/\1/p' | head -1; }
-bench() { ./bin/te bench --json --quiet --duration 2 --buffer-size 16MiB "$@" | gbps; }
+# bench [flags]: prints GB/s and GB per CPU-second of the te bench process
+# (user+sys, setup included): the second depends far less on other load.
+bench() {
+	/usr/bin/time -o "$dir/time" -f '%U %S' ./bin/te bench --json --quiet --duration 2 --buffer-size 16MiB "$@" >"$dir/out"
+	local gbps bytes
+	gbps=$(sed -n 's/.*"gb_per_s": \([0-9.e+-]*\).*/\1/p' "$dir/out" | head -1)
+	bytes=$(grep -m1 '"bytes"' "$dir/out" | tr -dc 0-9)
+	awk -v g="$gbps" -v b="$bytes" '{print g, b/($1+$2)/1e9}' "$dir/time"
+}
 : >"$dir/rounds"
 for i in $(seq "$rounds"); do
 	if [ $((i % 2)) -eq 1 ]; then
@@ -40,9 +48,8 @@ for i in $(seq "$rounds"); do
 		a=$(bench "$@")
 	fi
 	echo "$a $b" >>"$dir/rounds"
-	awk -v i="$i" '{printf "round %d: auth off %.3f GB/s, auth on %.3f GB/s, on/off %.3f\n", i, $1, $2, $2/$1}' <<<"$a $b"
+	awk -v i="$i" '{printf "round %d: auth off %.3f GB/s %.3f GB/cpu-s, auth on %.3f GB/s %.3f GB/cpu-s\n", i, $1, $2, $3, $4}' <<<"$a $b"
 done
-median=$(awk '{print $2/$1}' "$dir/rounds" | sort -g | awk '{r[NR]=$1} END {print (NR%2) ? r[(NR+1)/2] : (r[NR/2]+r[NR/2+1])/2}')
-awk -v m="$median" '{o+=$1; a+=$2} END {
-	printf "mean: auth off %.3f GB/s, auth on %.3f GB/s, on/off %.3f; median of per-round on/off %.3f (%d rounds)\n", o/NR, a/NR, (a/NR)/(o/NR), m, NR
+awk '{o+=$1; oc+=$2; a+=$3; ac+=$4} END {
+	printf "te bench: mean auth off %.3f GB/s %.3f GB/cpu-s, auth on %.3f GB/s %.3f GB/cpu-s; on/off %.3f (GB/s), %.3f (GB/cpu-s) (%d rounds)\n", o/NR, oc/NR, a/NR, ac/NR, a/o, ac/oc, NR
 }' "$dir/rounds"
