@@ -45,8 +45,9 @@ type perfParams struct {
 	CQ   string `json:"cq,omitempty"`
 	Spin int    `json:"spin,omitempty"`
 	// QPTimeout is the ACK timeout exponent (4.096 µs * 2^QPTimeout) of
-	// both ends; 0 picks per end: 14 (~67 ms, perftest's) on hardware,
-	// rxeQPTimeout on Soft-RoCE (see there).
+	// both ends; 0 takes each end's provider default (uverbs.RCDefaults):
+	// 14 (~67 ms, perftest's) on hardware, 18 (~1.07 s) on Soft-RoCE,
+	// whose late-ACK retransmission races its completer.
 	QPTimeout int `json:"qp_timeout,omitempty"`
 	// Warmup is how many untimed requests a bandwidth test sends one at a
 	// time before the measured Iters (the client sets it; a send test's
@@ -75,27 +76,17 @@ func (p perfParams) inlineSize() int {
 // first traffic on a path (neighbour resolution, cold caches, on Soft-RoCE
 // under qemu the first run of the kernel's protocol code) meets at most one
 // request in flight. A retransmission there replays one WQE; in a 128-deep
-// burst it is where rxe's retry races with its completer (see rxeQPTimeout).
+// burst it is where rxe's retry races with its completer (the rxe
+// provider's RCDefaults say more).
 const perfWarmup = 16
-
-// rxeQPTimeout (2^18 * 4.096 µs, ~1.07 s) is te perf's ACK timeout on
-// Soft-RoCE. A timeout that fires while the ACKs are only late (a guest
-// stalled for more than 67 ms: qemu without KVM, a busy host, the first run
-// after boot) starts a retransmission while the completer is still taking
-// those ACKs, and Linux 6.1's rxe races there: req_retry reads the
-// completer's PSN and send-queue head while they move, replays the wrong
-// WQE and sends a packet out of opcode sequence, which the responder NAKs as
-// an invalid request (seen as "remote invalid request error" on an early WR
-// of a write-bandwidth run). Lost packets are still recovered at once through
-// the responder's PSN-sequence NAK; only a lost tail waits for the timeout.
-const rxeQPTimeout = 18
 
 // perfInfo is one end's connection data, exchanged over TCP as JSON lines.
 type perfInfo struct {
 	QPN  uint32     `json:"qpn"`
 	PSN  uint32     `json:"psn"`
 	GID  uverbs.GID `json:"gid"`
-	MTU  uint8      `json:"mtu"` // active MTU enum of the port
+	MTU  uint8      `json:"mtu"`           // active MTU enum of the port
+	LID  uint16     `json:"lid,omitempty"` // InfiniBand ports
 	Addr uint64     `json:"addr"`
 	RKey uint32     `json:"rkey"`
 }
@@ -283,21 +274,18 @@ func mtuEnum(b int) uverbs.MTU {
 
 // perfEnd is one side: its own context on its own device.
 type perfEnd struct {
-	name                   string
-	ctx                    *uverbs.Context
-	pd                     *uverbs.PD
-	ch                     *uverbs.CompChannel // bandwidth tests that wait on completion events
-	cq                     *uverbs.CQ
-	qp                     *uverbs.QP
-	mr                     *uverbs.MR // [0,size): the peer writes/reads here; [size,2size): local source/sink
-	gid                    uverbs.GIDEntry
-	psn                    uverbs.PSN
-	mtu                    uverbs.MTU
-	p                      perfParams
-	wc                     []uverbs.WC
-	recvDepth              int   // receive queue size
-	rdAtomic, destRdAtomic uint8 // RDMA READs in flight as initiator / responder
-	qpTimeout              uint8 // ACK timeout exponent
+	name      string
+	ctx       *uverbs.Context
+	pd        *uverbs.PD
+	ch        *uverbs.CompChannel // bandwidth tests that wait on completion events
+	cq        *uverbs.CQ
+	qp        *uverbs.QP
+	mr        *uverbs.MR    // [0,size): the peer writes/reads here; [size,2size): local source/sink
+	port      uverbs.RCPort // GID, MTU, READ depths, provider defaults
+	psn       uverbs.PSN
+	p         perfParams
+	wc        []uverbs.WC
+	recvDepth int // receive queue size
 	// early counts peer messages of the send-latency test that arrived
 	// before this side finished the previous exchange.
 	early int
@@ -315,32 +303,16 @@ func openPerfEnd(dev string, gidx int, p perfParams) (_ *perfEnd, err error) {
 			e.Close()
 		}
 	}()
-	pa, err := e.ctx.QueryPort(1)
-	if err != nil {
-		return nil, err
-	}
-	e.mtu = pa.ActiveMTU
-	if e.gid, err = pickGID(e.ctx, gidx); err != nil {
+	// The port as the RDMA transport prepares it: GID (-g, or the first
+	// RoCE v2 IPv4 one), as many RDMA READs in flight as the device takes
+	// (perftest does the same), the provider's ACK timeout.
+	if e.port, err = e.ctx.RCPort(1, gidx); err != nil {
 		return nil, err
 	}
 	if e.pd, err = e.ctx.AllocPD(); err != nil {
 		return nil, err
 	}
-	da, err := e.ctx.QueryDevice()
-	if err != nil {
-		return nil, err
-	}
-	// as many RDMA READs in flight as the device takes (perftest does the same)
-	e.rdAtomic = uint8(min(255, da.MaxQPInitRdAtom))
-	e.destRdAtomic = uint8(min(255, da.MaxQPRdAtom))
 	soft := e.ctx.Device().DriverID == uverbs.DriverRXE
-	e.qpTimeout = uint8(p.QPTimeout)
-	if e.qpTimeout == 0 {
-		e.qpTimeout = 14
-		if soft {
-			e.qpTimeout = rxeQPTimeout
-		}
-	}
 	depth := p.Depth
 	e.recvDepth = depth
 	if p.Op == "send" {
@@ -376,52 +348,22 @@ func openPerfEnd(dev string, gidx int, p perfParams) (_ *perfEnd, err error) {
 	return e, nil
 }
 
-// pickGID returns GID index gidx of port 1, or the first RoCE v2 GID that
-// maps an IPv4 address (what RoCE v2 over IPv4 routes with).
-func pickGID(c *uverbs.Context, gidx int) (uverbs.GIDEntry, error) {
-	ents, err := c.QueryGIDTable()
-	if err != nil {
-		if ents, err = c.Device().GIDs(1); err != nil {
-			return uverbs.GIDEntry{}, err
-		}
-	}
-	for _, g := range ents {
-		if g.Port != 1 {
-			continue
-		}
-		if gidx >= 0 && g.Index == gidx {
-			return g, nil
-		}
-		if gidx < 0 && g.Type == uverbs.GIDTypeRoCEv2 && g.GID.Addr().Is4() {
-			return g, nil
-		}
-	}
-	if gidx >= 0 {
-		return uverbs.GIDEntry{}, fmt.Errorf("%s has no GID index %d on port 1", c.Device().Name, gidx)
-	}
-	return uverbs.GIDEntry{}, fmt.Errorf("%s has no RoCE v2 IPv4 GID on port 1 (use -g)", c.Device().Name)
-}
-
 func (e *perfEnd) info() perfInfo {
-	return perfInfo{QPN: uint32(e.qp.QPN()), PSN: uint32(e.psn), GID: e.gid.GID, MTU: uint8(e.mtu),
+	ep := e.port.Endpoint(e.qp, e.psn)
+	return perfInfo{QPN: uint32(ep.QPN), PSN: uint32(ep.PSN), GID: ep.GID, MTU: uint8(ep.MTU), LID: ep.LID,
 		Addr: e.mr.Addr(), RKey: uint32(e.mr.RKey())}
 }
 
 func (e *perfEnd) connect(peer perfInfo) error {
-	mtu := mtuEnum(e.p.MTU)
-	if mtu == 0 {
-		mtu = min(e.mtu, uverbs.MTU(peer.MTU))
-	}
-	return e.qp.Connect(uverbs.ConnectConfig{SGIDIndex: uint8(e.gid.Index), LocalPSN: e.psn, MTU: mtu,
-		MaxRdAtomic: e.rdAtomic, MaxDestRdAtomic: e.destRdAtomic, Timeout: e.qpTimeout,
-		Remote: uverbs.Endpoint{QPN: uverbs.QPN(peer.QPN), PSN: uverbs.PSN(peer.PSN), GID: peer.GID, MTU: uverbs.MTU(peer.MTU)}})
+	remote := uverbs.Endpoint{QPN: uverbs.QPN(peer.QPN), PSN: uverbs.PSN(peer.PSN), GID: peer.GID, MTU: uverbs.MTU(peer.MTU), LID: peer.LID}
+	return e.port.Connect(e.qp, e.psn, remote, uverbs.ConnectConfig{MTU: mtuEnum(e.p.MTU), Timeout: uint8(e.p.QPTimeout)})
 }
 
 func (e *perfEnd) pathMTU(peer perfInfo) int {
 	if e.p.MTU != 0 {
 		return e.p.MTU
 	}
-	return min(e.mtu, uverbs.MTU(peer.MTU)).Bytes()
+	return min(e.port.Attr.ActiveMTU, uverbs.MTU(peer.MTU)).Bytes()
 }
 
 // Close releases everything; safe on a partly opened end.

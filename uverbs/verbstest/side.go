@@ -24,7 +24,9 @@ type Side struct {
 	MR  *uverbs.MR // the buffer: [0, Half()) to send from, [Half(), Len) to receive into
 	GID uverbs.GID // source GID (RoCE); zero on InfiniBand
 	PSN uverbs.PSN // initial send PSN
-	ib  bool       // InfiniBand link layer: LID routing
+	// Port is the port prepared for RC connections.
+	Port uverbs.RCPort
+	ib   bool // InfiniBand link layer: LID routing
 }
 
 // SideConfig sizes a Side.
@@ -66,25 +68,14 @@ func NewSide(t testing.TB, tg Target, d Device, cfg SideConfig) *Side {
 			t.Errorf("%s: context close: %v", d.Name, err)
 		}
 	})
-	pa, err := s.Ctx.QueryPort(d.Port)
-	if err != nil {
+	// The same port preparation as the engine's RDMA transport and te
+	// perf: GID, READ depths, provider RC defaults.
+	if s.Port, err = s.Ctx.RCPort(d.Port, d.GIDIndex); err != nil {
 		t.Fatal(err)
 	}
-	s.ib = pa.LinkLayer == uverbs.LinkLayerInfiniBand
+	s.ib = s.Port.Attr.LinkLayer == uverbs.LinkLayerInfiniBand
 	if !s.ib {
-		ents, err := s.Ctx.QueryGIDTable()
-		if err != nil {
-			t.Fatal(err)
-		}
-		found := false
-		for _, e := range ents {
-			if e.Port == int(d.Port) && e.Index == d.GIDIndex {
-				s.GID, found = e.GID, true
-			}
-		}
-		if !found {
-			t.Fatalf("%s port %d has no GID %d", d.Name, d.Port, d.GIDIndex)
-		}
+		s.GID = s.Port.GID.GID
 	}
 	if s.PD, err = s.Ctx.AllocPD(); err != nil {
 		t.Fatal(err)
@@ -122,10 +113,7 @@ func (s *Side) close() {
 // MarshalBinary and UnmarshalBinary (with the LID on InfiniBand).
 func (s *Side) Endpoint() uverbs.Endpoint {
 	s.T.Helper()
-	e, err := s.QP.LocalEndpoint(s.Dev.Port, s.GID, s.PSN)
-	if err != nil {
-		s.T.Fatal(err)
-	}
+	e := s.Port.Endpoint(s.QP, s.PSN)
 	if s.ib != (e.LID != 0) {
 		s.T.Fatalf("%s: endpoint %+v on a port with InfiniBand=%v", s.Dev.Name, e, s.ib)
 	}
@@ -140,15 +128,17 @@ func (s *Side) Endpoint() uverbs.Endpoint {
 	return got
 }
 
-// Connect brings the QP to RTS against peer; uverbs picks the path by the
-// port's link layer (GID and GRH on RoCE, LID on InfiniBand).
+// Connect brings the QP to RTS against peer through uverbs.RCPort (path
+// MTU, READ depths and the provider's ACK timeout, as the RDMA transport
+// connects); uverbs picks the path by the port's link layer (GID and GRH on
+// RoCE, LID on InfiniBand). tweak sets fields that override those.
 func (s *Side) Connect(peer *Side, tweak func(*uverbs.ConnectConfig)) {
 	s.T.Helper()
-	cfg := uverbs.ConnectConfig{Port: s.Dev.Port, SGIDIndex: uint8(s.Dev.GIDIndex), LocalPSN: s.PSN, Remote: peer.Endpoint()}
+	var cfg uverbs.ConnectConfig
 	if tweak != nil {
 		tweak(&cfg)
 	}
-	if err := s.QP.Connect(cfg); err != nil {
+	if err := s.Port.Connect(s.QP, s.PSN, peer.Endpoint(), cfg); err != nil {
 		s.T.Fatalf("%s: connect: %v", s.Dev.Name, err)
 	}
 }
