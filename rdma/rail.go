@@ -422,21 +422,23 @@ func (r *rail) complete(wc *uverbs.WC) {
 // errors on a live endpoint; ErrPeerReset or ErrClosed when the endpoint
 // was closed under it; permanent, naming the key and range, otherwise.
 func (r *rail) classify(wc *uverbs.WC, s *engine.Slice, rkey uint32, ep *endpoint) error {
-	werr := wc.Err()
 	switch st := ep.state.Load(); {
 	case st == epClosed:
 		return ep.failure()
 	case wc.Status == uverbs.WCWRFlushErr && st == epBroken:
 		return ep.failure()
 	}
-	switch wc.Status {
-	case uverbs.WCWRFlushErr, uverbs.WCRetryExcErr, uverbs.WCRNRRetryExcErr, uverbs.WCRespTimeoutErr,
-		uverbs.WCLocQPOpErr: // rxe: a send on a port that went down
+	werr := wc.ErrRemote(uverbs.RKey(rkey), s.RemoteAddr, uint64(len(s.Local)))
+	// uverbs' transient class (retry and RNR exceeded, flush), plus rxe's
+	// local QP operation error on a port that went down and a response
+	// timeout: worth another try on a fresh endpoint, maybe another rail.
+	if errors.Is(werr, uverbs.ErrCompletionTransient) || wc.Status == uverbs.WCLocQPOpErr || wc.Status == uverbs.WCRespTimeoutErr {
 		r.checkPort()
 		return fmt.Errorf("rdma: %s on %s to %s rail %d: %w: %w", s.Op, r.dev.Name, ep.p.name, ep.rrail, werr, engine.ErrTransient)
 	}
-	return fmt.Errorf("rdma: %s of %d bytes at %#x rkey %#x on %s to %s rail %d: %w",
-		s.Op, len(s.Local), s.RemoteAddr, rkey, r.dev.Name, ep.p.name, ep.rrail, werr)
+	// Access errors and the rest are permanent; werr names the rkey and
+	// the range (errors.Is(err, uverbs.ErrCompletionAccess) for the first).
+	return fmt.Errorf("rdma: %s on %s to %s rail %d: %w", s.Op, r.dev.Name, ep.p.name, ep.rrail, werr)
 }
 
 // checkPort reads the port's state after a failure that a dead link
