@@ -414,11 +414,13 @@ func (p *peer) released(ep *endpoint) {
 // Close fails the peer's slices still in flight with ErrPeerReset and
 // releases its endpoints and control connection. Idempotent.
 func (p *peer) Close() error {
-	if p.closed.Swap(true) {
+	// Under epMu: no endpoint is created past this point.
+	p.epMu.Lock()
+	already := p.closed.Swap(true)
+	p.epMu.Unlock()
+	if already {
 		return nil
 	}
-	p.epMu.Lock() // no endpoint is created past this point
-	p.epMu.Unlock()
 	p.closeEndpoints(fmt.Errorf("rdma: peer %s closed: %w", p.name, engine.ErrPeerReset))
 	p.cancel()
 	p.hsMu.Lock()

@@ -9,3 +9,11 @@ func (t *Transport) TargetQPs() int {
 
 // ControlAddr is the control listener's address.
 func (t *Transport) ControlAddr() string { return t.ln.Addr().String() }
+
+// Endpoints is how many endpoints the initiator side holds, and how many
+// it evicted.
+func (t *Transport) Endpoints() (held int, evicted uint64) {
+	t.store.mu.Lock()
+	defer t.store.mu.Unlock()
+	return t.store.n, t.store.evict.Load()
+}
