@@ -12,6 +12,12 @@ type Config struct {
 	// Devices names the rails' devices (rxe0, mlx5_2). Empty: every device
 	// whose Port is active.
 	Devices []string
+	// Priority maps a memory location (the tag given to
+	// RegisterLocalMemory: "cpu:0", "cuda:3") to the devices it should use
+	// first, like Mooncake's NIC priority matrix; slices move to the other
+	// rails only when none of those is up. Without an entry, "cpu:N"
+	// prefers the devices on NUMA node N.
+	Priority map[string][]string
 	// Port is the port of each device (default 1).
 	Port uint8
 	// GIDIndex picks the GID (default -1: the first RoCE v2 IPv4 GID, or

@@ -260,6 +260,33 @@ func TestHostileControl(t *testing.T) {
 			time.Sleep(10 * time.Millisecond)
 		}
 	})
+	t.Run("initiator-restart-drops-old-qps", func(t *testing.T) {
+		old := dialRaw(t, addr)
+		old.hello(t, nil, ts.desc) // mallory, epoch 7
+		old.send(t, tConnect, connectPayload("mallory", 7, ts.desc.Epoch, 1))
+		if h, p, ok := old.next(t); !ok || h.Type != tAccept {
+			t.Fatalf("connect: frame %v ok %v %q", h.Type, ok, p)
+		}
+		if n := ts.tr.TargetQPs(); n != 1 {
+			t.Fatalf("target holds %d QPs, want 1", n)
+		}
+		// The same initiator comes back from a new epoch: its old QPs go.
+		nw := dialRaw(t, addr)
+		in := (*auth.Secret)(nil).Initiate(segment.ProtoRDMA, auth.Party{Name: "mallory", Epoch: 8}, auth.Party{Name: ts.desc.Name, Epoch: ts.desc.Epoch})
+		nw.send(t, tHello, auth.AppendHello(nil, in.Hello()))
+		if h, _, ok := nw.next(t); !ok || h.Type != tChallenge {
+			t.Fatal("no challenge")
+		}
+		nw.send(t, tAnswer, auth.AppendAnswer(nil, auth.Answer{}))
+		old.closed(t)
+		deadline := time.Now().Add(10 * time.Second)
+		for ts.tr.TargetQPs() != 0 {
+			if time.Now().After(deadline) {
+				t.Fatalf("old epoch's QPs still held: %d", ts.tr.TargetQPs())
+			}
+			time.Sleep(10 * time.Millisecond)
+		}
+	})
 	if n := ts.tr.TargetQPs(); n != 0 {
 		t.Fatalf("hostile clients left %d QPs", n)
 	}

@@ -249,3 +249,42 @@ func TestSteadyStateAllocs(t *testing.T) {
 		})
 	}
 }
+
+// TestLocationPriority: memory whose location prefers rail 2 (Config.
+// Priority, Mooncake's NIC priority matrix) moves only over rail 2 while
+// it is up, and over rail 1 while it is down.
+func TestLocationPriority(t *testing.T) {
+	topo := srenv.Require(t)
+	const tasks, blk = 32, 64 << 10
+	a, b := names(topo.HostA), names(topo.HostB)
+	p := newPair(t, tasks*blk, a, b, rdma.Config{Priority: map[string][]string{"cpu:0": {a[1]}}})
+	rand.Read(p.ini.Mem.Bytes())
+	p.run(t, p.requests(engine.Write, tasks, blk), nil)
+	if st := p.it.Stats(); st[0].Bytes != 0 || st[1].Bytes != tasks*blk {
+		t.Fatalf("preferred rail 2: %+v", st)
+	}
+	dev := topo.HostA[1].Netdev
+	t.Cleanup(func() { exec.Command("ip", "link", "set", dev, "up").Run() })
+	ip(t, "link", "set", dev, "down")
+	waitUp(t, p.it, 1, false)
+	p.run(t, p.requests(engine.Write, tasks, blk), nil)
+	if !bytes.Equal(p.ini.Mem.Bytes(), p.tgt.Mem.Bytes()) {
+		t.Fatal("target memory differs")
+	}
+	if st := p.it.Stats(); st[0].Bytes != tasks*blk {
+		t.Fatalf("preferred rail down, rail 1 should carry the batch: %+v", st)
+	}
+	ip(t, "link", "set", dev, "up")
+	waitUp(t, p.it, 1, true)
+}
+
+func waitUp(t *testing.T, tr *rdma.Transport, rail int, up bool) {
+	t.Helper()
+	deadline := time.Now().Add(20 * time.Second)
+	for tr.Stats()[rail].Up != up {
+		if time.Now().After(deadline) {
+			t.Fatalf("rail %d not up=%v after 20 s", rail, up)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+}

@@ -8,6 +8,8 @@ import (
 	"net"
 	"net/netip"
 	"slices"
+	"strconv"
+	"strings"
 	"sync"
 	"sync/atomic"
 
@@ -46,6 +48,8 @@ type regKey struct {
 	mrs   []*uverbs.MR
 	lkeys []uint32
 	rkeys []uint32
+	// prefer is the mask of rails the region's location prefers.
+	prefer uint64
 }
 
 // New returns a transport; devices are opened by Install.
@@ -178,7 +182,7 @@ func (t *Transport) Describe(d *segment.Descriptor) error {
 // read and write.
 func (t *Transport) RegisterMemory(reg *engine.Region) (any, error) {
 	access := uverbs.AccessLocalWrite | uverbs.AccessRemoteWrite | uverbs.AccessRemoteRead
-	k := &regKey{}
+	k := &regKey{prefer: t.preferred(reg.Location())}
 	for _, r := range t.rails {
 		mr, err := r.pd.RegMR(reg.Bytes(), access)
 		if err != nil {
@@ -247,17 +251,27 @@ func (t *Transport) forget(p *peer) {
 	t.mu.Unlock()
 }
 
-// pickRail chooses the local rail for a slice: of the rails whose port is
-// up, the one with the fewest bytes outstanding, so a slower rail takes
-// fewer bytes. Ties rotate with the attempt, so a retry leans to another
-// rail.
-func (t *Transport) pickRail(attempt int) *rail {
+// pickRail chooses the local rail for a slice: the rails the memory's
+// location prefers (Config.Priority, else the rails on its NUMA node) when
+// one of them is up, else all that are up; of those, the one with the
+// fewest bytes outstanding, so a slower rail takes fewer bytes. Ties
+// rotate with the attempt, so a retry leans to another rail.
+func (t *Transport) pickRail(prefer uint64, attempt int) *rail {
+	if prefer != 0 {
+		if r := t.leastLoaded(prefer, attempt); r != nil {
+			return r
+		}
+	}
+	return t.leastLoaded(^uint64(0), attempt)
+}
+
+func (t *Transport) leastLoaded(mask uint64, attempt int) *rail {
 	var best *rail
 	var bestLoad int64
 	n := len(t.rails)
 	for i := range n {
 		r := t.rails[(i+attempt)%n]
-		if !r.up.Load() {
+		if mask&(1<<(r.idx%64)) == 0 || !r.up.Load() {
 			continue
 		}
 		if l := r.outstanding.Load(); best == nil || l < bestLoad {
@@ -265,6 +279,35 @@ func (t *Transport) pickRail(attempt int) *rail {
 		}
 	}
 	return best
+}
+
+// preferred returns the mask of rails that memory at location should use
+// first: Config.Priority's devices for it, else the rails whose device is
+// on the NUMA node of a "cpu:N" location; 0 for no preference.
+func (t *Transport) preferred(location string) uint64 {
+	var mask uint64
+	if names, ok := t.cfg.Priority[location]; ok {
+		for _, r := range t.rails {
+			if slices.Contains(names, r.dev.Name) {
+				mask |= 1 << (r.idx % 64)
+			}
+		}
+		return mask
+	}
+	node, ok := strings.CutPrefix(location, "cpu:")
+	if !ok {
+		return 0
+	}
+	n, err := strconv.Atoi(node)
+	if err != nil {
+		return 0
+	}
+	for _, r := range t.rails {
+		if r.numa == n {
+			mask |= 1 << (r.idx % 64)
+		}
+	}
+	return mask
 }
 
 // remoteRail pairs local rail i with a remote rail: the same index when the
@@ -293,7 +336,7 @@ func (t *Transport) submit(s *engine.Slice) {
 		s.Done(0, fmt.Errorf("rdma: peer %s closed: %w", p.name, engine.ErrPeerReset))
 		return
 	}
-	r := t.pickRail(s.Attempt())
+	r := t.pickRail(s.LocalKey.(*regKey).prefer, s.Attempt())
 	if r == nil {
 		s.Done(0, fmt.Errorf("rdma: no rail is up (%d rails)", len(t.rails)))
 		return
