@@ -3,6 +3,7 @@
 # on the same rxe devices in one Soft-RoCE guest run; prints both numbers and the
 # ratio te/perftest (BENCH lines). Benchmark output only: it fails when a tool fails,
 # never on a number. Knobs: BENCH_N (iterations, default 1000), BENCH_RUNS (default 3),
+# BENCH_ONLY (a shell pattern on row names, e.g. 'write_lat*'; default every row),
 # plus run.sh's SR_* (e.g. SR_MTU=9000). The summary is also written to
 # ${SR_OUT:-$SR_CACHE/bench}/bench.txt.
 set -euo pipefail
@@ -28,5 +29,5 @@ if [ "$(grep -c '^		usleep(delay)$' "$src")" = 1 ]; then
 else
 	echo "bench.sh: runtime sysmon loop not recognized in $src; the sysmon-5Hz row is skipped" >&2
 fi
-sed -i "2i BENCH_N=${BENCH_N:-1000} BENCH_RUNS=${BENCH_RUNS:-3}" "$P/run.sh"
+sed -i "2i BENCH_N=${BENCH_N:-1000} BENCH_RUNS=${BENCH_RUNS:-3} BENCH_ONLY='${BENCH_ONLY:-*}'" "$P/run.sh"
 SR_PAYLOAD=$P SR_TEST_ARGS="${SR_TEST_ARGS:--test.run TestDevices}" "$HERE/run.sh" "$@"

@@ -3,9 +3,11 @@
 # on the same devices in the same guest, interleaved, and prints both numbers and
 # their ratio. Benchmark output, not a pass/fail test: it fails only when a tool fails.
 #   env: SR_* from the harness (ENV.md); BENCH_N iterations (default 1000),
-#        BENCH_RUNS interleaved repetitions (default 3; medians are reported)
+#        BENCH_RUNS interleaved repetitions (default 3; medians are reported),
+#        BENCH_ONLY a shell pattern: only the rows whose name matches (default all)
 N=${BENCH_N:-1000}
 RUNS=${BENCH_RUNS:-3}
+ONLY=${BENCH_ONLY:-*} # shell pattern on the row names, e.g. 'write_lat*'
 PORT=18900
 FAILF=/tmp/bench.fails # the helpers run in $(...) subshells: count failures in a file
 : > $FAILF
@@ -53,6 +55,7 @@ json() { sed -n "s/.*\"$1\":\([0-9.e+-]*\).*/\1/p"; }
 bench() {
 	name=$1 sd=$2 sg=$3 cd=$4 cg=$5 kind=$6 tool=$7
 	shift 7
+	case $name in $ONLY) ;; *) return 0 ;; esac
 	targs= pargs=
 	while [ $# -gt 0 ] && [ "$1" != -- ]; do targs="$targs $1"; shift; done
 	shift
