@@ -62,8 +62,8 @@ test-arm64:
 	@if ! command -v qemu-aarch64 >/dev/null; then \
 		echo "test-arm64: qemu-aarch64 not found (apt-get install qemu-user, or make deps)"; \
 		if [ "$${CI:-}" = true ]; then exit 1; fi; echo "*** SKIPPED: arm64 tier ***"; exit 0; fi; \
-	echo "GOARCH=arm64 $(GO) test -count=1 -exec qemu-aarch64 $(ARM64_PKGS)"; \
-	GOARCH=arm64 $(GO) test -count=1 -exec qemu-aarch64 $(ARM64_PKGS) && \
+	echo "TE_QEMU_USER=1 GOARCH=arm64 $(GO) test -count=1 -exec qemu-aarch64 $(ARM64_PKGS)"; \
+	TE_QEMU_USER=1 GOARCH=arm64 $(GO) test -count=1 -exec qemu-aarch64 $(ARM64_PKGS) && \
 	$(MAKE) --no-print-directory build-arm64 && \
 	echo "qemu-aarch64 $(BIN)-arm64 bench --duration 1s --verify" && \
 	qemu-aarch64 $(BIN)-arm64 bench --duration 1s --verify

@@ -1,6 +1,7 @@
 package tcp
 
 import (
+	"errors"
 	"net"
 	"net/netip"
 
@@ -27,7 +28,7 @@ type Lane struct {
 	Local    netip.AddrPort
 	Remote   netip.AddrPort
 	// Cookie is the socket's SO_COOKIE: the key an eBPF tracer sees for
-	// the same connection.
+	// the same connection; 0 where the kernel does not say.
 	Cookie uint64
 	// Info is the kernel's TCP_INFO for the connection, read by Lanes.
 	Info TCPInfo
@@ -63,12 +64,14 @@ func (t *Transport) Lanes() []Lane {
 	t.mu.Unlock()
 	out := make([]Lane, 0, len(cs))
 	for _, c := range cs {
+		// A connection closed since is left out; one whose kernel (or
+		// emulator) refuses the options is listed without them.
 		ck, err := sock.Cookie(c.c)
-		if err != nil {
-			continue // closed since
+		if errors.Is(err, net.ErrClosed) {
+			continue
 		}
 		info, err := sock.TCPInfo(c.c)
-		if err != nil {
+		if errors.Is(err, net.ErrClosed) {
 			continue
 		}
 		out = append(out, Lane{
