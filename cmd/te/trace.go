@@ -128,9 +128,13 @@ type traceRow struct {
 // throughput against prev, dt earlier.
 func traceRows(cur, prev []ebpf.Conn, dt time.Duration, labels []laneLabel) []traceRow {
 	byCookie := map[uint64]laneLabel{}
+	byPair := map[[2]string]laneLabel{}  // where the kernel gave no cookie
 	byAddrs := map[[2]string]laneLabel{} // initiator lanes by local, remote
 	for _, l := range labels {
-		byCookie[l.Cookie] = l
+		if l.Cookie != 0 {
+			byCookie[l.Cookie] = l
+		}
+		byPair[[2]string{l.Local, l.Remote}] = l
 		if !l.Accepted {
 			byAddrs[[2]string{l.Local, l.Remote}] = l
 		}
@@ -148,7 +152,11 @@ func traceRows(cur, prev []ebpf.Conn, dt time.Duration, labels []laneLabel) []tr
 			StateChanges: c.StateChanges, IdleMillis: float64(c.Idle) / float64(time.Millisecond),
 			Closed: c.Closed, Cookie: c.Cookie,
 		}
-		if l, ok := byCookie[c.Cookie]; ok {
+		l, ok := byCookie[c.Cookie]
+		if !ok && c.Cookie == 0 {
+			l, ok = byPair[[2]string{r.Local, r.Remote}]
+		}
+		if ok {
 			if !l.Accepted {
 				r.Peer, r.Lane = l.Peer, fmt.Sprintf("%d g%d", l.Lane, l.Gen)
 			} else if il, ok := byAddrs[[2]string{r.Remote, r.Local}]; ok {

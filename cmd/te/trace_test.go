@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"errors"
 	"io"
+	"net/netip"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -15,6 +16,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/rdmago/te/ebpf"
 	"github.com/rdmago/te/internal/testenv"
 )
 
@@ -194,4 +196,33 @@ func nobodyCopy(t *testing.T) string {
 		t.Fatal(err)
 	}
 	return filepath.Join(dir, "te")
+}
+
+// TestTraceRows: rows are labelled by cookie, or by address pair where
+// the kernel gave no cookie; an accepted connection takes its peer from
+// the initiator's listing; throughput is the byte delta over the interval.
+func TestTraceRows(t *testing.T) {
+	ap := netip.MustParseAddrPort
+	labels := []laneLabel{
+		{Segment: "ini", Peer: "tgt", Lane: 1, Gen: 3, Local: "10.0.0.1:5000", Remote: "10.0.0.2:80", Cookie: 7},
+		{Segment: "tgt", Lane: -1, Accepted: true, Local: "10.0.0.2:80", Remote: "10.0.0.1:5000", Cookie: 8},
+		{Segment: "ini", Peer: "tgt", Lane: 0, Gen: 1, Local: "10.0.0.1:5001", Remote: "10.0.0.2:80"},
+	}
+	prev := []ebpf.Conn{{Cookie: 7, BytesAcked: 1000, BytesReceived: 10}}
+	cur := []ebpf.Conn{
+		{Cookie: 7, Local: ap("10.0.0.1:5000"), Remote: ap("10.0.0.2:80"), BytesAcked: 3000, BytesReceived: 10, State: ebpf.Established},
+		{Cookie: 8, Local: ap("10.0.0.2:80"), Remote: ap("10.0.0.1:5000"), BytesReceived: 500},
+		{Local: ap("10.0.0.1:5001"), Remote: ap("10.0.0.2:80")},
+		{Cookie: 9, Local: ap("10.0.0.1:6000"), Remote: ap("10.0.0.9:22")},
+	}
+	rows := traceRows(cur, prev, 2*time.Second, labels)
+	want := []struct{ peer, lane string }{{"tgt", "1 g3"}, {"ini", "1 g3 in"}, {"tgt", "0 g1"}, {"10.0.0.9:22", "-"}}
+	for i, w := range want {
+		if rows[i].Peer != w.peer || rows[i].Lane != w.lane {
+			t.Errorf("row %d: peer %q lane %q, want %q %q", i, rows[i].Peer, rows[i].Lane, w.peer, w.lane)
+		}
+	}
+	if rows[0].TxBps != 1000 || rows[0].RxBps != 0 || rows[1].RxBps != 250 || rows[0].State != "ESTABLISHED" {
+		t.Errorf("rates: %+v", rows[:2])
+	}
 }
