@@ -103,6 +103,9 @@ type peer struct {
 	addr    string
 	nRemote int
 	eps     []atomic.Pointer[endpoint] // [local rail*nRemote + remote rail]
+	// railDownUntil is, per remote rail, until when (unix ns) the target
+	// reported it down; slices avoid the local rails paired with it.
+	railDownUntil []atomic.Int64
 
 	epMu   sync.Mutex // creating endpoints
 	nextID uint32
@@ -128,7 +131,37 @@ type frame struct {
 func newPeer(t *Transport, d *segment.Descriptor, addr string) *peer {
 	ctx, cancel := context.WithCancel(t.ctx)
 	return &peer{t: t, name: d.Name, epoch: d.Epoch, addr: addr, nRemote: len(d.Devices),
-		eps: make([]atomic.Pointer[endpoint], len(t.rails)*len(d.Devices)), ctx: ctx, cancel: cancel}
+		eps: make([]atomic.Pointer[endpoint], len(t.rails)*len(d.Devices)), railDownUntil: make([]atomic.Int64, len(d.Devices)),
+		ctx: ctx, cancel: cancel}
+}
+
+// remoteRailBackoff is how long a remote rail the target reported down is
+// avoided before a handshake on it is tried again.
+const remoteRailBackoff = time.Second
+
+// usable returns the mask of local rails whose paired remote rail is not
+// known to be down; all rails when every pairing is.
+func (p *peer) usable(nLocal int) uint64 {
+	now := int64(0)
+	mask := ^uint64(0)
+	for rr := range p.railDownUntil {
+		until := p.railDownUntil[rr].Load()
+		if until == 0 {
+			continue
+		}
+		if now == 0 {
+			now = time.Now().UnixNano()
+		}
+		if until > now {
+			for l := rr; l < nLocal; l += p.nRemote {
+				mask &^= 1 << (l % 64)
+			}
+		}
+	}
+	if mask == 0 {
+		return ^uint64(0)
+	}
+	return mask
 }
 
 // endpoint returns the endpoint from local rail r to remote rail rr,
@@ -220,6 +253,13 @@ func (p *peer) handshake(ep *endpoint) error {
 		case rejectStaleEpoch:
 			return fmt.Errorf("%w: %w", err, engine.ErrPeerReset)
 		case rejectLimit:
+			return fmt.Errorf("%w: %w", err, engine.ErrTransient)
+		case rejectBadRail:
+			// The target's rail is down (or gone): steer this peer's
+			// slices to the other rails for a while and retry there.
+			if ep.rrail < len(p.railDownUntil) {
+				p.railDownUntil[ep.rrail].Store(time.Now().Add(remoteRailBackoff).UnixNano())
+			}
 			return fmt.Errorf("%w: %w", err, engine.ErrTransient)
 		}
 		return err

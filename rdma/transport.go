@@ -251,16 +251,20 @@ func (t *Transport) forget(p *peer) {
 	t.mu.Unlock()
 }
 
-// pickRail chooses the local rail for a slice: the rails the memory's
+// pickRail chooses the local rail for a slice, among the usable ones (the
+// peer's rail they pair with is not known to be down): the rails the memory's
 // location prefers (Config.Priority, else the rails on its NUMA node) when
 // one of them is up, else all that are up; of those, the one with the
 // fewest bytes outstanding, so a slower rail takes fewer bytes. Ties
 // rotate with the attempt, so a retry leans to another rail.
-func (t *Transport) pickRail(prefer uint64, attempt int) *rail {
-	if prefer != 0 {
-		if r := t.leastLoaded(prefer, attempt); r != nil {
+func (t *Transport) pickRail(prefer, usable uint64, attempt int) *rail {
+	if prefer&usable != 0 {
+		if r := t.leastLoaded(prefer&usable, attempt); r != nil {
 			return r
 		}
+	}
+	if r := t.leastLoaded(usable, attempt); r != nil {
+		return r
 	}
 	return t.leastLoaded(^uint64(0), attempt)
 }
@@ -336,7 +340,7 @@ func (t *Transport) submit(s *engine.Slice) {
 		s.Done(0, fmt.Errorf("rdma: peer %s closed: %w", p.name, engine.ErrPeerReset))
 		return
 	}
-	r := t.pickRail(s.LocalKey.(*regKey).prefer, s.Attempt())
+	r := t.pickRail(s.LocalKey.(*regKey).prefer, p.usable(len(t.rails)), s.Attempt())
 	if r == nil {
 		s.Done(0, fmt.Errorf("rdma: no rail is up (%d rails)", len(t.rails)))
 		return
