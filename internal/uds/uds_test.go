@@ -72,6 +72,9 @@ func TestPeerCredAndRights(t *testing.T) {
 // TestRecvRefusesExtraFDs: descriptors beyond what the reader expects are
 // an error and none of them stays open.
 func TestRecvRefusesExtraFDs(t *testing.T) {
+	if os.Getenv("TE_QEMU_USER") != "" {
+		t.Skip("qemu-user translates SCM_RIGHTS with a descriptor of its own, so the fd count cannot be checked; the native run of make test checks it")
+	}
 	a, b := pair(t)
 	fd, err := unix.MemfdCreate("uds-test", unix.MFD_CLOEXEC)
 	if err != nil {
