@@ -53,12 +53,13 @@ APT_OPTS=(-q -o DPkg::Lock::Timeout=600 -o APT::Sandbox::User=root)
 USER_PKGS=(ibverbs-utils ibverbs-providers perftest iproute2 rdmacm-utils)
 USER_FILES=(usr/bin/ibv_devinfo usr/bin/ibv_devices usr/bin/ibv_rc_pingpong usr/bin/ibv_ud_pingpong
 	usr/bin/ib_write_bw usr/bin/ib_write_lat usr/bin/ib_send_bw usr/bin/ib_send_lat
-	usr/bin/ib_read_bw usr/bin/ib_read_lat usr/bin/rping usr/bin/rdma usr/bin/ip
+	usr/bin/ib_read_bw usr/bin/ib_read_lat usr/bin/rping usr/bin/rdma usr/bin/ip usr/sbin/tc
 	usr/lib/x86_64-linux-gnu/libibverbs/librxe-rdmav34.so etc/libibverbs.d/rxe.driver
 	usr/lib/x86_64-linux-gnu/libgcc_s.so.1) # dlopen()ed by glibc for pthread_exit
 # guest modules (modules.dep adds the rest). crc32_generic: rxe allocates the "crc32"
 # shash at link add through request_module, which modules.dep does not show.
-MODULES=(rdma_rxe rdma_ucm veth crc32_generic virtio_pci virtio_blk)
+# sch_tbf, sch_netem: tests limit a rail's rate with tc.
+MODULES=(rdma_rxe rdma_ucm veth crc32_generic virtio_pci virtio_blk sch_tbf sch_netem)
 IMAGE_VERSION=te-softroce-1 # bump when the image layout changes
 
 log() { printf '[softroce %s] %s\n' "$(date +%T)" "$*" >&2; }
@@ -153,7 +154,8 @@ prep_kernel() { # -> $KVER $KDIR $VMLINUX
 	KVER=${KPKG#linux-image-}
 	KDIR=$CACHE/kernel/$KVER
 	VMLINUX=$KDIR/vmlinux
-	[ -f "$KDIR/.ok" ] && return 0
+	# .ok holds the module list it was prepared with: a changed list re-prepares
+	[ "$(cat "$KDIR/.ok" 2> /dev/null)" = "${MODULES[*]}" ] && return 0
 	local t0 tmp deb vmlinuz off ksrc m line f
 	t0=$(now_us)
 	log "preparing kernel $KPKG"
@@ -196,7 +198,7 @@ prep_kernel() { # -> $KVER $KDIR $VMLINUX
 	cp "$ksrc/modules.builtin" "$ksrc/modules.order" "$tmp/modules/" 2> /dev/null || true
 	rm -rf "$KDIR" && mkdir -p "$KDIR" && mv "$tmp/vmlinux" "$tmp/modules" "$KDIR/"
 	rm -rf "$tmp"
-	touch "$KDIR/.ok"
+	echo "${MODULES[*]}" > "$KDIR/.ok"
 	log "kernel $KVER ready in $(ms_since "$t0") ms"
 }
 
@@ -258,10 +260,13 @@ copy_closure() {
 }
 
 build_base() { # cached base initramfs: busybox, rdma-core closure, modules -> $BASE
-	BASE=$CACHE/base-$KVER.cpio
 	local key
 	key=$(printf '%s\n' "$IMAGE_VERSION" "$KVER" "${USER_FILES[*]}" "${MODULES[*]}" "$(stat -c %Y "$BB" "$USERROOT/.ok" "$KDIR/.ok")" | md5sum | cut -c1-16)
-	[ -f "$BASE" ] && [ "$(cat "$BASE.key" 2> /dev/null)" = "$key" ] && return 0
+	# named by its key: runs of trees with other file or module lists share the cache
+	# without overwriting each other's image between its build and their boot
+	BASE=$CACHE/base-$KVER-$key.cpio
+	[ -f "$BASE" ] && return 0
+	find "$CACHE" -maxdepth 1 -name 'base-*.cpio*' -mtime +7 -delete 2> /dev/null || true
 	local t0 root a
 	t0=$(now_us)
 	root=$CACHE/base.tmp
@@ -269,7 +274,7 @@ build_base() { # cached base initramfs: busybox, rdma-core closure, modules -> $
 	for l in bin sbin lib lib64; do ln -s usr/$l "$root/$l"; done
 	cp "$BB" "$root/usr/bin/busybox"
 	for a in $("$BB" --list); do [ "$a" = busybox ] || ln -sf busybox "$root/usr/bin/$a"; done
-	rm -f "$root/usr/bin/ip" # iproute2's ip replaces the applet
+	rm -f "$root/usr/bin/ip" "$root/usr/bin/tc" # iproute2's ip and tc replace the applets
 	copy_closure "$USERROOT" "$root" "${USER_FILES[@]}"
 	printf 'root:x:0:0:root:/root:/bin/sh\n' > "$root/etc/passwd"
 	printf 'root:x:0:\n' > "$root/etc/group"
@@ -278,7 +283,7 @@ build_base() { # cached base initramfs: busybox, rdma-core closure, modules -> $
 	"$BB" depmod -b "$root" "$KVER"
 	# uncompressed: gunzip inside the TCG guest costs more than reading the bytes
 	(cd "$root" && find . | LC_ALL=C sort | cpio -o -H newc --quiet) > "$BASE.tmp"
-	mv "$BASE.tmp" "$BASE" && echo "$key" > "$BASE.key"
+	mv "$BASE.tmp" "$BASE"
 	rm -rf "$root"
 	log "base image $(du -h "$BASE" | cut -f1) built in $(ms_since "$t0") ms"
 }
