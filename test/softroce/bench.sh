@@ -29,5 +29,6 @@ if [ "$(grep -c '^		usleep(delay)$' "$src")" = 1 ]; then
 else
 	echo "bench.sh: runtime sysmon loop not recognized in $src; the sysmon-5Hz row is skipped" >&2
 fi
+cp "$HERE/perf/engine.sh" "$P/engine.sh"
 sed -i "2i BENCH_N=${BENCH_N:-1000} BENCH_RUNS=${BENCH_RUNS:-3} BENCH_ONLY='${BENCH_ONLY:-*}'" "$P/run.sh"
 SR_PAYLOAD=$P SR_TEST_ARGS="${SR_TEST_ARGS:--test.run TestDevices}" "$HERE/run.sh" "$@"

@@ -109,6 +109,7 @@ bench "send_bw 64KiB rail2" $SR_DEV3 $SR_GID3 $SR_DEV2 $SR_GID2 bw ib_send_bw -o
 # te's default on rxe sleeps on completion events; this row busy-polls like perftest
 bench "send_bw 64KiB rail2 te-poll" $SR_DEV3 $SR_GID3 $SR_DEV2 $SR_GID2 bw ib_send_bw -op send -cq poll -n $N -s 65536 -- -n $N -s 65536
 bench "write_bw 64KiB loopback" $SR_DEVLO $SR_GIDLO $SR_DEVLO $SR_GIDLO bw ib_write_bw -n $N -s 65536 -- -n $N -s 65536
+BENCH_RUNS=$RUNS BENCH_ONLY=$ONLY BENCH_OUT=$OUT BENCH_FAILF=$FAILF sh ./engine.sh # te bench --protocol rdma rows
 echo "---- summary (also in $OUT)"
 cat "$OUT"
 FAILS=$(wc -l < $FAILF)
