@@ -11,7 +11,7 @@ import (
 )
 
 func TestScriptsParse(t *testing.T) {
-	for _, f := range []string{"run.sh", "bench.sh", "guest/init", "perf/run.sh"} {
+	for _, f := range []string{"run.sh", "bench.sh", "guest/init", "perf/run.sh", "perf/engine.sh"} {
 		if out, err := exec.Command("bash", "-n", f).CombinedOutput(); err != nil {
 			t.Errorf("bash -n %s: %v\n%s", f, err, out)
 		}
