@@ -135,6 +135,11 @@ func newPeer(t *Transport, d *segment.Descriptor, addr string) *peer {
 		ctx: ctx, cancel: cancel}
 }
 
+// errRemoteRailDown marks a handshake the target refused because the
+// rail it was for is down: nothing was posted, so the slices that waited
+// for it move to another rail without using up an engine retry.
+var errRemoteRailDown = errors.New("rdma: the target's rail is down")
+
 // remoteRailBackoff is how long a remote rail the target reported down is
 // avoided before a handshake on it is tried again.
 const remoteRailBackoff = time.Second
@@ -260,7 +265,7 @@ func (p *peer) handshake(ep *endpoint) error {
 			if ep.rrail < len(p.railDownUntil) {
 				p.railDownUntil[ep.rrail].Store(time.Now().Add(remoteRailBackoff).UnixNano())
 			}
-			return fmt.Errorf("%w: %w", err, engine.ErrTransient)
+			return fmt.Errorf("%w: %w: %w", err, errRemoteRailDown, engine.ErrTransient)
 		}
 		return err
 	case hsAccept:

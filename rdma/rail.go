@@ -288,11 +288,23 @@ func (r *rail) handle(it item) {
 			r.finish(it.s, ep, 0, ep.failure())
 		}
 	case itemReady:
-		if ep.state.Load() == epReady {
+		switch err := ep.failure(); {
+		case ep.state.Load() == epReady:
 			r.eps = append(r.eps, ep)
 			r.drain(ep)
-		} else {
-			r.failWaiting(ep, ep.failure())
+		case errors.Is(err, errRemoteRailDown) && ep.p.usable(len(r.t.rails))&(1<<(r.idx%64)) == 0:
+			// The peer's rail paired with this one is down and another
+			// pairing is usable: the waiting slices were never posted,
+			// so they go there instead.
+			for i, p := range ep.waiting {
+				ep.waiting[i] = pend{}
+				r.outstanding.Add(-int64(len(p.s.Local)))
+				ep.busy.Add(-1)
+				r.t.submit(p.s)
+			}
+			ep.waiting = ep.waiting[:0]
+		default:
+			r.failWaiting(ep, err)
 		}
 	case itemClose:
 		r.closeEP(ep, it.err)
