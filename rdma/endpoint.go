@@ -259,9 +259,11 @@ func (p *peer) handshake(ep *endpoint) error {
 			return fmt.Errorf("%w: %w", err, engine.ErrPeerReset)
 		case rejectLimit:
 			return fmt.Errorf("%w: %w", err, engine.ErrTransient)
-		case rejectBadRail:
-			// The target's rail is down (or gone): steer this peer's
-			// slices to the other rails for a while and retry there.
+		case rejectBadRail, rejectInternal:
+			// The target's rail is down, or its QP could not reach us
+			// over it (address resolution timed out: a link just went
+			// down or came back): steer this peer's slices to the other
+			// rails for a while and retry there.
 			if ep.rrail < len(p.railDownUntil) {
 				p.railDownUntil[ep.rrail].Store(time.Now().Add(remoteRailBackoff).UnixNano())
 			}
