@@ -12,6 +12,7 @@ import (
 	"strings"
 	"sync"
 	"sync/atomic"
+	"time"
 
 	"github.com/rdmago/te/engine"
 	"github.com/rdmago/te/uverbs"
@@ -59,6 +60,8 @@ type RailStats struct {
 	Errors uint64 `json:"errors"`
 	// Outstanding is the bytes posted or queued and not yet completed.
 	Outstanding int64 `json:"outstanding"`
+	// Rate is the measured bytes per second while busy (0: not yet).
+	Rate uint64 `json:"rate"`
 }
 
 // rail is one device port with its owner goroutine.
@@ -77,9 +80,13 @@ type rail struct {
 
 	up          atomic.Bool
 	outstanding atomic.Int64
-	bytes       atomic.Uint64
-	slices      atomic.Uint64
-	errs        atomic.Uint64
+	// rate is the rail's measured throughput in bytes per second while it
+	// had work in flight (0 until measured); rail choice weighs bytes
+	// outstanding by it, so one batch splits over unequal rails by speed.
+	rate   atomic.Uint64
+	bytes  atomic.Uint64
+	slices atomic.Uint64
+	errs   atomic.Uint64
 
 	inMu    sync.Mutex
 	in      []item
@@ -100,7 +107,16 @@ type rail struct {
 	chainQ   *qpState
 	blocked  []*endpoint
 	eps      []*endpoint
+	// The rate window: bytes completed since winStart, while the rail
+	// never ran empty (an idle rail's rate says nothing of its speed).
+	winStart time.Time
+	winBytes uint64
+	polled   uint64
 }
+
+// rateWindow is how long the owner counts completed bytes before it
+// updates the rail's rate.
+const rateWindow = 50 * time.Millisecond
 
 func openRail(t *Transport, idx int, dev uverbs.Device) (_ *rail, err error) {
 	cfg := &t.cfg
@@ -395,6 +411,7 @@ func (r *rail) finish(s *engine.Slice, ep *endpoint, n uint64, err error) {
 	}
 	r.bytes.Add(n)
 	r.slices.Add(1)
+	r.polled += n
 	s.Done(n, nil)
 }
 
@@ -403,14 +420,39 @@ func (r *rail) poll() int {
 	if err != nil && !errors.Is(err, uverbs.ErrClosed) {
 		r.log.Error("rdma: poll CQ", "err", err)
 	}
+	r.polled = 0
 	for i := 0; i < n; i++ {
 		r.complete(&r.wc[i])
 		r.wc[i] = uverbs.WC{}
 	}
 	if n > 0 {
+		r.measure()
 		r.serviceBlocked()
 	}
 	return n
+}
+
+// measure folds the bytes of this poll into the rate window and, once a
+// window is full, into the rail's rate (an even mix of old and new).
+func (r *rail) measure() {
+	now := time.Now()
+	switch {
+	case r.winStart.IsZero():
+		r.winStart, r.winBytes = now, 0 // these bytes were posted before the window
+	default:
+		r.winBytes += r.polled
+		if el := now.Sub(r.winStart); el >= rateWindow {
+			sample := uint64(float64(r.winBytes) / el.Seconds())
+			if old := r.rate.Load(); old != 0 {
+				sample = (old + sample) / 2
+			}
+			r.rate.Store(sample)
+			r.winStart, r.winBytes = now, 0
+		}
+	}
+	if r.inflight == 0 {
+		r.winStart = time.Time{}
+	}
 }
 
 func (r *rail) complete(wc *uverbs.WC) {
@@ -664,7 +706,7 @@ func (r *rail) closeVerbs() error {
 
 func (r *rail) stats() RailStats {
 	return RailStats{Device: r.dev.Name, Up: r.up.Load(), Bytes: r.bytes.Load(), Slices: r.slices.Load(),
-		Errors: r.errs.Load(), Outstanding: r.outstanding.Load()}
+		Errors: r.errs.Load(), Outstanding: r.outstanding.Load(), Rate: r.rate.Load()}
 }
 
 // numaNode reads the NUMA node of an RDMA device's PCI function; -1 for

@@ -254,32 +254,47 @@ func (t *Transport) forget(p *peer) {
 // pickRail chooses the local rail for a slice, among the usable ones (the
 // peer's rail they pair with is not known to be down): the rails the memory's
 // location prefers (Config.Priority, else the rails on its NUMA node) when
-// one of them is up, else all that are up; of those, the one with the
-// fewest bytes outstanding, so a slower rail takes fewer bytes. Ties
-// rotate with the attempt, so a retry leans to another rail.
-func (t *Transport) pickRail(prefer, usable uint64, attempt int) *rail {
+// one of them is up, else all that are up; of those, the one that would be
+// done with its outstanding bytes first at its measured rate, so a slower
+// rail takes fewer bytes, even of one batch submitted at once. Ties rotate
+// with the attempt, so a retry leans to another rail.
+func (t *Transport) pickRail(prefer, usable uint64, n int64, attempt int) *rail {
 	if prefer&usable != 0 {
-		if r := t.leastLoaded(prefer&usable, attempt); r != nil {
+		if r := t.leastLoaded(prefer&usable, n, attempt); r != nil {
 			return r
 		}
 	}
-	if r := t.leastLoaded(usable, attempt); r != nil {
+	if r := t.leastLoaded(usable, n, attempt); r != nil {
 		return r
 	}
-	return t.leastLoaded(^uint64(0), attempt)
+	return t.leastLoaded(^uint64(0), n, attempt)
 }
 
-func (t *Transport) leastLoaded(mask uint64, attempt int) *rail {
+// leastLoaded returns the up rail of mask that would finish its
+// outstanding bytes plus n soonest at its measured rate (a rail not yet
+// measured counts as fast as the fastest one).
+func (t *Transport) leastLoaded(mask uint64, n int64, attempt int) *rail {
+	var top uint64
+	for _, r := range t.rails {
+		top = max(top, r.rate.Load())
+	}
+	if top == 0 {
+		top = 1
+	}
 	var best *rail
-	var bestLoad int64
-	n := len(t.rails)
-	for i := range n {
-		r := t.rails[(i+attempt)%n]
+	var bestT float64
+	k := len(t.rails)
+	for i := range k {
+		r := t.rails[(i+attempt)%k]
 		if mask&(1<<(r.idx%64)) == 0 || !r.up.Load() {
 			continue
 		}
-		if l := r.outstanding.Load(); best == nil || l < bestLoad {
-			best, bestLoad = r, l
+		rate := r.rate.Load()
+		if rate == 0 {
+			rate = top
+		}
+		if d := float64(r.outstanding.Load()+n) / float64(rate); best == nil || d < bestT {
+			best, bestT = r, d
 		}
 	}
 	return best
@@ -340,7 +355,7 @@ func (t *Transport) submit(s *engine.Slice) {
 		s.Done(0, fmt.Errorf("rdma: peer %s closed: %w", p.name, engine.ErrPeerReset))
 		return
 	}
-	r := t.pickRail(s.LocalKey.(*regKey).prefer, p.usable(len(t.rails)), s.Attempt())
+	r := t.pickRail(s.LocalKey.(*regKey).prefer, p.usable(len(t.rails)), int64(len(s.Local)), s.Attempt())
 	if r == nil {
 		s.Done(0, fmt.Errorf("rdma: no rail is up (%d rails)", len(t.rails)))
 		return
