@@ -198,13 +198,16 @@ func TestMultiRailScaling(t *testing.T) {
 		t.Errorf("rail 1 carried %d bytes, rail 2 (half the rate) %d: %.2f:1, want about 2:1 (1.5 to 3)", split[0], split[1], x)
 	}
 	// One batch submitted at once: rail choice weighs bytes outstanding by
-	// each rail's measured rate (learnt above), so it splits about 2:1 too.
+	// each rail's measured rate (learnt above), so the slower rail takes
+	// clearly fewer bytes, in proportion to the measured rates. (tbf lets
+	// bursts through after idle moments, so rail 2 measures above half.)
 	for i := range 2 {
 		_, split := timedWrite(t, two, tasks, blk)
-		x := float64(split[0]) / float64(split[1])
-		t.Logf("one batch, rail 2 at half rate: %v (%.2f:1); rates %v", split, x, []uint64{two.it.Stats()[0].Rate, two.it.Stats()[1].Rate})
-		if x < 1.5 || x > 3 {
-			t.Errorf("batch %d: rail 1 carried %d bytes, rail 2 (half the rate) %d: %.2f:1, want about 2:1 (1.5 to 3)", i, split[0], split[1], x)
+		st := two.it.Stats()
+		x, want := float64(split[0])/float64(split[1]), float64(st[0].Rate)/float64(st[1].Rate)
+		t.Logf("one batch, rail 2 at half rate: %v (%.2f:1); measured rates %d, %d B/s (%.2f:1)", split, x, st[0].Rate, st[1].Rate, want)
+		if x < 1.3 || x < 0.75*want || x > 1.33*want {
+			t.Errorf("batch %d: rail 1 carried %d bytes, rail 2 (half the rate) %d: %.2f:1; want at least 1.3:1 and near the measured rates' %.2f:1", i, split[0], split[1], x, want)
 		}
 	}
 }
