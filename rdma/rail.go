@@ -107,16 +107,20 @@ type rail struct {
 	chainQ   *qpState
 	blocked  []*endpoint
 	eps      []*endpoint
-	// The rate window: bytes completed since winStart, while the rail
-	// never ran empty (an idle rail's rate says nothing of its speed).
-	winStart time.Time
-	winBytes uint64
-	polled   uint64
+	// Busy totals for the rate: bytes completed and time passed while the
+	// rail never ran empty (an idle rail's rate says nothing of its speed).
+	winStart  time.Time
+	busyBytes uint64
+	busyTime  time.Duration
+	polled    uint64
 }
 
-// rateWindow is how long the owner counts completed bytes before it
-// updates the rail's rate.
-const rateWindow = 50 * time.Millisecond
+// rateWindow is the busy time measured before a rail has a rate;
+// rateMemory is the busy time after which old measurements weigh half.
+const (
+	rateWindow = 50 * time.Millisecond
+	rateMemory = 2 * time.Second
+)
 
 func openRail(t *Transport, idx int, dev uverbs.Device) (_ *rail, err error) {
 	cfg := &t.cfg
@@ -432,24 +436,25 @@ func (r *rail) poll() int {
 	return n
 }
 
-// measure folds the bytes of this poll into the rate window and, once a
-// window is full, into the rail's rate (an even mix of old and new).
+// measure adds the bytes of this poll and the time since the previous
+// one to the rail's busy totals (only while it never ran empty) and sets
+// its rate from them: a decayed average over the last seconds of busy
+// time, steady even where completions come in bursts.
 func (r *rail) measure() {
 	now := time.Now()
-	switch {
-	case r.winStart.IsZero():
-		r.winStart, r.winBytes = now, 0 // these bytes were posted before the window
-	default:
-		r.winBytes += r.polled
-		if el := now.Sub(r.winStart); el >= rateWindow {
-			sample := uint64(float64(r.winBytes) / el.Seconds())
-			if old := r.rate.Load(); old != 0 {
-				sample = (old + sample) / 2
-			}
-			r.rate.Store(sample)
-			r.winStart, r.winBytes = now, 0
+	if !r.winStart.IsZero() {
+		r.busyBytes += r.polled
+		r.busyTime += now.Sub(r.winStart)
+		if r.busyTime >= rateWindow {
+			r.rate.Store(uint64(float64(r.busyBytes) / r.busyTime.Seconds()))
+		}
+		if r.busyTime > rateMemory {
+			r.busyBytes, r.busyTime = r.busyBytes/2, r.busyTime/2
 		}
 	}
+	// The bytes of the first completion after an idle spell were posted
+	// before it; only what follows counts.
+	r.winStart = now
 	if r.inflight == 0 {
 		r.winStart = time.Time{}
 	}
