@@ -21,8 +21,8 @@ type Config struct {
 	// Port is the port of each device (default 1).
 	Port uint8
 	// GIDIndex picks the GID (default -1: the first RoCE v2 IPv4 GID, or
-	// index 0 on InfiniBand). Use a pointer-free sentinel: 0 means index 0
-	// only when GIDIndexSet is true.
+	// index 0 on InfiniBand). A zero GIDIndex means "choose" unless
+	// GIDIndexSet says index 0 was meant.
 	GIDIndex    int
 	GIDIndexSet bool
 	// Listen is the control (handshake) address. Default: the first rail's

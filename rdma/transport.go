@@ -384,23 +384,6 @@ func (t *Transport) Stats() []RailStats {
 	return out
 }
 
-// RetryBound is how long a dead peer's slices take to fail when its host
-// stops answering (when only its process dies, its control connection
-// closes and they fail at once).
-func (t *Transport) RetryBound() (d uverbs.RCDefaults) {
-	if len(t.rails) == 0 {
-		return uverbs.HardwareRCDefaults
-	}
-	d = t.rails[0].port.Defaults
-	if t.cfg.QPTimeout != 0 {
-		d.Timeout = t.cfg.QPTimeout
-	}
-	if t.cfg.RetryCount != 0 {
-		d.RetryCnt = t.cfg.RetryCount
-	}
-	return d
-}
-
 func (t *Transport) tune() uverbs.ConnectConfig {
 	return uverbs.ConnectConfig{Timeout: t.cfg.QPTimeout, RetryCnt: t.cfg.RetryCount}
 }
