@@ -747,7 +747,11 @@ func printResult(w io.Writer, c *benchConfig, r *benchResult) {
 			if total > 0 {
 				share = 100 * float64(rs.Bytes) / float64(total)
 			}
-			line += fmt.Sprintf("  %s %s GB (%.0f%%%s)", rs.Device, strconv.FormatFloat(float64(rs.Bytes)/1e9, 'f', 2, 64), share, map[bool]string{false: ", down", true: ""}[rs.Up])
+			down := ""
+			if !rs.Up {
+				down = ", down"
+			}
+			line += fmt.Sprintf("  %s %s GB (%.0f%%%s)", rs.Device, strconv.FormatFloat(float64(rs.Bytes)/1e9, 'f', 2, 64), share, down)
 		}
 		fmt.Fprintln(w, line)
 	}
