@@ -10,6 +10,7 @@ import (
 	"net"
 	"os"
 	"runtime"
+	"slices"
 	"strconv"
 	"sync"
 	"sync/atomic"
@@ -107,6 +108,7 @@ type Transport struct {
 	closeOnce  sync.Once
 	wg         sync.WaitGroup
 	copiers    []*copier
+	jobs       jobList
 
 	mu      sync.Mutex
 	slots   [maxSlots]*sharedRegion // live shared regions
@@ -199,19 +201,73 @@ func (t *Transport) Install(h engine.Host) error {
 	return nil
 }
 
-// copier is a goroutine that copies its share of large submissions. A
-// submission appends a run of slices to q and wakes it: one lock and one
-// wake-up per submission, not per slice.
+// A job is one large submission shared by the submitting goroutine and
+// every copier: each takes the next uncopied slice until none is left.
+// Nobody waits for anybody, so a copier that wakes late (waking an idle
+// thread can take tens of microseconds in a VM) only copies less; a fixed
+// split would leave the submitter idle until the late share is done.
+type job struct {
+	ss   []*engine.Slice
+	next atomic.Int64
+	refs atomic.Int32 // the submitter and each copier it handed the job to
+	free *jobList
+}
+
+// jobList keeps finished jobs for reuse. It only grows while copiers still
+// hold more jobs than ever before, so the steady state allocates nothing
+// (a sync.Pool would: it is emptied at every GC).
+type jobList struct {
+	mu   sync.Mutex
+	jobs []*job
+}
+
+func (l *jobList) get() *job {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if n := len(l.jobs); n > 0 {
+		j := l.jobs[n-1]
+		l.jobs = l.jobs[:n-1]
+		return j
+	}
+	return &job{free: l}
+}
+
+// work copies slices until the job has none left.
+func (j *job) work() {
+	for {
+		i := j.next.Add(1) - 1
+		if i >= int64(len(j.ss)) {
+			return
+		}
+		copySlice(j.ss[i])
+	}
+}
+
+// release drops one reference; the last one recycles the job.
+func (j *job) release() {
+	if j.refs.Add(-1) == 0 {
+		clear(j.ss)
+		j.ss = j.ss[:0]
+		j.next.Store(0)
+		j.free.mu.Lock()
+		j.free.jobs = append(j.free.jobs, j)
+		j.free.mu.Unlock()
+	}
+}
+
+// copier is a goroutine that helps with large submissions. A submission
+// appends its job to q and wakes it: one lock and one wake-up per
+// submission and copier, not per slice.
 type copier struct {
 	mu   sync.Mutex
-	q    []*engine.Slice
+	q    []*job
 	wake chan struct{}
 	stop chan struct{}
 }
 
-func (c *copier) add(ss []*engine.Slice) {
+func (c *copier) add(j *job) {
 	c.mu.Lock()
-	c.q = append(c.q, ss...)
+	c.q = append(c.q, j)
 	c.mu.Unlock()
 	select {
 	case c.wake <- struct{}{}:
@@ -219,28 +275,41 @@ func (c *copier) add(ss []*engine.Slice) {
 	}
 }
 
+// retract takes j back if the copier has not picked it up yet, and says
+// whether it did. A submitter retracts its job once it has copied every
+// slice itself, so jobs never pile up behind a copier that could not run
+// (GOMAXPROCS 1, a starved thread).
+func (c *copier) retract(j *job) bool {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if i := slices.Index(c.q, j); i >= 0 {
+		c.q = slices.Delete(c.q, i, i+1)
+		return true
+	}
+	return false
+}
+
 func (c *copier) run() {
-	var buf []*engine.Slice
+	var buf []*job
 	for {
+		stopping := false
 		select {
 		case <-c.wake:
 		case <-c.stop:
 			// Submit no longer runs (Close waited): drain and end.
-			c.mu.Lock()
-			buf, c.q = c.q, nil
-			c.mu.Unlock()
-			for _, s := range buf {
-				copySlice(s)
-			}
-			return
+			stopping = true
 		}
 		c.mu.Lock()
 		buf, c.q = c.q, buf[:0]
 		c.mu.Unlock()
-		for _, s := range buf {
-			copySlice(s)
+		for _, j := range buf {
+			j.work()
+			j.release()
 		}
 		clear(buf)
+		if stopping {
+			return
+		}
 	}
 }
 
@@ -355,8 +424,9 @@ func (t *Transport) isLive(sr *sharedRegion) bool {
 }
 
 // Submit copies the slices. Small submissions are copied by the calling
-// goroutine before Submit returns; large ones are spread over the
-// copiers, and their slices complete from those goroutines.
+// goroutine before Submit returns; large ones are shared with the copiers
+// (each goroutine takes the next slice until none is left), and each slice
+// completes on the goroutine that copied it.
 func (t *Transport) Submit(ss []*engine.Slice) {
 	t.submitting.Add(1)
 	defer t.submitting.Add(-1)
@@ -372,21 +442,20 @@ func (t *Transport) Submit(ss []*engine.Slice) {
 			total += uint64(len(s.Local))
 		}
 		if total >= t.cfg.ParallelMin {
-			// Contiguous runs of about equal bytes: the copiers take
-			// theirs first, this goroutine copies the last.
-			share := total / uint64(len(t.copiers)+1)
-			ci := 0
-			var start int
-			var bytes uint64
-			for i, s := range ss {
-				bytes += uint64(len(s.Local))
-				if bytes >= share && ci < len(t.copiers) {
-					t.copiers[ci].add(ss[start : i+1])
-					ci++
-					start, bytes = i+1, 0
+			j := t.jobs.get()
+			j.ss = append(j.ss, ss...)
+			j.refs.Store(int32(len(t.copiers)) + 1)
+			for _, c := range t.copiers {
+				c.add(j)
+			}
+			j.work()
+			for _, c := range t.copiers {
+				if c.retract(j) {
+					j.refs.Add(-1) // ours is still held: never the last
 				}
 			}
-			ss = ss[start:]
+			j.release()
+			return
 		}
 	}
 	for _, s := range ss {
