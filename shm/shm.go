@@ -255,19 +255,24 @@ func (j *job) release() {
 	}
 }
 
+// lingerFor is how long a copier keeps looking for the next job.
+const lingerFor = 50 * time.Microsecond
+
 // copier is a goroutine that helps with large submissions. A submission
 // appends its job to q and wakes it: one lock and one wake-up per
 // submission and copier, not per slice.
 type copier struct {
-	mu   sync.Mutex
-	q    []*job
-	wake chan struct{}
-	stop chan struct{}
+	mu      sync.Mutex
+	q       []*job
+	pending atomic.Bool // q is not empty
+	wake    chan struct{}
+	stop    chan struct{}
 }
 
 func (c *copier) add(j *job) {
 	c.mu.Lock()
 	c.q = append(c.q, j)
+	c.pending.Store(true)
 	c.mu.Unlock()
 	select {
 	case c.wake <- struct{}{}:
@@ -284,6 +289,7 @@ func (c *copier) retract(j *job) bool {
 	defer c.mu.Unlock()
 	if i := slices.Index(c.q, j); i >= 0 {
 		c.q = slices.Delete(c.q, i, i+1)
+		c.pending.Store(len(c.q) > 0)
 		return true
 	}
 	return false
@@ -299,18 +305,39 @@ func (c *copier) run() {
 			// Submit no longer runs (Close waited): drain and end.
 			stopping = true
 		}
-		c.mu.Lock()
-		buf, c.q = c.q, buf[:0]
-		c.mu.Unlock()
-		for _, j := range buf {
-			j.work()
-			j.release()
+		for {
+			c.mu.Lock()
+			buf, c.q = c.q, buf[:0]
+			c.pending.Store(false)
+			c.mu.Unlock()
+			for _, j := range buf {
+				j.work()
+				j.release()
+			}
+			clear(buf)
+			if stopping || !c.linger() {
+				break
+			}
 		}
-		clear(buf)
 		if stopping {
 			return
 		}
 	}
+}
+
+// linger watches the queue for a moment after a job before the copier
+// parks, and says whether a job came. Back-to-back large submissions (a
+// batch loop) then find the copier awake: waking a parked goroutine on an
+// idle CPU costs more than this wait, and a late copier copies less.
+func (c *copier) linger() bool {
+	t0 := time.Now()
+	for time.Since(t0) < lingerFor {
+		if c.pending.Load() {
+			return true
+		}
+		runtime.Gosched()
+	}
+	return false
 }
 
 // Describe adds the shm protocol entry: the socket, the host and user
