@@ -3,35 +3,30 @@ package main
 import (
 	"bytes"
 	"os"
-	"runtime"
 	"strconv"
 	"time"
 )
 
-// threadPreempts counts how often the kernel took the CPU away from the
-// thread running a latency loop (involuntary context switches, from
-// /proc/thread-self/status) over a measured window. A busy-polling loop
-// never blocks, so every such switch is another thread that got the CPU
-// in the middle of a round trip, and each one is a tail sample. On a
-// 2-vCPU Soft-RoCE guest whose two CPUs both run a polling end, the Go
-// runtime's own monitor thread (sysmon, which wakes every 10 ms while a
-// goroutine runs) is most of them; perftest has no such thread.
+// threadPreempts counts how often the kernel took a CPU away from one of
+// this process's threads (involuntary context switches, summed over
+// /proc/self/task/*/status) over a measured window. The latency loop
+// busy-polls and never blocks, so a switch of its thread is another
+// thread that got the CPU in the middle of a round trip: a tail sample.
+// On a 2-vCPU Soft-RoCE guest whose two CPUs both run a polling end, the
+// Go runtime's monitor thread (sysmon, which wakes every 10 ms while a
+// goroutine runs) causes most of them; perftest has no such thread.
 type threadPreempts struct {
 	start int64
 	t0    time.Time
 }
 
-// startThreadPreempts locks the calling goroutine to its thread and starts
-// counting; stop reports the rate and unlocks.
 func startThreadPreempts() *threadPreempts {
-	runtime.LockOSThread()
 	return &threadPreempts{start: involuntarySwitches(), t0: time.Now()}
 }
 
 // stop returns involuntary context switches per second since start, or -1
 // where /proc does not say.
 func (p *threadPreempts) stop() float64 {
-	defer runtime.UnlockOSThread()
 	n := involuntarySwitches()
 	d := time.Since(p.t0).Seconds()
 	if n < 0 || p.start < 0 || d <= 0 {
@@ -40,14 +35,25 @@ func (p *threadPreempts) stop() float64 {
 	return float64(n-p.start) / d
 }
 
-// involuntarySwitches is nonvoluntary_ctxt_switches of the calling thread,
-// or -1.
+// involuntarySwitches is nonvoluntary_ctxt_switches summed over the
+// process's threads, or -1. A thread that exits in the window takes its
+// count along; the latency loop's threads do not exit.
 func involuntarySwitches() int64 {
-	b, err := os.ReadFile("/proc/thread-self/status")
+	ents, err := os.ReadDir("/proc/self/task")
 	if err != nil {
 		return -1
 	}
-	return parseInvoluntary(b)
+	var sum int64
+	for _, e := range ents {
+		b, err := os.ReadFile("/proc/self/task/" + e.Name() + "/status")
+		if err != nil {
+			continue // exited meanwhile
+		}
+		if n := parseInvoluntary(b); n > 0 {
+			sum += n
+		}
+	}
+	return sum
 }
 
 // parseInvoluntary finds nonvoluntary_ctxt_switches in a /proc status

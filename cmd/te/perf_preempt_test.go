@@ -19,11 +19,11 @@ func TestParseInvoluntary(t *testing.T) {
 	}
 }
 
-// On Linux the count is read for the calling thread, and a window gives a
+// On Linux the count is summed over the process's threads, and a window gives a
 // rate that is a number of switches per second (never negative).
 func TestThreadPreempts(t *testing.T) {
-	if _, err := os.Stat("/proc/thread-self/status"); err != nil {
-		t.Skipf("no /proc/thread-self: %v", err)
+	if _, err := os.Stat("/proc/self/task"); err != nil {
+		t.Skipf("no /proc/self/task: %v", err)
 	}
 	if n := involuntarySwitches(); n < 0 {
 		t.Fatalf("involuntarySwitches = %d", n)

@@ -85,7 +85,7 @@ bench() {
 		line=$(awk -v n="$name" -v t="$tv" -v p="$pv" -v r="$RUNS" 'BEGIN{printf "%-28s BW MB/s (median of %d)   te %9.2f   perftest %9.2f   te/perftest %.2f", n, r, t, p, (p>0 ? t/p : 0)}')
 	else
 		ta=$(median < /tmp/te.a) pa=$(median < /tmp/pt.a) t9=$(median < /tmp/te.9) p9=$(median < /tmp/pt.9) tp=$(median < /tmp/te.p)
-		line=$(awk -v n="$name" -v t="$tv" -v p="$pv" -v ta="$ta" -v pa="$pa" -v t9="$t9" -v p9="$p9" -v tp="$tp" -v r="$RUNS" 'BEGIN{printf "%-28s typical us (median of %d) te %9.2f   perftest %9.2f   te/perftest %.2f   (avg: te %.2f perftest %.2f; p99: te %.2f perftest %.2f te/perftest %.2f; te polling thread preempted %.0f/s)", n, r, t, p, (p>0 ? t/p : 0), ta, pa, t9, p9, (p9>0 ? t9/p9 : 0), tp}')
+		line=$(awk -v n="$name" -v t="$tv" -v p="$pv" -v ta="$ta" -v pa="$pa" -v t9="$t9" -v p9="$p9" -v tp="$tp" -v r="$RUNS" 'BEGIN{printf "%-28s typical us (median of %d) te %9.2f   perftest %9.2f   te/perftest %.2f   (avg: te %.2f perftest %.2f; p99: te %.2f perftest %.2f te/perftest %.2f; te threads preempted %.0f/s)", n, r, t, p, (p>0 ? t/p : 0), ta, pa, t9, p9, (p9>0 ? t9/p9 : 0), tp}')
 	fi
 	echo "BENCH $line"
 	echo "$line" >> "$OUT"
