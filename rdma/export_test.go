@@ -17,3 +17,8 @@ func (t *Transport) Endpoints() (held int, evicted uint64) {
 	defer t.store.mu.Unlock()
 	return t.store.n, t.store.evict.Load()
 }
+
+// SetPostHook installs f to see every work request as it is built (the
+// peer incarnation's epoch, rkey, remote address and length); nil removes
+// it. Only while no transport posts.
+func SetPostHook(f func(epoch uint64, rkey uint32, addr, n uint64)) { postHook = f }

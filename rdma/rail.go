@@ -333,6 +333,11 @@ func (r *rail) handle(it item) {
 	}
 }
 
+// postHook, set only by tests, sees every work request as it is built:
+// the epoch of the peer incarnation its QP is connected to, and the rkey
+// and remote range it carries.
+var postHook func(epoch uint64, rkey uint32, addr, n uint64)
+
 // post adds one slice to the current doorbell chain; false when ep has no
 // send credit or the rail no free slot.
 func (r *rail) post(ep *endpoint, s *engine.Slice, rkey uint32) bool {
@@ -359,6 +364,9 @@ func (r *rail) post(ep *endpoint, s *engine.Slice, rkey uint32) bool {
 	op := uverbs.WRRDMAWrite
 	if s.Op == engine.Read {
 		op = uverbs.WRRDMARead
+	}
+	if postHook != nil {
+		postHook(ep.p.epoch, rkey, s.RemoteAddr, n)
 	}
 	k := len(r.wrs)
 	r.sges[k] = uverbs.SGE{Addr: s.LocalAddr, Length: uint32(n), LKey: uverbs.LKey(s.LocalKey.(*regKey).lkeys[r.idx])}

@@ -15,6 +15,7 @@ import (
 	"github.com/rdmago/te/mlx5"
 	"github.com/rdmago/te/rdma"
 	"github.com/rdmago/te/rxe"
+	"github.com/rdmago/te/segment"
 	"github.com/rdmago/te/test/softroce/srenv"
 	"github.com/rdmago/te/uverbs"
 	"github.com/rdmago/te/uverbs/leakcheck"
@@ -61,6 +62,7 @@ type pair struct {
 	ini, tgt *enginetest.Node
 	it, tt   *rdma.Transport
 	seg      engine.SegmentID
+	store    segment.Store
 }
 
 func newPair(t testing.TB, size int, a, b []string, cfg rdma.Config) *pair {
@@ -70,7 +72,7 @@ func newPair(t testing.TB, size int, a, b []string, cfg rdma.Config) *pair {
 	cfg.Options = opts
 	tc, ic := cfg, cfg
 	tc.Devices, ic.Devices = b, a
-	p := &pair{tt: rdma.New(tc), it: rdma.New(ic)}
+	p := &pair{tt: rdma.New(tc), it: rdma.New(ic), store: st}
 	p.tgt = enginetest.NewNode(t, engine.Config{Name: "target", Store: st}, size, p.tt)
 	p.ini = enginetest.NewNode(t, engine.Config{Name: "initiator", Store: st, Retries: 3}, size, p.it)
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
