@@ -91,7 +91,8 @@ tebench() {
 		cat $W/te.json $W/te.err >&2
 		return 1
 	}
-	awk -F'[:,]' '/"rails"/{r=1} /"rate"/{rate=$2} r && /"bytes"/{b=b " " $2+0} END{printf "%s%s\n", rate+0, b}' $W/te.json
+	# the summary's rate comes before "rails"; each rail has its own "rate" (bytes/s)
+	awk -F'[:,]' '/"rails"/{r=1} !r && /"rate"/{rate=$2} r && /"bytes"/{b=b " " $2+0} END{printf "%s%s\n", rate+0, b}' $W/te.json
 }
 
 # ptbw TOOL SIZE ITERS "SRV:CLI:SGID:CGID ..." -> "MB/s n": the summed BW average
