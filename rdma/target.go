@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/rdmago/te/auth"
+	"github.com/rdmago/te/internal/acceptor"
 	"github.com/rdmago/te/internal/wire"
 	"github.com/rdmago/te/segment"
 	"github.com/rdmago/te/uverbs"
@@ -46,33 +47,16 @@ func (ts *targetState) init(t *Transport) {
 
 func (t *Transport) accept() {
 	defer t.wg.Done()
-	backoff := 5 * time.Millisecond
-	for {
-		c, err := t.ln.Accept()
-		if err != nil {
-			if t.closed.Load() {
-				return
-			}
-			// Out of fds or memory: back off and keep serving.
-			t.log.Warn("rdma: accept", "err", err, "retry_in", backoff)
-			select {
-			case <-time.After(backoff):
-			case <-t.ctx.Done():
-				return
-			}
-			backoff = min(2*backoff, time.Second)
-			continue
-		}
-		backoff = 5 * time.Millisecond
+	acceptor.Run(t.log, "rdma", t.ln.Addr(), t.ctx.Done(), t.ln.Accept, func(c net.Conn) {
 		s := &session{conn: c, eps: map[uint32][]*uverbs.QP{}}
 		if !t.tgt.add(s) {
 			t.log.Warn("rdma: control connection refused: session limit", "peer", c.RemoteAddr().String(), "limit", t.cfg.MaxSessions)
 			c.Close()
-			continue
+			return
 		}
 		t.wg.Add(1)
 		go t.serve(s)
-	}
+	})
 }
 
 func (ts *targetState) add(s *session) bool {

@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/rdmago/te/auth"
+	"github.com/rdmago/te/internal/acceptor"
 	"github.com/rdmago/te/internal/dma"
 	"github.com/rdmago/te/internal/uds"
 	"github.com/rdmago/te/internal/wire"
@@ -34,33 +35,20 @@ type serverConn struct {
 
 func (t *Transport) acceptLoop() {
 	defer t.wg.Done()
-	backoff := time.Duration(0)
-	for {
-		c, err := t.ln.AcceptUnix()
-		if err != nil {
-			if t.closed.Load() || errors.Is(err, net.ErrClosed) {
-				return
-			}
-			// Out of descriptors or memory: back off and keep serving.
-			backoff = min(max(2*backoff, 5*time.Millisecond), time.Second)
-			t.log.Warn("shm: accept failed; retrying", "err", err, "in", backoff)
-			time.Sleep(backoff)
-			continue
-		}
-		backoff = 0
+	acceptor.Run(t.log, "shm", t.ln.Addr(), nil, t.ln.AcceptUnix, func(c *net.UnixConn) {
 		sc := &serverConn{t: t, c: c, mapped: map[uint32]uint32{}}
 		t.mu.Lock()
 		if t.closed.Load() || len(t.conns) >= t.cfg.MaxConns {
 			t.mu.Unlock()
 			sc.refuse("too many peers")
 			c.Close()
-			continue
+			return
 		}
 		t.conns[sc] = struct{}{}
 		t.wg.Add(1)
 		t.mu.Unlock()
 		go sc.serve()
-	}
+	})
 }
 
 func (sc *serverConn) refuse(reason string) {

@@ -10,6 +10,7 @@ import (
 
 	"github.com/rdmago/te/auth"
 	"github.com/rdmago/te/engine"
+	"github.com/rdmago/te/internal/acceptor"
 )
 
 const connBufSize = 64 << 10
@@ -29,47 +30,9 @@ type sconn struct {
 func (sc *sconn) wait() { sc.waiting.Store(time.Now().UnixNano()) }
 func (sc *sconn) work() { sc.waiting.Store(0) }
 
-// Accept backoff after a failure (out of file descriptors or memory).
-const (
-	acceptBackoffMin = 5 * time.Millisecond
-	acceptBackoffMax = time.Second
-)
-
 func (t *Transport) acceptLoop() {
 	defer t.wg.Done()
-	var (
-		backoff  time.Duration
-		lastWarn time.Time
-		failed   int // failures not logged since lastWarn
-	)
-	for {
-		c, err := t.ln.Accept()
-		if err != nil {
-			if t.ctx.Err() != nil || errors.Is(err, net.ErrClosed) {
-				return // listener closed
-			}
-			// EMFILE, ENFILE, ENOMEM, ECONNABORTED...: the listener
-			// is fine; wait for resources instead of spinning, or of
-			// giving up (the port would stay open with nobody
-			// accepting, and every initiator would wait out its I/O
-			// timeout). Logged at most once a second.
-			backoff = min(max(2*backoff, acceptBackoffMin), acceptBackoffMax)
-			if now := time.Now(); now.Sub(lastWarn) >= time.Second {
-				t.log.Warn("tcp: accept failed; backing off", "listen", t.ln.Addr(), "err", err, "retry_in", backoff, "not_logged_since_last", failed)
-				lastWarn, failed = now, 0
-			} else {
-				failed++
-			}
-			select {
-			case <-t.ctx.Done():
-				return
-			case <-time.After(backoff):
-			}
-			continue
-		}
-		backoff = 0
-		t.admit(c.(*net.TCPConn))
-	}
+	acceptor.Run(t.log, "tcp", t.ln.Addr(), t.ctx.Done(), t.ln.Accept, func(c net.Conn) { t.admit(c.(*net.TCPConn)) })
 }
 
 // admit serves c unless the target is at its limits and no connection

@@ -49,6 +49,7 @@ import (
 	"time"
 
 	"github.com/rdmago/te/auth"
+	"github.com/rdmago/te/internal/acceptor"
 	"github.com/rdmago/te/internal/handshake"
 	"github.com/rdmago/te/segment"
 )
@@ -761,27 +762,7 @@ func (sc *sconn) work() { sc.waiting.Store(0) }
 // acceptLoop serves the handshake listener until Close.
 func (s *Store) acceptLoop() {
 	defer s.wg.Done()
-	var lastWarn time.Time
-	for {
-		c, err := s.ln.Accept()
-		if err != nil {
-			if s.isClosing() {
-				return
-			}
-			// Out of descriptors or similar: back off instead of spinning.
-			if now := time.Now(); now.Sub(lastWarn) >= time.Second {
-				s.opts.Logger.Warn("p2p: accept failed; backing off", "listen", s.ln.Addr(), "err", err)
-				lastWarn = now
-			}
-			select {
-			case <-s.closing:
-				return
-			case <-time.After(20 * time.Millisecond):
-			}
-			continue
-		}
-		s.admit(c)
-	}
+	acceptor.Run(s.opts.Logger, "p2p", s.ln.Addr(), s.closing, s.ln.Accept, s.admit)
 }
 
 // admit serves c unless the store is at its limits and no connection can
