@@ -20,11 +20,9 @@ type Config struct {
 	Priority map[string][]string
 	// Port is the port of each device (default 1).
 	Port uint8
-	// GIDIndex picks the GID (default -1: the first RoCE v2 IPv4 GID, or
-	// index 0 on InfiniBand). A zero GIDIndex means "choose" unless
-	// GIDIndexSet says index 0 was meant.
-	GIDIndex    int
-	GIDIndexSet bool
+	// GIDIndex picks each rail's GID table entry (e.g. new(3)); nil
+	// chooses: the first RoCE v2 IPv4 GID, or index 0 on InfiniBand.
+	GIDIndex *int
 	// Listen is the control (handshake) address. Default: the first rail's
 	// IPv4 address (from its GID) on an ephemeral port, or 127.0.0.1:0.
 	Listen string
@@ -72,9 +70,6 @@ type Config struct {
 func (c *Config) defaults() {
 	if c.Port == 0 {
 		c.Port = 1
-	}
-	if !c.GIDIndexSet && c.GIDIndex == 0 {
-		c.GIDIndex = -1
 	}
 	if c.SliceSize == 0 {
 		c.SliceSize = 64 << 10

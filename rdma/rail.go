@@ -134,7 +134,10 @@ func openRail(t *Transport, idx int, dev uverbs.Device) (_ *rail, err error) {
 			r.closeVerbs()
 		}
 	}()
-	gidx := cfg.GIDIndex
+	gidx := -1 // RCPort chooses
+	if cfg.GIDIndex != nil {
+		gidx = *cfg.GIDIndex
+	}
 	if r.port, err = r.ctx.RCPort(cfg.Port, gidx); err != nil {
 		return nil, fmt.Errorf("rdma: %s: %w", dev.Name, err)
 	}
