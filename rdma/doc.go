@@ -19,10 +19,13 @@
 // an idle endpoint; it bounds the QPs any one initiator may hold. An
 // endpoint whose QP fails is torn down and rebuilt on next use.
 //
-// Rails are chosen per slice by load (bytes outstanding), so a slow rail
-// gets fewer bytes; a rail whose port goes down (async event) stops taking
-// slices and its QPs are flushed, so their slices are retried on the other
-// rails; it is used again when the port comes back. A peer that dies fails
-// its slices within the QP retry bound (RetryBound) or at once when its
-// control connection closes.
+// Rails are chosen per slice by the memory's location first
+// (Config.Priority, or the NUMA node of a "cpu:N" region), then by which
+// rail would finish its outstanding bytes first at its measured rate, so a
+// slow rail gets fewer bytes; a rail whose port goes down (async event, or
+// its state read after a failure) stops taking slices and its QPs are
+// flushed, so their slices are retried on the other rails; it is used
+// again when the port comes back. A peer that dies fails its slices at
+// once when its control connection closes, or within the QP retry bound
+// (uverbs.RetryBound of QPTimeout and RetryCount) when its host is gone.
 package rdma
