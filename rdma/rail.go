@@ -5,11 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
-	"os"
-	"path/filepath"
 	"runtime"
-	"strconv"
-	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -75,7 +71,6 @@ type rail struct {
 	cq        *uverbs.CQ
 	port      uverbs.RCPort
 	sendDepth int
-	numa      int // the device's NUMA node, -1 when unknown
 	log       *slog.Logger
 
 	up          atomic.Bool
@@ -170,7 +165,6 @@ func openRail(t *Transport, idx int, dev uverbs.Device) (_ *rail, err error) {
 	r.sges = make([]uverbs.SGE, maxChain)
 	st, err := dev.PortState(int(r.port.Num))
 	r.up.Store(err != nil || st == uverbs.PortActive)
-	r.numa = numaNode(dev.Name)
 	return r, nil
 }
 
@@ -723,18 +717,4 @@ func (r *rail) closeVerbs() error {
 func (r *rail) stats() RailStats {
 	return RailStats{Device: r.dev.Name, Up: r.up.Load(), Bytes: r.bytes.Load(), Slices: r.slices.Load(),
 		Errors: r.errs.Load(), Outstanding: r.outstanding.Load(), Rate: r.rate.Load()}
-}
-
-// numaNode reads the NUMA node of an RDMA device's PCI function; -1 for
-// software devices (rxe) and single-node machines.
-func numaNode(dev string) int {
-	b, err := os.ReadFile(filepath.Join("/sys/class/infiniband", dev, "device/numa_node"))
-	if err != nil {
-		return -1
-	}
-	n, err := strconv.Atoi(strings.TrimSpace(string(b)))
-	if err != nil {
-		return -1
-	}
-	return n
 }

@@ -322,7 +322,7 @@ func (t *Transport) preferred(location string) uint64 {
 		return 0
 	}
 	for _, r := range t.rails {
-		if r.numa == n {
+		if r.dev.NUMANode == n {
 			mask |= 1 << (r.idx % 64)
 		}
 	}

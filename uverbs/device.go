@@ -31,6 +31,9 @@ type Device struct {
 	Parent       string // rxe: the netdev it is bound to
 	NodeGUID     string
 	Ports        int
+	// NUMANode is the NUMA node of the device's PCI function; -1 when the
+	// kernel does not say (software devices such as rxe, one-node hosts).
+	NUMANode int
 }
 
 // Devices lists the RDMA devices that have a uverbs char device, sorted by name.
@@ -91,6 +94,12 @@ func deviceFromUverbs(m string, nlIndex map[string]uint32, useNL bool) (Device, 
 		d.Ports = len(ps)
 	}
 	d.Parent, _ = readStr(filepath.Join(ibdir, "parent"))
+	d.NUMANode = -1
+	if s, err := readStr(filepath.Join(ibdir, "device/numa_node")); err == nil {
+		if n, err := strconv.Atoi(s); err == nil {
+			d.NUMANode = n
+		}
+	}
 	if id, ok := netlinkDriverID(ib, nlIndex, useNL); ok {
 		d.DriverID, d.DriverIDFrom = id, "netlink"
 	} else {

@@ -46,6 +46,7 @@ func fakeSysfs(t *testing.T) string {
 	w(mlx+"ports/1/gid_attrs/types/2", "IB/RoCE v1")
 	w(mlx+"ports/1/gids/3", "0000:0000:0000:0000:0000:ffff:c0a8:0001")
 	w(mlx+"ports/1/gid_attrs/types/3", "RoCE v2")
+	w(mlx+"device/numa_node", "1")
 	w("bus/pci/drivers/mlx5_core/bind", "")
 	if err := os.MkdirAll(filepath.Join(root, mlx, "device"), 0o755); err != nil {
 		t.Fatal(err)
@@ -70,10 +71,10 @@ func TestDiscoveryFromSysfs(t *testing.T) {
 		t.Fatalf("devices %+v", ds)
 	}
 	m, r := ds[0], ds[1]
-	if m.DriverID != DriverMLX5 || m.ABIVersion != 1 || m.Uverbs != "uverbs0" || m.Path != "/dev/infiniband/uverbs0" {
+	if m.DriverID != DriverMLX5 || m.ABIVersion != 1 || m.Uverbs != "uverbs0" || m.Path != "/dev/infiniband/uverbs0" || m.NUMANode != 1 {
 		t.Errorf("mlx5 %+v", m)
 	}
-	if r.DriverIDFrom != "sysfs" || r.DriverID != DriverRXE || r.ABIVersion != 2 || r.Parent != "veth0" || r.Ports != 1 || r.Uverbs != "uverbs1" {
+	if r.DriverIDFrom != "sysfs" || r.DriverID != DriverRXE || r.ABIVersion != 2 || r.Parent != "veth0" || r.Ports != 1 || r.Uverbs != "uverbs1" || r.NUMANode != -1 {
 		t.Errorf("rxe %+v", r)
 	}
 	if s, err := r.PortState(1); err != nil || s != PortActive || s.String() != "ACTIVE" {
