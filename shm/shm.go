@@ -265,6 +265,7 @@ type copier struct {
 	mu      sync.Mutex
 	q       []*job
 	pending atomic.Bool // q is not empty
+	buf     []*job      // the jobs being worked off (run only)
 	wake    chan struct{}
 	stop    chan struct{}
 }
@@ -296,33 +297,31 @@ func (c *copier) retract(j *job) bool {
 }
 
 func (c *copier) run() {
-	var buf []*job
 	for {
-		stopping := false
 		select {
 		case <-c.wake:
 		case <-c.stop:
-			// Submit no longer runs (Close waited): drain and end.
-			stopping = true
-		}
-		for {
-			c.mu.Lock()
-			buf, c.q = c.q, buf[:0]
-			c.pending.Store(false)
-			c.mu.Unlock()
-			for _, j := range buf {
-				j.work()
-				j.release()
-			}
-			clear(buf)
-			if stopping || !c.linger() {
-				break
-			}
-		}
-		if stopping {
+			c.drain() // Submit no longer runs (Close waited)
 			return
 		}
+		c.drain()
+		for c.linger() {
+			c.drain()
+		}
 	}
+}
+
+// drain works off every job queued so far.
+func (c *copier) drain() {
+	c.mu.Lock()
+	c.buf, c.q = c.q, c.buf[:0]
+	c.pending.Store(false)
+	c.mu.Unlock()
+	for _, j := range c.buf {
+		j.work()
+		j.release()
+	}
+	clear(c.buf)
 }
 
 // linger watches the queue for a moment after a job before the copier
