@@ -12,13 +12,13 @@ import (
 	"os"
 	"os/exec"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
 	"github.com/rdmago/te/auth"
 	"github.com/rdmago/te/engine"
 	"github.com/rdmago/te/engine/enginetest"
+	"github.com/rdmago/te/internal/testenv"
 	"github.com/rdmago/te/internal/wire"
 	"github.com/rdmago/te/segment"
 )
@@ -140,24 +140,6 @@ func runEMFILETarget() {
 	os.Exit(0)
 }
 
-// syncBuffer is a bytes.Buffer safe for a writer and a reader goroutine.
-type syncBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (s *syncBuffer) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
-
-func (s *syncBuffer) String() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.String()
-}
-
 // TestAcceptSurvivesEMFILE: a target whose process runs out of file
 // descriptors (RLIMIT_NOFILE lowered in a child process, more clients than
 // descriptors) keeps accepting once descriptors are free again: it backs
@@ -168,7 +150,7 @@ func TestAcceptSurvivesEMFILE(t *testing.T) {
 	cmd.Env = append(os.Environ(), emfileEnv+"=1")
 	stdin, _ := cmd.StdinPipe()
 	out, _ := cmd.StdoutPipe()
-	var stderr syncBuffer
+	var stderr testenv.Buffer
 	cmd.Stderr = &stderr
 	if err := cmd.Start(); err != nil {
 		t.Fatal(err)
@@ -316,7 +298,7 @@ func (r *recorder) Write(p []byte) (int, error) {
 // the peer's address, rate-limited.
 func TestAuthHostile(t *testing.T) {
 	secret := testSecret(t)
-	var logBuf syncBuffer
+	var logBuf testenv.Buffer
 	log := slog.New(slog.NewTextHandler(&logBuf, nil))
 	tgt, _, _ := authPair(t, secret, secret, log)
 	fill(t, tgt.buf())
@@ -431,7 +413,7 @@ func TestWarnUnauthenticated(t *testing.T) {
 		{"0.0.0.0:0", testSecret(t), false},
 		{"127.0.0.1:0", nil, false},
 	} {
-		var logBuf syncBuffer
+		var logBuf testenv.Buffer
 		log := slog.New(slog.NewTextHandler(&logBuf, nil))
 		e, err := engine.New(engine.Config{Name: "w", Logger: log})
 		if err != nil {

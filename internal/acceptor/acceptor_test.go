@@ -1,35 +1,17 @@
 package acceptor
 
 import (
-	"bytes"
 	"errors"
 	"log/slog"
 	"net"
 	"os"
 	"strings"
-	"sync"
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/rdmago/te/internal/testenv"
 )
-
-// syncBuffer is a bytes.Buffer safe for a writer and a reader goroutine.
-type syncBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (s *syncBuffer) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
-
-func (s *syncBuffer) String() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.String()
-}
 
 func openFDs(t *testing.T) uint64 {
 	ents, err := os.ReadDir("/proc/self/fd")
@@ -84,7 +66,7 @@ func TestSurvivesEMFILE(t *testing.T) {
 	}
 	defer restore()
 
-	var logs syncBuffer
+	var logs testenv.Buffer
 	log := slog.New(slog.NewTextHandler(&logs, nil))
 	accepted := make(chan net.Conn, clients)
 	done := make(chan struct{})

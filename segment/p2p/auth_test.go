@@ -8,11 +8,11 @@ import (
 	"log/slog"
 	"net"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
 	"github.com/rdmago/te/auth"
+	"github.com/rdmago/te/internal/testenv"
 	"github.com/rdmago/te/segment"
 )
 
@@ -65,23 +65,6 @@ func TestAuth(t *testing.T) {
 	}
 }
 
-type syncBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (s *syncBuffer) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
-
-func (s *syncBuffer) String() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.String()
-}
-
 type recorder struct {
 	net.Conn
 	sent bytes.Buffer
@@ -99,7 +82,7 @@ func (r *recorder) Write(p []byte) (int, error) {
 func TestAuthHostile(t *testing.T) {
 	ctx := ctxT(t)
 	secret := testSecret(t)
-	var logBuf syncBuffer
+	var logBuf testenv.Buffer
 	a := newStore(t, Options{Auth: secret, Logger: slog.New(slog.NewTextHandler(&logBuf, nil))})
 	d := desc(a.Name(), 1, 1)
 	if err := a.Publish(ctx, d); err != nil {
