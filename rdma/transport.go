@@ -33,7 +33,10 @@ type Transport struct {
 	ctx    context.Context
 	cancel context.CancelFunc
 	closed atomic.Bool
-	wg     sync.WaitGroup
+	// running is set once Install has succeeded; Close tears down only
+	// what a successful Install started (a failed one cleans up itself).
+	running bool
+	wg      sync.WaitGroup
 
 	store store
 
@@ -69,6 +72,9 @@ func (t *Transport) SliceSize() uint64 { return t.cfg.SliceSize }
 // Install opens a context, PD, CQ and owner goroutine per rail and starts
 // the control listener.
 func (t *Transport) Install(h engine.Host) (err error) {
+	if t.closed.Load() {
+		return fmt.Errorf("rdma: install after Close: %w", engine.ErrClosed)
+	}
 	if t.host != nil {
 		return fmt.Errorf("rdma: installed twice")
 	}
@@ -80,7 +86,7 @@ func (t *Transport) Install(h engine.Host) (err error) {
 			for _, r := range t.rails {
 				r.closeVerbs()
 			}
-			t.rails = nil
+			t.rails, t.host = nil, nil
 		}
 	}()
 	devs, err := t.devices()
@@ -113,6 +119,7 @@ func (t *Transport) Install(h engine.Host) (err error) {
 	for _, r := range t.rails {
 		r.start()
 	}
+	t.running = true
 	t.wg.Add(1)
 	go t.accept()
 	t.log.Info("rdma: installed", "rails", t.railNames(), "control", t.addr)
@@ -152,7 +159,7 @@ func (t *Transport) devices() ([]uverbs.Device, error) {
 		}
 	}
 	if len(out) == 0 {
-		return nil, fmt.Errorf("rdma: no RDMA device with an active port %d (found %d devices)", t.cfg.Port, len(all))
+		return nil, fmt.Errorf("rdma: no RDMA device with an active port %d (found %d devices; `te devices` says why)", t.cfg.Port, len(all))
 	}
 	return out, nil
 }
@@ -391,7 +398,7 @@ func (t *Transport) tune() uverbs.ConnectConfig {
 // Close fails every slice in flight with ErrClosed, destroys every QP and
 // registration and stops every goroutine. Idempotent.
 func (t *Transport) Close() error {
-	if t.closed.Swap(true) || t.host == nil {
+	if t.closed.Swap(true) || !t.running {
 		return nil
 	}
 	t.ln.Close()
