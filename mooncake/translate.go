@@ -1,0 +1,278 @@
+package mooncake
+
+import (
+	"encoding/binary"
+	"encoding/json"
+	"fmt"
+	"hash/fnv"
+	"net"
+	"slices"
+	"strconv"
+	"sync"
+
+	"github.com/rdmago/te/segment"
+)
+
+// Protocol names of Mooncake's wires in te descriptors. They differ from
+// te's own "tcp" and "rdma": the wires are not te's, and only a transport
+// that speaks Mooncake's may pick them.
+const (
+	// TEProtoTCP is Mooncake's TCP data protocol (package mctcp). Its
+	// Protocol entry's Endpoint is the data listener (host:tcp_data_port)
+	// and Attrs["version"] the protocol version ("1" or "2").
+	TEProtoTCP = "mooncake"
+	// TEProtoRDMA marks a Mooncake RDMA segment: its devices and keys are
+	// translated, and the Endpoint is the handshake socket where Mooncake
+	// sets up queue pairs. No te transport speaks it yet.
+	TEProtoRDMA = "mooncake-rdma"
+	// AttrVersion is the Attrs key of TEProtoTCP's protocol version.
+	AttrVersion = "version"
+)
+
+// DefaultTCPVersion is the TCP protocol version te speaks and advertises
+// (Mooncake's default).
+const DefaultTCPVersion = 2
+
+// ToOptions adjust ToTE.
+type ToOptions struct {
+	// Name is the te segment name. Default: the descriptor's name.
+	Name string
+	// DataHost is the host of the TCP data endpoint. Default: the host
+	// part of the descriptor's name (host:port, or a bare host), which is
+	// where a Mooncake initiator sends its data in P2PHANDSHAKE mode; with
+	// a metadata store, the ip_or_host_name of the segment's rpc_meta.
+	DataHost string
+	// RPCAddr is the segment's handshake socket, host:port. Default: the
+	// descriptor's name.
+	RPCAddr string
+}
+
+// ToTE translates a Mooncake descriptor into te's. The te descriptor's
+// Epoch is a hash of what identifies the peer's incarnation (name, data
+// port, NICs and their GIDs and LIDs), since Mooncake publishes none: a
+// restarted Mooncake process opens new ports and keys, which the engine
+// then treats as a new incarnation. Version is left 0; Versions assigns
+// one per content change.
+func ToTE(md *Descriptor, o ToOptions) (*segment.Descriptor, error) {
+	if err := md.Validate(); err != nil {
+		return nil, err
+	}
+	if o.Name == "" {
+		o.Name = md.Name
+	}
+	if o.RPCAddr == "" {
+		o.RPCAddr = md.Name
+	}
+	if o.DataHost == "" {
+		o.DataHost = hostOf(md.Name)
+	}
+	d := &segment.Descriptor{Name: o.Name, Protocols: []segment.Protocol{}}
+	if md.Has(ProtoTCP) && md.TCPDataPort != 0 {
+		v := min(md.TCPProtoVersion, DefaultTCPVersion) // Mooncake treats 3 and above as 2
+		if v == 0 {
+			v = 1
+		}
+		d.Protocols = append(d.Protocols, segment.Protocol{
+			Name:     TEProtoTCP,
+			Endpoint: net.JoinHostPort(o.DataHost, strconv.Itoa(int(md.TCPDataPort))),
+			Attrs:    map[string]string{AttrVersion: strconv.Itoa(int(v))},
+		})
+	}
+	rdma := md.Has(ProtoRDMA)
+	if rdma {
+		d.Protocols = append(d.Protocols, segment.Protocol{Name: TEProtoRDMA, Endpoint: o.RPCAddr})
+	}
+	for _, dev := range md.Devices {
+		gid, err := ParseGID(dev.GID)
+		if err != nil {
+			return nil, fmt.Errorf("%w: %s: device %s: %v", ErrInvalid, md.Name, dev.Name, err)
+		}
+		d.Devices = append(d.Devices, segment.Device{Name: dev.Name, GID: gid.String(), LID: dev.LID})
+	}
+	for _, b := range md.Buffers {
+		tb := segment.Buffer{Addr: b.Addr, Length: b.Length, RKeys: slices.Clone(b.RKeys)}
+		if rdma && b.Protocol != ProtoTCP {
+			tb.Location = b.Name // RDMA buffers are named by location
+		}
+		d.Buffers = append(d.Buffers, tb)
+	}
+	h := fnv.New64a()
+	var nb [8]byte
+	h.Write([]byte(md.Name))
+	binary.LittleEndian.PutUint64(nb[:], uint64(md.TCPDataPort))
+	h.Write(nb[:])
+	for _, dev := range md.Devices {
+		h.Write([]byte{0})
+		h.Write([]byte(dev.Name))
+		h.Write([]byte(dev.GID))
+		binary.LittleEndian.PutUint64(nb[:], uint64(dev.LID))
+		h.Write(nb[:])
+	}
+	d.Epoch = h.Sum64() | 1
+	if err := d.Validate(); err != nil {
+		return nil, fmt.Errorf("mooncake: %s: translated descriptor: %w", md.Name, err)
+	}
+	return d, nil
+}
+
+// hostOf returns the host of host:port, or s itself when it has no port.
+func hostOf(s string) string {
+	if h, _, err := net.SplitHostPort(s); err == nil {
+		return h
+	}
+	return s
+}
+
+// FromOptions adjust FromTE.
+type FromOptions struct {
+	// Name is the Mooncake segment name: ip:port of the handshake socket
+	// in P2PHANDSHAKE mode. Default: the te descriptor's name.
+	Name string
+	// Protocol is ProtoTCP or ProtoRDMA. Default: ProtoTCP when the te
+	// descriptor offers TEProtoTCP, else ProtoRDMA when it offers
+	// TEProtoRDMA.
+	Protocol string
+	// Priority is the RDMA priority matrix. Default: every buffer location
+	// prefers every device, in devices order (Mooncake derives device
+	// indices from its own walk of the matrix, so the lists follow the
+	// devices order).
+	Priority map[string]Priority
+	// Timestamp overrides the encoding time (tests); default Now().
+	Timestamp string
+}
+
+// DefaultLocation names RDMA buffers whose te descriptor has no location.
+const DefaultLocation = "cpu:0"
+
+// FromTE translates te's descriptor of local memory into Mooncake's, for
+// Mooncake initiators. A TCP descriptor names every buffer after the
+// segment, as Mooncake does; an RDMA descriptor names buffers by location
+// and carries one rkey per device, and lkeys of 0 (a peer never uses
+// them, but Mooncake wants as many lkeys as rkeys).
+func FromTE(d *segment.Descriptor, o FromOptions) (*Descriptor, error) {
+	if err := d.Validate(); err != nil {
+		return nil, fmt.Errorf("mooncake: translate: %w", err)
+	}
+	if o.Name == "" {
+		o.Name = d.Name
+	}
+	tcp, hasTCP := d.Protocol(TEProtoTCP)
+	_, hasRDMA := d.Protocol(TEProtoRDMA)
+	if o.Protocol == "" {
+		switch {
+		case hasTCP:
+			o.Protocol = ProtoTCP
+		case hasRDMA:
+			o.Protocol = ProtoRDMA
+		default:
+			return nil, fmt.Errorf("%w: %s offers neither %s nor %s; install the Mooncake transport", ErrInvalid, d.Name, TEProtoTCP, TEProtoRDMA)
+		}
+	}
+	md := &Descriptor{Name: o.Name, Protocols: []string{o.Protocol}, TCPProtoVersion: DefaultTCPVersion, Timestamp: o.Timestamp}
+	if hasTCP {
+		_, port, err := net.SplitHostPort(tcp.Endpoint)
+		p, perr := strconv.ParseUint(port, 10, 16)
+		if err != nil || perr != nil || p == 0 {
+			return nil, fmt.Errorf("%w: %s: %s endpoint %q has no port", ErrInvalid, d.Name, TEProtoTCP, tcp.Endpoint)
+		}
+		md.TCPDataPort = uint16(p)
+		if v := tcp.Attrs[AttrVersion]; v != "" {
+			n, err := strconv.ParseUint(v, 10, 31)
+			if err != nil || n == 0 {
+				return nil, fmt.Errorf("%w: %s: %s version %q", ErrInvalid, d.Name, TEProtoTCP, v)
+			}
+			md.TCPProtoVersion = uint32(n)
+		}
+	}
+	switch o.Protocol {
+	case ProtoTCP:
+		if !hasTCP {
+			return nil, fmt.Errorf("%w: %s does not offer %s", ErrInvalid, d.Name, TEProtoTCP)
+		}
+		for _, b := range d.Buffers {
+			md.Buffers = append(md.Buffers, Buffer{Name: o.Name, Addr: b.Addr, Length: b.Length})
+		}
+	case ProtoRDMA:
+		for _, dev := range d.Devices {
+			gid, err := ParseGID(dev.GID)
+			if err != nil {
+				return nil, fmt.Errorf("%w: %s: device %s: %v", ErrInvalid, d.Name, dev.Name, err)
+			}
+			md.Devices = append(md.Devices, Device{Name: dev.Name, LID: dev.LID, GID: FormatGID(gid)})
+		}
+		locs := map[string]bool{}
+		for _, b := range d.Buffers {
+			loc := b.Location
+			if loc == "" {
+				loc = DefaultLocation
+			}
+			locs[loc] = true
+			if len(b.RKeys) != len(d.Devices) {
+				return nil, fmt.Errorf("%w: %s: buffer at %#x has %d rkeys for %d devices", ErrInvalid, d.Name, b.Addr, len(b.RKeys), len(d.Devices))
+			}
+			md.Buffers = append(md.Buffers, Buffer{Name: loc, Addr: b.Addr, Length: b.Length,
+				RKeys: slices.Clone(b.RKeys), LKeys: make([]uint32, len(b.RKeys))})
+		}
+		md.PriorityMatrix = o.Priority
+		if md.PriorityMatrix == nil {
+			all := make([]string, len(md.Devices))
+			for i, dev := range md.Devices {
+				all[i] = dev.Name
+			}
+			md.PriorityMatrix = make(map[string]Priority, len(locs))
+			for loc := range locs {
+				md.PriorityMatrix[loc] = Priority{Preferred: all, Other: []string{}}
+			}
+		}
+	default:
+		return nil, fmt.Errorf("%w: protocol %q: te translates only %s and %s", ErrInvalid, o.Protocol, ProtoTCP, ProtoRDMA)
+	}
+	if err := md.Validate(); err != nil {
+		return nil, err
+	}
+	return md, nil
+}
+
+// Versions gives translated descriptors the Version te's engine expects:
+// Mooncake descriptors carry none (their timestamp changes on every
+// encoding), so a descriptor's version grows by one whenever its content
+// changes, per name and epoch. It is safe for concurrent use.
+type Versions struct {
+	mu sync.Mutex
+	m  map[string]versioned
+}
+
+type versioned struct {
+	epoch, sum, version uint64
+}
+
+// Stamp sets d.Version.
+func (v *Versions) Stamp(d *segment.Descriptor) {
+	d.Version = 0
+	b, _ := json.Marshal(d) // a segment.Descriptor always encodes
+	h := fnv.New64a()
+	h.Write(b)
+	sum := h.Sum64()
+	v.mu.Lock()
+	defer v.mu.Unlock()
+	if v.m == nil {
+		v.m = map[string]versioned{}
+	}
+	e, ok := v.m[d.Name]
+	switch {
+	case !ok || e.epoch != d.Epoch:
+		e = versioned{epoch: d.Epoch, sum: sum, version: 1}
+	case e.sum != sum:
+		e.sum = sum
+		e.version++
+	}
+	v.m[d.Name] = e
+	d.Version = e.version
+}
+
+// Forget drops what Versions remembers of a name.
+func (v *Versions) Forget(name string) {
+	v.mu.Lock()
+	delete(v.m, name)
+	v.mu.Unlock()
+}
