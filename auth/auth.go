@@ -72,10 +72,11 @@ import (
 	"errors"
 	"fmt"
 	"hash"
-	"io"
 	"log/slog"
 	"os"
 	"strings"
+
+	"github.com/rdmago/te/internal/regfile"
 )
 
 // Sizes and limits.
@@ -106,6 +107,8 @@ var (
 	ErrWrongTarget = fmt.Errorf("%w: hello addressed to another segment", ErrDenied)
 	// ErrMessage: a handshake message that does not decode.
 	ErrMessage = errors.New("auth: malformed handshake message")
+	// ErrNoPath: Load was given a blank path.
+	ErrNoPath = errors.New("auth: blank secret file name: name a file, or give none to run without authentication")
 )
 
 // Secret is a loaded cluster secret; nil means authentication is off.
@@ -125,31 +128,26 @@ func New(key []byte) (*Secret, error) {
 }
 
 // Load reads a secret from a file. Trailing white space (a final newline)
-// is not part of it. A file that group or others may read or write is
-// refused, as is one shorter than MinSecretLen.
+// is not part of it. Only a regular file is read (a FIFO or device fails
+// at once instead of blocking), and one that group or others may read or
+// write is refused, as is one shorter than MinSecretLen or longer than
+// MaxSecretLen. A blank path is an error: to run without a secret, load
+// none.
 func Load(path string) (*Secret, error) {
-	f, err := os.Open(path)
-	if err != nil {
-		return nil, fmt.Errorf("auth: secret file: %w", err)
+	if strings.TrimSpace(path) == "" {
+		return nil, ErrNoPath
 	}
-	defer f.Close()
-	fi, err := f.Stat()
-	if err != nil {
-		return nil, fmt.Errorf("auth: secret file: %w", err)
-	}
-	if !fi.Mode().IsRegular() {
-		return nil, fmt.Errorf("auth: secret file %s is not a regular file", path)
-	}
-	if fi.Mode().Perm()&0o077 != 0 {
-		return nil, fmt.Errorf("auth: secret file %s has mode %v: others may read it (chmod 600)", path, fi.Mode().Perm())
-	}
-	b, err := io.ReadAll(io.LimitReader(f, MaxSecretLen+1))
-	if err != nil {
-		return nil, fmt.Errorf("auth: secret file %s: %w", path, err)
-	}
+	b, fi, err := regfile.Read(path, MaxSecretLen)
 	defer clear(b)
-	if len(b) > MaxSecretLen {
-		return nil, fmt.Errorf("auth: secret file %s is longer than %d bytes", path, MaxSecretLen)
+	switch {
+	case fi != nil && fi.Mode().IsRegular() && fi.Mode().Perm()&0o077 != 0:
+		return nil, fmt.Errorf("auth: secret file %s has mode %v: others may read it (chmod 600)", path, fi.Mode().Perm())
+	case errors.Is(err, regfile.ErrNotRegular):
+		return nil, fmt.Errorf("auth: secret file: %w: name a regular file of at least %d bytes, mode 0600", err, MinSecretLen)
+	case errors.Is(err, regfile.ErrTooLarge):
+		return nil, fmt.Errorf("auth: secret file: %w", err)
+	case err != nil:
+		return nil, fmt.Errorf("auth: secret file: %w", err)
 	}
 	s, err := New(bytes.TrimRight(b, " \t\r\n"))
 	if err != nil {
@@ -158,10 +156,14 @@ func Load(path string) (*Secret, error) {
 	return s, nil
 }
 
+// EnvPath returns the secret file named by $TE_AUTH_FILE, "" when it is
+// unset or blank (blank means unset, here and in FromEnv).
+func EnvPath() string { return strings.TrimSpace(os.Getenv(EnvFile)) }
+
 // FromEnv loads the secret named by $TE_AUTH_FILE; nil, nil when it is
-// unset or empty.
+// unset or blank.
 func FromEnv() (*Secret, error) {
-	p := strings.TrimSpace(os.Getenv(EnvFile))
+	p := EnvPath()
 	if p == "" {
 		return nil, nil
 	}

@@ -10,6 +10,7 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 )
@@ -196,7 +197,7 @@ func TestLoad(t *testing.T) {
 	}
 	for _, c := range []struct{ name, content, want string }{
 		{"short", "tooshort\n", "at least"},
-		{"long", strings.Repeat("k", MaxSecretLen+1), "longer than"},
+		{"long", strings.Repeat("k", MaxSecretLen+1), "too large"},
 		{"readable", testKey, "others may read"},
 	} {
 		mode := os.FileMode(0o600)
@@ -213,9 +214,15 @@ func TestLoad(t *testing.T) {
 	if _, err := Load(dir); err == nil {
 		t.Error("a directory loaded as a secret")
 	}
-	t.Setenv(EnvFile, "")
-	if s, err := FromEnv(); s != nil || err != nil {
-		t.Fatalf("unset: %v %v", s, err)
+	for _, blank := range []string{"", " ", "\t \n"} {
+		if _, err := Load(blank); !errors.Is(err, ErrNoPath) {
+			t.Errorf("Load(%q): %v, want ErrNoPath", blank, err)
+		}
+		// Blank means unset, as in the CLI.
+		t.Setenv(EnvFile, blank)
+		if s, err := FromEnv(); s != nil || err != nil || EnvPath() != "" {
+			t.Fatalf("$%s=%q: %v %v, path %q", EnvFile, blank, s, err, EnvPath())
+		}
 	}
 	t.Setenv(EnvFile, filepath.Join(dir, "good"))
 	if s, err := FromEnv(); s == nil || err != nil {
@@ -224,6 +231,30 @@ func TestLoad(t *testing.T) {
 	t.Setenv(EnvFile, filepath.Join(dir, "short"))
 	if _, err := FromEnv(); err == nil || !strings.Contains(err.Error(), EnvFile) {
 		t.Fatalf("bad file: %v", err)
+	}
+}
+
+// TestLoadFIFO: a FIFO (or device) named as the secret file is refused
+// at once; opening a FIFO without a writer used to block forever.
+func TestLoadFIFO(t *testing.T) {
+	fifo := filepath.Join(t.TempDir(), "fifo")
+	if err := syscall.Mkfifo(fifo, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	for _, p := range []string{fifo, "/dev/zero"} {
+		done := make(chan error, 1)
+		go func() {
+			_, err := Load(p)
+			done <- err
+		}()
+		select {
+		case err := <-done:
+			if err == nil || !strings.Contains(err.Error(), "not a regular file") || !strings.Contains(err.Error(), p) {
+				t.Errorf("Load(%s): %v", p, err)
+			}
+		case <-time.After(time.Second):
+			t.Fatalf("Load(%s) blocked for a second", p)
+		}
 	}
 }
 
