@@ -79,6 +79,7 @@ import (
 
 	"github.com/hashicorp/consul/api"
 
+	"github.com/rdmago/te/internal/regfile"
 	"github.com/rdmago/te/segment"
 )
 
@@ -90,6 +91,9 @@ const (
 	DefaultRequestTimeout = 5 * time.Second
 	DefaultWatchWait      = time.Minute
 )
+
+// maxTokenFile bounds $CONSUL_HTTP_TOKEN_FILE (a token is a UUID).
+const maxTokenFile = 64 << 10
 
 // Config configures a Store. The zero value talks to a local agent.
 type Config struct {
@@ -131,9 +135,11 @@ func (c *Config) setDefaults() error {
 		c.Token = os.Getenv("CONSUL_HTTP_TOKEN")
 	}
 	if f := os.Getenv("CONSUL_HTTP_TOKEN_FILE"); c.Token == "" && f != "" {
-		b, err := os.ReadFile(f)
+		// A regular file of bounded size only: a FIFO or device named
+		// here fails at once instead of blocking the caller.
+		b, _, err := regfile.Read(f, maxTokenFile)
 		if err != nil {
-			return fmt.Errorf("consul: ACL token: %w", err)
+			return fmt.Errorf("consul: ACL token ($CONSUL_HTTP_TOKEN_FILE): %w", err)
 		}
 		c.Token = strings.TrimSpace(string(b))
 	}

@@ -13,6 +13,7 @@ import (
 	"os/exec"
 	"strings"
 	"sync"
+	"syscall"
 	"testing"
 	"time"
 
@@ -478,4 +479,38 @@ func FuzzParseURI(f *testing.F) {
 			t.Fatalf("%q: negative duration accepted: %+v", s, c)
 		}
 	})
+}
+
+// $CONSUL_HTTP_TOKEN_FILE naming a FIFO (or a huge file) fails at once
+// with a clear error; the FIFO's open used to block New forever.
+func TestTokenFileNotRegular(t *testing.T) {
+	dir := t.TempDir()
+	fifo := dir + "/fifo"
+	if err := syscall.Mkfifo(fifo, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	big := dir + "/big"
+	if err := os.WriteFile(big, make([]byte, 1<<20), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	t.Setenv("CONSUL_HTTP_TOKEN", "")
+	for path, want := range map[string]string{fifo: "not a regular file", big: "too large"} {
+		t.Setenv("CONSUL_HTTP_TOKEN_FILE", path)
+		done := make(chan error, 1)
+		go func() {
+			s, err := consul.New(context.Background(), consul.Config{Address: "127.0.0.1:1"})
+			if s != nil {
+				s.Close()
+			}
+			done <- err
+		}()
+		select {
+		case err := <-done:
+			if err == nil || !strings.Contains(err.Error(), want) || !strings.Contains(err.Error(), "CONSUL_HTTP_TOKEN_FILE") {
+				t.Errorf("token file %s: %v, want %q", path, err, want)
+			}
+		case <-time.After(time.Second):
+			t.Fatalf("token file %s: New blocked for a second", path)
+		}
+	}
 }
