@@ -1,16 +1,17 @@
 package main
 
 import (
+	"errors"
 	"flag"
-
 	"fmt"
-	"github.com/rdmago/te/auth"
 	"math"
 	"os"
 	"slices"
 	"strconv"
 	"strings"
 	"time"
+
+	"github.com/rdmago/te/auth"
 )
 
 // sizeFlag is a byte count written as 4096, 64K, 64KiB, 1M, 1MiB, 1G or
@@ -206,9 +207,31 @@ func metadataURI(v string) string {
 }
 
 // authFlag adds --auth-file to fs: the cluster secret's file, default
-// $TE_AUTH_FILE.
+// $TE_AUTH_FILE (blank means unset, as in auth.FromEnv). A blank
+// --auth-file is an error: leaving the flag out turns authentication off.
 func authFlag(fs *flag.FlagSet) *string {
-	return fs.String("auth-file", os.Getenv(auth.EnvFile), "`file` holding the cluster secret (mode 0600, at least 16 bytes): peers must prove they hold it (default $"+auth.EnvFile+"; unset: no authentication)")
+	p := auth.EnvPath()
+	fs.Var(authFileFlag{&p}, "auth-file", "`file` holding the cluster secret (mode 0600, at least 16 bytes): peers must prove they hold it (default $"+auth.EnvFile+"; unset: no authentication)")
+	return &p
+}
+
+// authFileFlag refuses a blank file name, which would otherwise silently
+// mean no authentication.
+type authFileFlag struct{ p *string }
+
+func (f authFileFlag) Set(v string) error {
+	if strings.TrimSpace(v) == "" {
+		return errors.New("blank file name: name the secret file, or leave the flag out to run without authentication")
+	}
+	*f.p = v
+	return nil
+}
+
+func (f authFileFlag) String() string {
+	if f.p == nil {
+		return ""
+	}
+	return *f.p
 }
 
 // listFlag is a comma-separated list of names.

@@ -12,6 +12,7 @@ import (
 	"os"
 	"os/signal"
 	"sort"
+	"time"
 
 	"github.com/rdmago/te/internal/proc"
 )
@@ -68,9 +69,13 @@ func run(args []string) int {
 		usage()
 		return 2
 	}
-	ctx, stop := signal.NotifyContext(context.Background(), proc.StopSignals...)
-	defer stop()
-	if err := c.run(ctx, args[1:]); err != nil {
+	// Stop signals are caught before the command does anything, and the
+	// command cannot swallow them: see supervise.
+	sigs := make(chan os.Signal, 2)
+	signal.Notify(sigs, proc.StopSignals...)
+	defer signal.Stop(sigs)
+	err := supervise(sigs, stopGrace, func(ctx context.Context) error { return c.run(ctx, args[1:]) })
+	if err != nil {
 		if errors.Is(err, errUsage) || errors.Is(err, flag.ErrHelp) {
 			return 2
 		}
@@ -78,6 +83,45 @@ func run(args []string) int {
 		return 1
 	}
 	return 0
+}
+
+// stopGrace is how long a command may take to stop after SIGINT or
+// SIGTERM before te exits without it.
+const stopGrace = 10 * time.Second
+
+// errNotStopped: a command went on past stopGrace after a stop signal, or
+// a second stop signal came.
+var errNotStopped = errors.New("did not stop in time")
+
+// supervise runs fn with a context that ends at the first signal on sigs.
+// fn then has grace to return (and clean up); a second signal or the end
+// of grace returns errNotStopped without waiting for it any longer, so a
+// command blocked where it does not watch its context (an open(2) that
+// waits, a peer that never answers) still ends on SIGTERM.
+func supervise(sigs <-chan os.Signal, grace time.Duration, fn func(ctx context.Context) error) error {
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	done := make(chan error, 1)
+	go func() { done <- fn(ctx) }()
+	var first os.Signal
+	var deadline <-chan time.Time
+	for {
+		select {
+		case err := <-done:
+			return err
+		case s := <-sigs:
+			if first != nil {
+				return fmt.Errorf("%w: second signal (%v)", errNotStopped, s)
+			}
+			first = s
+			cancel()
+			t := time.NewTimer(grace)
+			defer t.Stop()
+			deadline = t.C
+		case <-deadline:
+			return fmt.Errorf("%w: still running %v after %v", errNotStopped, grace, first)
+		}
+	}
 }
 
 // newFlags returns a FlagSet for a subcommand that reports errors instead
