@@ -5,17 +5,21 @@ PKGS    := ./...
 
 export CGO_ENABLED ?= 0
 
+# te version reports the commit; the toolchain's own VCS stamp is missing
+# in some checkouts (git worktrees, GOFLAGS=-buildvcs=false).
+LDFLAGS := -s -w -X github.com/rdmago/te/internal/cli.commit=$(shell git rev-parse HEAD 2>/dev/null)
+
 .PHONY: all build build-arm64 run test test-deps lint generate test-unit test-race test-arm64 test-softroce bench bench-smoke fuzz-smoke deps clean
 
 all: build
 
 ## build: static, cgo-free bin/te
 build:
-	CGO_ENABLED=0 $(GO) build -trimpath -ldflags='-s -w' -o $(BIN) ./cmd/te
+	CGO_ENABLED=0 $(GO) build -trimpath -ldflags='$(LDFLAGS)' -o $(BIN) ./cmd/te
 
 ## build-arm64: the same binary for arm64 hosts (Grace), bin/te-arm64
 build-arm64:
-	CGO_ENABLED=0 GOARCH=arm64 $(GO) build -trimpath -ldflags='-s -w' -o $(BIN)-arm64 ./cmd/te
+	CGO_ENABLED=0 GOARCH=arm64 $(GO) build -trimpath -ldflags='$(LDFLAGS)' -o $(BIN)-arm64 ./cmd/te
 
 ## run: the main job — te bench, loopback TCP and shm taking turns, in-process target
 run: build

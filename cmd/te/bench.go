@@ -3,7 +3,6 @@ package main
 import (
 	"bytes"
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
@@ -16,8 +15,8 @@ import (
 	"text/tabwriter"
 	"time"
 
-	"github.com/rdmago/te/auth"
 	"github.com/rdmago/te/engine"
+	"github.com/rdmago/te/internal/cli"
 	"github.com/rdmago/te/rdma"
 	"github.com/rdmago/te/segment"
 )
@@ -28,119 +27,6 @@ func init() {
 		summary: "measure transfers to a segment (default: TCP over loopback to an in-process target)",
 		run:     func(ctx context.Context, args []string) error { return runBench(ctx, args, os.Stdout, os.Stderr) },
 	})
-}
-
-// benchConfig is te bench's flags after parsing.
-type benchConfig struct {
-	Operation  string   `json:"operation"`
-	Protocol   string   `json:"protocol"`
-	Protocols  []string `json:"-"`
-	protoSet   bool
-	BlockSize  int64         `json:"block_size"`
-	BatchSize  int           `json:"batch_size"`
-	Threads    int           `json:"threads"`
-	Duration   time.Duration `json:"-"`
-	Seconds    float64       `json:"duration_s"`
-	BufferSize int64         `json:"buffer_size"`
-	Segment    string        `json:"segment,omitempty"`
-	Metadata   string        `json:"metadata"`
-	ReportUnit string        `json:"report_unit"`
-	Precision  int           `json:"-"`
-	JSON       bool          `json:"-"`
-	Baseline   bool          `json:"baseline"`
-	Sweep      bool          `json:"sweep"`
-	Verify     bool          `json:"verify"`
-	Quiet      bool          `json:"-"`
-	AuthFile   string        `json:"-"`
-	Auth       bool          `json:"auth"` // a cluster secret is in use (never the secret)
-	secret     *auth.Secret  // loaded from AuthFile
-	Trace      bool          `json:"-"`
-	Devices    []string      `json:"devices,omitempty"`
-}
-
-// sweepBlocks and sweepOps are the table --sweep measures.
-var (
-	sweepBlocks = []int64{4 << 10, 64 << 10, 1 << 20}
-	sweepOps    = []string{"write", "read"}
-)
-
-func parseBench(args []string, stderr io.Writer) (*benchConfig, error) {
-	fs := newFlags("bench")
-	fs.SetOutput(stderr)
-	op := &choiceFlag{v: "write", ok: []string{"read", "write"}}
-	proto := &protocolsFlag{v: []string{"tcp", "shm"}, ok: []string{"tcp", "shm", "rdma"}}
-	unit := &choiceFlag{v: "GB", ok: []string{"GB", "GiB", "Gb", "MB", "MiB", "Mb", "KB", "KiB", "Kb"}}
-	block, buf := sizeFlag(64<<10), sizeFlag(256<<20)
-	dur := secondsFlag(5 * time.Second)
-	c := &benchConfig{}
-	fs.Var(op, "operation", "the `op`: read (target to local) or write (local to target)")
-	fs.Var(proto, "protocol", "the `transports` to measure, taking turns: tcp, shm (same host), rdma, or a comma-separated list; with shm a single-thread memcpy of the same blocks is measured beside it")
-	fs.Var(&block, "block-size", "`bytes` per request (4096, 64KiB, 1MiB, ...)")
-	fs.IntVar(&c.BatchSize, "batch-size", 128, "requests per batch")
-	fs.IntVar(&c.Threads, "threads", 1, "initiator goroutines, each with its own batches")
-	fs.Var(&dur, "duration", "`time` to measure each configuration (seconds, or 500ms, 2s, ...)")
-	fs.Var(&buf, "buffer-size", "`bytes` registered on each side (raised to block × batch × threads)")
-	fs.StringVar(&c.Segment, "segment", "", "target segment to open (with p2p: the te serve's host:port); default: start a target in this process")
-	fs.StringVar(&c.Metadata, "metadata", defaultMetadata(), "metadata store: p2p (embedded, no server) or consul://host:port[/prefix] ($TE_METADATA sets the default)")
-	fs.Var(unit, "report-unit", "bandwidth `unit`: GB (1e9 bytes), GiB, Gb, MB, MiB, Mb, KB, KiB, Kb")
-	fs.IntVar(&c.Precision, "report-precision", 2, "digits after the point in reported bandwidths")
-	fs.BoolVar(&c.JSON, "json", false, "print the results as JSON on stdout")
-	fs.BoolVar(&c.Baseline, "baseline", false, "also measure raw TCP over one loopback connection at the same block size, taking turns with the engine (250 ms each), and print engine/baseline")
-	fs.BoolVar(&c.Sweep, "sweep", false, "measure the table: 4KiB, 64KiB, 1MiB blocks × write, read (other flags apply)")
-	fs.BoolVar(&c.Verify, "verify", false, "after each measurement, write a pattern, read it back and compare")
-	fs.BoolVar(&c.Quiet, "quiet", false, "no progress lines on stderr")
-	authFile := authFlag(fs)
-	fs.BoolVar(&c.Trace, "trace", false, "trace the TCP lanes with eBPF (root) while measuring and print a per-lane table (untraced, from TCP_INFO, where eBPF is unavailable)")
-	devices := &listFlag{}
-	fs.Var(devices, "devices", "RDMA `devices` of the initiator (and of an in-process target), one rail each (rxe0,rxe2); default: every device with an active port")
-	alias(fs, "block-size", "block_size")
-	alias(fs, "batch-size", "batch_size")
-	alias(fs, "buffer-size", "buffer_size")
-	alias(fs, "segment", "segment_id")
-	alias(fs, "metadata", "metadata_server")
-	alias(fs, "report-unit", "report_unit")
-	alias(fs, "report-precision", "report_precision")
-	fs.Usage = func() {
-		fmt.Fprintf(fs.Output(), "usage: te bench [flags]\n\n"+
-			"Each thread loops: allocate a batch, submit batch-size requests of block-size\n"+
-			"bytes (thread t's request i at offset block×(i×threads+t) on both sides),\n"+
-			"wait for all, free the batch. GB/s counts 1e9 bytes; latency is per batch,\n"+
-			"submit to all complete. With no --segment a target runs in this process\n"+
-			"over loopback. Start a separate target with te serve.\n\nflags:\n")
-		printFlags(fs)
-	}
-	if err := fs.Parse(args); err != nil {
-		return nil, usageErr(err)
-	}
-	if fs.NArg() > 0 {
-		return nil, badUsage(stderr, "bench", "unexpected arguments %q", strings.Join(fs.Args(), " "))
-	}
-	c.Operation, c.Protocol, c.Protocols, c.protoSet, c.ReportUnit = op.v, proto.String(), proto.v, proto.set, unit.v
-	c.Devices = devices.v
-	c.BlockSize, c.BufferSize, c.Duration = int64(block), int64(buf), time.Duration(dur)
-	c.Seconds = c.Duration.Seconds()
-	c.Metadata = metadataURI(c.Metadata)
-	c.AuthFile = *authFile
-	switch {
-	case c.BlockSize <= 0 || c.BlockSize > 1<<30:
-		return nil, badUsage(stderr, "bench", "--block-size %d: want 1 byte to 1GiB", c.BlockSize)
-	case c.BatchSize <= 0 || c.BatchSize > engine.MaxBatchCapacity:
-		return nil, badUsage(stderr, "bench", "--batch-size %d: want 1 to %d", c.BatchSize, engine.MaxBatchCapacity)
-	case c.Threads <= 0 || c.Threads > 1024:
-		return nil, badUsage(stderr, "bench", "--threads %d: want 1 to 1024", c.Threads)
-	case c.BufferSize <= 0:
-		return nil, badUsage(stderr, "bench", "--buffer-size must be positive")
-	case c.Precision < 0 || c.Precision > 9:
-		return nil, badUsage(stderr, "bench", "--report-precision %d: want 0 to 9", c.Precision)
-	}
-	maxBlock := c.BlockSize
-	if c.Sweep {
-		maxBlock = max(maxBlock, sweepBlocks[len(sweepBlocks)-1])
-	}
-	if fp := maxBlock * int64(c.BatchSize) * int64(c.Threads); fp > 64<<30 {
-		return nil, badUsage(stderr, "bench", "block × batch × threads = %s: over 64GiB", formatSize(fp))
-	}
-	return c, nil
 }
 
 // benchResult is one measured configuration.
@@ -182,9 +68,13 @@ type benchResult struct {
 }
 
 func runBench(ctx context.Context, args []string, stdout, stderr io.Writer) error {
-	c, err := parseBench(args, stderr)
+	c, err := parseBench(args, stdout)
 	if err != nil {
 		return err
+	}
+	var rep *cli.Report[*benchResult]
+	if c.JSON {
+		rep = cli.NewReport[*benchResult](c.fs)
 	}
 	if c.secret, err = loadAuth(c.AuthFile); err != nil {
 		return err
@@ -226,7 +116,7 @@ func runBench(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	}
 	fmt.Fprintf(info, "te bench: %s over %s to %s, metadata %s\n", opsLabel(c), strings.Join(env.protos, " and "), where, c.Metadata)
 	fmt.Fprintf(info, "te bench: block %s, batch %d, threads %d, %v per run, buffer %s\n",
-		blocksLabel(c), c.BatchSize, c.Threads, c.Duration, formatSize(bufSize))
+		blocksLabel(c), c.BatchSize, c.Threads, c.Duration, c.size(bufSize))
 
 	var results []*benchResult
 	blocks, ops := []int64{c.BlockSize}, []string{c.Operation}
@@ -237,17 +127,17 @@ func runBench(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 		for _, op := range ops {
 			rs, err := env.run(ctx, op, block, progress)
 			if err != nil {
-				return fmt.Errorf("%s %s: %w", op, formatSize(block), err)
+				return fmt.Errorf("%s %s: %w", op, c.size(block), err)
 			}
 			for _, r := range rs {
 				if c.Verify {
 					ok, err := env.verify(ctx, block, r.Protocol)
 					if err != nil {
-						return fmt.Errorf("verify %s over %s: %w", formatSize(block), r.Protocol, err)
+						return fmt.Errorf("verify %s over %s: %w", c.size(block), r.Protocol, err)
 					}
 					r.Verified = &ok
 					if !ok {
-						return fmt.Errorf("verify %s over %s: data read back differs from what was written", formatSize(block), r.Protocol)
+						return fmt.Errorf("verify %s over %s: data read back differs from what was written", c.size(block), r.Protocol)
 					}
 				}
 				if !c.JSON && !c.Sweep {
@@ -267,10 +157,9 @@ func runBench(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 		}
 	}
 	switch {
-	case c.JSON && (c.Sweep || len(results) > 1):
-		return writeJSON(stdout, results)
 	case c.JSON:
-		return writeJSON(stdout, results[0])
+		rep.Results = results
+		return rep.Write(stdout)
 	case c.Sweep && len(env.protos) > 1:
 		printCompareTable(stdout, c, env.protos, results)
 	case c.Sweep:
@@ -288,19 +177,13 @@ func opsLabel(c *benchConfig) string {
 
 func blocksLabel(c *benchConfig) string {
 	if !c.Sweep {
-		return formatSize(c.BlockSize)
+		return c.size(c.BlockSize)
 	}
 	var s []string
 	for _, b := range sweepBlocks {
-		s = append(s, formatSize(b))
+		s = append(s, c.size(b))
 	}
 	return strings.Join(s, ", ")
-}
-
-func writeJSON(w io.Writer, v any) error {
-	enc := json.NewEncoder(w)
-	enc.SetIndent("", "  ")
-	return enc.Encode(v)
 }
 
 // benchEnv is the initiator, the opened target segment and, without
@@ -384,7 +267,7 @@ func setupBench(ctx context.Context, c *benchConfig, bufSize, localSize int64) (
 		}
 	}
 	return nil, fmt.Errorf("segment %s exposes no buffer of %s (block × batch × threads); its largest is %s: lower --block-size, --batch-size or --threads, or raise the target's --buffer-size",
-		env.segment, formatSize(int64(need)), formatSize(int64(largest)))
+		env.segment, c.size(int64(need)), c.size(int64(largest)))
 }
 
 // benchName names a bench engine in stores that need a name:
@@ -494,7 +377,7 @@ const turn = 250 * time.Millisecond
 // blocks), and returns one result per protocol.
 func (env *benchEnv) run(ctx context.Context, op string, block int64, progress io.Writer) ([]*benchResult, error) {
 	c := env.cfg
-	label := fmt.Sprintf("%s %s", op, formatSize(block))
+	label := fmt.Sprintf("%s %s", op, c.size(block))
 	footprint := block * int64(c.BatchSize) * int64(c.Threads)
 	protos := env.protos
 	stats := make([][]workerStats, len(protos))
@@ -727,7 +610,7 @@ func latency(us float64) string {
 
 func printResult(w io.Writer, c *benchConfig, r *benchResult) {
 	fmt.Fprintf(w, "result: %s %s over %s: %s  %s req/s  batch latency p50 %s  p99 %s  max %s  %s moved in %.2f s\n",
-		r.Operation, formatSize(r.BlockSize), r.Protocol, rate(r.GBps*1e9, c), si(r.OpsPerSec),
+		r.Operation, c.size(r.BlockSize), r.Protocol, rate(r.GBps*1e9, c), si(r.OpsPerSec),
 		latency(r.P50Micros), latency(r.P99Micros), latency(r.MaxMicros),
 		strconv.FormatFloat(float64(r.Bytes)/1e9, 'f', 2, 64)+" GB", r.Seconds)
 	if r.Verified != nil {
@@ -757,11 +640,11 @@ func printResult(w io.Writer, c *benchConfig, r *benchResult) {
 	}
 	if m := r.Memcpy; m != nil {
 		fmt.Fprintf(w, "memcpy: one thread copying the same %s blocks: %s  %s/memcpy %.2f\n",
-			formatSize(int64(m.BlockSize)), rate(m.GBps*1e9, c), r.Protocol, r.VsMemcpy)
+			c.size(int64(m.BlockSize)), rate(m.GBps*1e9, c), r.Protocol, r.VsMemcpy)
 	}
 	if b := r.Baseline; b != nil {
 		fmt.Fprintf(w, "baseline: raw TCP, one loopback connection, %s writes: %s  engine/baseline %.2f\n",
-			formatSize(int64(b.BlockSize)), rate(b.GBps*1e9, c), r.VsBaseline)
+			c.size(int64(b.BlockSize)), rate(b.GBps*1e9, c), r.VsBaseline)
 	}
 }
 
@@ -778,7 +661,7 @@ func printTable(w io.Writer, c *benchConfig, rs []*benchResult) {
 	fmt.Fprintln(tw, hdr)
 	fmt.Fprintln(tw, sep)
 	for _, r := range rs {
-		row := fmt.Sprintf("| %s\t %s\t %s\t %s\t %s\t %s\t", r.Operation, formatSize(r.BlockSize),
+		row := fmt.Sprintf("| %s\t %s\t %s\t %s\t %s\t %s\t", r.Operation, c.size(r.BlockSize),
 			strconv.FormatFloat(r.Rate, 'f', c.Precision, 64), si(r.OpsPerSec), latency(r.P50Micros), latency(r.P99Micros))
 		if b := r.Baseline; b != nil {
 			row += fmt.Sprintf(" %s\t %.2f\t", strconv.FormatFloat(b.GBps*1e9/reportUnits[c.ReportUnit], 'f', c.Precision, 64), r.VsBaseline)
@@ -877,7 +760,7 @@ func printCompareTable(w io.Writer, c *benchConfig, protos []string, rs []*bench
 	num := func(r float64) string { return strconv.FormatFloat(r, 'f', c.Precision, 64) }
 	for i := 0; i+len(protos) <= len(rs); i += len(protos) {
 		row := rs[i : i+len(protos)]
-		line := fmt.Sprintf("| %s\t %s\t", row[0].Operation, formatSize(row[0].BlockSize))
+		line := fmt.Sprintf("| %s\t %s\t", row[0].Operation, c.size(row[0].BlockSize))
 		var shm *benchResult
 		for _, r := range row {
 			line += fmt.Sprintf(" %s\t", num(r.Rate))

@@ -3,145 +3,151 @@ package main
 import (
 	"errors"
 	"flag"
-	"fmt"
-	"math"
+	"io"
 	"os"
-	"slices"
-	"strconv"
 	"strings"
 	"time"
 
 	"github.com/rdmago/te/auth"
+	"github.com/rdmago/te/engine"
+	"github.com/rdmago/te/internal/cli"
 )
 
-// sizeFlag is a byte count written as 4096, 64K, 64KiB, 1M, 1MiB, 1G or
-// 1GiB (binary multiples), or 1KB, 1MB, 1GB (decimal ones).
-type sizeFlag int64
-
-var sizeSuffixes = []struct {
-	s string
-	m int64
-}{
-	{"KiB", 1 << 10}, {"MiB", 1 << 20}, {"GiB", 1 << 30},
-	{"KB", 1e3}, {"MB", 1e6}, {"GB", 1e9},
-	{"K", 1 << 10}, {"M", 1 << 20}, {"G", 1 << 30},
-	{"k", 1 << 10}, {"m", 1 << 20}, {"g", 1 << 30},
-	{"B", 1},
+// benchConfig is te bench's flags after parsing.
+type benchConfig struct {
+	Operation  string
+	Protocol   string
+	Protocols  []string
+	protoSet   bool
+	BlockSize  int64
+	BatchSize  int
+	Threads    int
+	Duration   time.Duration
+	BufferSize int64
+	Segment    string
+	Metadata   string
+	ReportUnit string
+	Precision  int
+	JSON       bool
+	Baseline   bool
+	Sweep      bool
+	Verify     bool
+	Quiet      bool
+	AuthFile   string
+	Auth       bool         // a cluster secret is in use (never the secret)
+	secret     *auth.Secret // loaded from AuthFile
+	Trace      bool
+	Devices    []string
+	// block prints sizes in the unit --block-size was given in.
+	block   *cli.Size
+	fs      *cli.FlagSet
+	resolve func()
 }
 
-func parseSize(v string) (int64, error) {
-	num, mult := v, int64(1)
-	for _, s := range sizeSuffixes {
-		if n, ok := strings.CutSuffix(v, s.s); ok {
-			num, mult = n, s.m
-			break
-		}
+// sweepBlocks and sweepOps are the table --sweep measures.
+var (
+	sweepBlocks = []int64{4 << 10, 64 << 10, 1 << 20}
+	sweepOps    = []string{"write", "read"}
+)
+
+// maxThreads bounds --threads.
+const maxThreads = 1024
+
+func benchFlags(c *benchConfig, help io.Writer) *cli.FlagSet {
+	fs := cli.NewFlagSet("te bench", "te bench [flags]",
+		"Each thread loops: allocate a batch, submit batch-size requests of block-size\n"+
+			"bytes (thread t's request i at offset block×(i×threads+t) on both sides),\n"+
+			"wait for all, free the batch. GB/s counts 1e9 bytes; latency is per batch,\n"+
+			"submit to all complete. With no --segment a target runs in this process\n"+
+			"over loopback. Start a separate target with te serve.\n"+
+			"Sizes: 4096, 64K or 64KiB, 1.5MiB, 1G or 1GiB (powers of 1024); 64KB, 1GB\n"+
+			"(powers of 1000); any case.", help)
+	op := cli.NewChoice("write", "read", "write")
+	proto := &cli.List{V: []string{"tcp", "shm"}, OK: []string{"tcp", "shm", "rdma"}}
+	unit := cli.NewChoice("GB", "GB", "GiB", "Gb", "MB", "MiB", "Mb", "KB", "KiB", "Kb")
+	c.block = cli.NewSize(64 << 10)
+	buf := cli.NewSize(256 << 20)
+	dur := &cli.Seconds{D: 5 * time.Second}
+	fs.Var(op, "operation", "the `op`: read (target to local) or write (local to target)")
+	fs.Var(proto, "protocol", "the `transports` to measure, taking turns: tcp, shm (same host), rdma, or a comma-separated list; with shm a single-thread memcpy of the same blocks is measured beside it")
+	fs.Var(c.block, "block-size", "`bytes` per request")
+	fs.IntVar(&c.BatchSize, "batch-size", 128, "requests per batch")
+	fs.IntVar(&c.Threads, "threads", 1, "initiator goroutines, each with its own batches")
+	fs.Var(dur, "duration", "`time` to measure each configuration (seconds, or 500ms, 2s, ...)")
+	fs.Var(buf, "buffer-size", "`bytes` registered on each side (raised to block × batch × threads)")
+	fs.StringVar(&c.Segment, "segment", "", "target segment to open (with p2p: the te serve's host:port); default: start a target in this process")
+	fs.StringVar(&c.Metadata, "metadata", defaultMetadata(), "metadata store: p2p (embedded, no server) or consul://host:port[/prefix] ($TE_METADATA sets the default)")
+	fs.Var(unit, "report-unit", "bandwidth `unit`: GB (1e9 bytes), GiB, Gb, MB, MiB, Mb, KB, KiB, Kb")
+	fs.IntVar(&c.Precision, "report-precision", 2, "digits after the point in reported bandwidths")
+	fs.BoolVar(&c.JSON, "json", false, "print the results as JSON on stdout (docs/cli.md)")
+	fs.BoolVar(&c.Baseline, "baseline", false, "also measure raw TCP over one loopback connection at the same block size, taking turns with the engine (250 ms each), and print engine/baseline")
+	fs.BoolVar(&c.Sweep, "sweep", false, "measure the table: 4KiB, 64KiB, 1MiB blocks × write, read (other flags apply)")
+	fs.BoolVar(&c.Verify, "verify", false, "after each measurement, write a pattern, read it back and compare")
+	fs.BoolVar(&c.Quiet, "quiet", false, "print only the results: no headers, no progress")
+	authFile := authFlag(fs.FlagSet)
+	fs.BoolVar(&c.Trace, "trace", false, "trace the TCP lanes with eBPF (root) while measuring and print a per-lane table (untraced, from TCP_INFO, where eBPF is unavailable)")
+	devices := &cli.List{}
+	fs.Var(devices, "devices", "RDMA `devices` of the initiator (and of an in-process target), one rail each (rxe0,rxe2); default: every device with an active port")
+	fs.Alias("segment", "segment_id")
+	fs.Alias("metadata", "metadata_server")
+	fs.Alias("devices", "device_name")
+	c.fs = fs
+	// Resolved after Parse.
+	c.resolve = func() {
+		c.Operation, c.Protocol, c.Protocols, c.protoSet, c.ReportUnit = op.V, proto.String(), proto.V, proto.Given, unit.V
+		c.Devices, c.AuthFile = devices.V, *authFile
+		c.BlockSize, c.BufferSize, c.Duration = c.block.N, buf.N, dur.D
 	}
-	n, err := strconv.ParseInt(strings.TrimSpace(num), 10, 64)
-	if err != nil || n < 0 || n > math.MaxInt64/mult {
-		return 0, fmt.Errorf("%q is not a size (examples: 4096, 64KiB, 1MiB, 256M)", v)
-	}
-	return n * mult, nil
+	return fs
 }
 
-func (s *sizeFlag) Set(v string) error {
-	n, err := parseSize(v)
-	if err != nil {
-		return err
+func parseBench(args []string, help io.Writer) (*benchConfig, error) {
+	c := &benchConfig{}
+	fs := benchFlags(c, help)
+	if err := fs.Parse(args); err != nil {
+		return nil, err
 	}
-	*s = sizeFlag(n)
-	return nil
-}
-
-func (s *sizeFlag) String() string { return formatSize(int64(*s)) }
-
-// formatSize writes n with the largest binary unit that divides it.
-func formatSize(n int64) string {
+	if fs.NArg() > 0 {
+		return nil, fs.Usagef("unexpected arguments %q (te bench takes only flags)", strings.Join(fs.Args(), " "))
+	}
+	c.resolve()
+	c.Metadata = metadataURI(c.Metadata)
 	switch {
-	case n >= 1<<30 && n%(1<<30) == 0:
-		return fmt.Sprintf("%dGiB", n>>30)
-	case n >= 1<<20 && n%(1<<20) == 0:
-		return fmt.Sprintf("%dMiB", n>>20)
-	case n >= 1<<10 && n%(1<<10) == 0:
-		return fmt.Sprintf("%dKiB", n>>10)
+	case c.BlockSize <= 0 || c.BlockSize > 1<<30:
+		return nil, fs.Usagef("--block-size %s: want 1 byte to 1GiB", c.block)
+	case c.BatchSize <= 0 || c.BatchSize > engine.MaxBatchCapacity:
+		return nil, fs.Usagef("--batch-size %d: want 1 to %d", c.BatchSize, engine.MaxBatchCapacity)
+	case c.Threads <= 0 || c.Threads > maxThreads:
+		return nil, fs.Usagef("--threads %d: want 1 to %d", c.Threads, maxThreads)
+	case c.BufferSize <= 0:
+		return nil, fs.Usagef("--buffer-size must be positive")
+	case c.Precision < 0 || c.Precision > 9:
+		return nil, fs.Usagef("--report-precision %d: want 0 to 9", c.Precision)
 	}
-	return strconv.FormatInt(n, 10)
-}
-
-// secondsFlag is a duration written as whole seconds (Mooncake's
-// --duration=10) or as a Go duration (500ms, 2s).
-type secondsFlag time.Duration
-
-func (d *secondsFlag) Set(v string) error {
-	if n, err := strconv.ParseFloat(v, 64); err == nil {
-		// Written so that NaN fails too (every comparison with it is false).
-		if !(n > 0 && n <= 1e6) {
-			return fmt.Errorf("%q: duration must be a positive number of seconds, at most 1e6", v)
-		}
-		*d = secondsFlag(n * float64(time.Second))
-		return nil
+	if fp := c.maxBlock() * int64(c.BatchSize) * int64(c.Threads); fp > 64<<30 {
+		return nil, fs.Usagef("block × batch × threads = %s: over 64GiB", c.size(fp))
 	}
-	t, err := time.ParseDuration(v)
-	if err != nil || t <= 0 {
-		return fmt.Errorf("%q is not a duration (examples: 5, 5s, 500ms)", v)
+	return c, nil
+}
+
+// maxBlock is the largest block the run measures.
+func (c *benchConfig) maxBlock() int64 {
+	if c.Sweep {
+		return max(c.BlockSize, sweepBlocks[len(sweepBlocks)-1])
 	}
-	*d = secondsFlag(t)
-	return nil
+	return c.BlockSize
 }
 
-func (d *secondsFlag) String() string { return time.Duration(*d).String() }
-
-// choiceFlag accepts one of a fixed set of words.
-type choiceFlag struct {
-	v  string
-	ok []string
-}
-
-func (c *choiceFlag) Set(v string) error {
-	for _, o := range c.ok {
-		if strings.EqualFold(v, o) {
-			c.v = o
-			return nil
-		}
+// size writes n bytes in the unit --block-size was given in.
+func (c *benchConfig) size(n int64) string {
+	if c.block == nil {
+		return cli.FormatSize(n)
 	}
-	return fmt.Errorf("%q is not one of %s", v, strings.Join(c.ok, ", "))
+	return c.block.Format(n)
 }
 
-func (c *choiceFlag) String() string {
-	if c == nil {
-		return ""
-	}
-	return c.v
-}
-
-// protocolsFlag accepts one transport or a comma-separated list (tcp,shm).
-type protocolsFlag struct {
-	v   []string
-	ok  []string
-	set bool
-}
-
-func (p *protocolsFlag) Set(v string) error {
-	var out []string
-	for _, w := range strings.Split(v, ",") {
-		w = strings.ToLower(strings.TrimSpace(w))
-		if !slices.Contains(p.ok, w) {
-			return fmt.Errorf("%q is not one of %s (or a comma-separated list of them)", w, strings.Join(p.ok, ", "))
-		}
-		if !slices.Contains(out, w) {
-			out = append(out, w)
-		}
-	}
-	p.v, p.set = out, true
-	return nil
-}
-
-func (p *protocolsFlag) String() string {
-	if p == nil {
-		return ""
-	}
-	return strings.Join(p.v, ",")
-}
+// formatSize writes n in the largest exact unit (4KiB, 1GB).
+func formatSize(n int64) string { return cli.FormatSize(n) }
 
 // reportUnits are Mooncake's --report_unit choices: bytes (or bits, for
 // the lower-case b) per second in that unit.
@@ -149,43 +155,6 @@ var reportUnits = map[string]float64{
 	"GB": 1e9, "GiB": 1 << 30, "Gb": 1e9 / 8,
 	"MB": 1e6, "MiB": 1 << 20, "Mb": 1e6 / 8,
 	"KB": 1e3, "KiB": 1 << 10, "Kb": 1e3 / 8,
-}
-
-// aliasUsage marks the usage text of alias flags, so printFlags can leave
-// them out of the listing.
-const aliasUsage = "alias for --"
-
-// alias makes --old (Mooncake's spelling, e.g. block_size) set the same
-// value as --name.
-func alias(fs *flag.FlagSet, name, old string) {
-	f := fs.Lookup(name)
-	fs.Var(f.Value, old, aliasUsage+name)
-}
-
-// printFlags lists fs's flags like flag.PrintDefaults, with two dashes and
-// without the aliases, which it names on one line at the end.
-func printFlags(fs *flag.FlagSet) {
-	w := fs.Output()
-	var aliases []string
-	fs.VisitAll(func(f *flag.Flag) {
-		if strings.HasPrefix(f.Usage, aliasUsage) {
-			aliases = append(aliases, "--"+f.Name)
-			return
-		}
-		kind, usage := flag.UnquoteUsage(f)
-		line := "  --" + f.Name
-		if kind != "" {
-			line += " " + kind
-		}
-		line += "\n    \t" + strings.ReplaceAll(usage, "\n", "\n    \t")
-		if d := f.DefValue; d != "" && d != "false" && d != "0" {
-			line += fmt.Sprintf(" (default %s)", d)
-		}
-		fmt.Fprintln(w, line)
-	})
-	if len(aliases) > 0 {
-		fmt.Fprintf(w, "\nMooncake's spellings are accepted too: %s\n", strings.Join(aliases, ", "))
-	}
 }
 
 // defaultMetadata is the --metadata default of every command: $TE_METADATA,
@@ -233,19 +202,3 @@ func (f authFileFlag) String() string {
 	}
 	return *f.p
 }
-
-// listFlag is a comma-separated list of names.
-type listFlag struct{ v []string }
-
-func (l *listFlag) Set(v string) error {
-	l.v = nil
-	for _, n := range strings.Split(v, ",") {
-		if n = strings.TrimSpace(n); n == "" {
-			return fmt.Errorf("empty name in %q", v)
-		}
-		l.v = append(l.v, n)
-	}
-	return nil
-}
-
-func (l *listFlag) String() string { return strings.Join(l.v, ",") }

@@ -4,7 +4,6 @@ import (
 	"bufio"
 	"bytes"
 	"context"
-	"encoding/json"
 	"errors"
 	"math/rand/v2"
 	"net"
@@ -58,12 +57,11 @@ func TestBenchJSON(t *testing.T) {
 	if err != nil {
 		t.Fatalf("bench: %v\nstderr:\n%s", err, errb.String())
 	}
-	var r benchResult
-	dec := json.NewDecoder(&out)
-	dec.DisallowUnknownFields()
-	if err := dec.Decode(&r); err != nil {
-		t.Fatalf("JSON output does not parse: %v\n%s", err, out.String())
+	rs := decodeReport[benchResult](t, "bench", out.Bytes())
+	if len(rs) != 1 {
+		t.Fatalf("%d results, want 1:\n%s", len(rs), out.String())
 	}
+	r := rs[0]
 	if r.Operation != "read" || r.BlockSize != 64<<10 || r.BatchSize != 8 || r.Unit != "MiB" || !r.InProcess {
 		t.Errorf("config echoed wrongly: %+v", r)
 	}
@@ -91,10 +89,7 @@ func TestBenchSweep(t *testing.T) {
 	if err != nil {
 		t.Fatalf("bench: %v\nstderr:\n%s", err, errb.String())
 	}
-	var rs []benchResult
-	if err := json.Unmarshal(out.Bytes(), &rs); err != nil {
-		t.Fatalf("sweep JSON: %v\n%s", err, out.String())
-	}
+	rs := decodeReport[benchResult](t, "bench", out.Bytes())
 	var got []string
 	for _, r := range rs {
 		got = append(got, r.Operation+" "+formatSize(r.BlockSize))
@@ -220,19 +215,6 @@ func TestHistogram(t *testing.T) {
 	}
 }
 
-func TestParseSize(t *testing.T) {
-	for in, want := range map[string]int64{"4096": 4096, "4KiB": 4096, "64K": 65536, "1MiB": 1 << 20, "256M": 256 << 20, "1GiB": 1 << 30, "1GB": 1e9, "10KB": 10000, "7B": 7} {
-		if got, err := parseSize(in); err != nil || got != want {
-			t.Errorf("parseSize(%q) = %d, %v; want %d", in, got, err, want)
-		}
-	}
-	for _, bad := range []string{"", "x", "-1", "1.5M", "KiB", "99999999999999999G"} {
-		if _, err := parseSize(bad); err == nil {
-			t.Errorf("parseSize(%q) succeeded", bad)
-		}
-	}
-}
-
 // The tests below run the real binary.
 
 var (
@@ -295,25 +277,25 @@ func TestBadFlags(t *testing.T) {
 		args []string
 		msg  string
 	}{
-		{[]string{"bench", "--block-size", "0"}, "--block-size 0"},
-		{[]string{"bench", "--block-size", "lots"}, "is not a size"},
-		{[]string{"bench", "--operation", "copy"}, `"copy" is not one of read, write`},
-		{[]string{"bench", "--protocol", "udp"}, "is not one of tcp, shm, rdma"},
+		{[]string{"bench", "--block-size", "0"}, "--block-size 0B: want 1 byte to 1GiB"},
+		{[]string{"bench", "--block-size", "lots"}, "--block-size lots: not a size"},
+		{[]string{"bench", "--operation", "copy"}, `--operation copy: not one of read, write`},
+		{[]string{"bench", "--protocol", "udp"}, "--protocol udp: udp is not one of tcp, shm, rdma"},
 		{[]string{"bench", "--threads", "-1"}, "--threads -1"},
 		{[]string{"bench", "--batch-size", "0"}, "--batch-size 0"},
-		{[]string{"bench", "--duration", "soon"}, "is not a duration"},
-		{[]string{"bench", "--report-unit", "furlong"}, "is not one of GB"},
-		{[]string{"bench", "--bogus"}, "flag provided but not defined: -bogus"},
+		{[]string{"bench", "--duration", "soon"}, "--duration soon: not a duration"},
+		{[]string{"bench", "--report-unit", "furlong"}, "--report-unit furlong: not one of GB"},
+		{[]string{"bench", "--bogus"}, "unknown flag --bogus"},
 		{[]string{"bench", "extra"}, `unexpected arguments "extra"`},
 		{[]string{"serve", "--buffer-size", "0"}, "--buffer-size must be positive"},
 		{[]string{"serve", "--protocol", "carrier-pigeon"}, "is not one of tcp, shm, rdma"},
-		{[]string{"bench", "--duration", "NaN"}, "must be a positive number of seconds"},
-		{[]string{"bench", "--duration", "-3"}, "must be a positive number of seconds"},
-		{[]string{"bench", "--duration", "Inf"}, "must be a positive number of seconds"},
+		{[]string{"bench", "--duration", "NaN"}, "want a positive number of seconds"},
+		{[]string{"bench", "--duration", "-3"}, "want a positive number of seconds"},
+		{[]string{"bench", "--duration", "Inf"}, "want a positive number of seconds"},
 		{[]string{"segments", "--timeout", "-1s", "127.0.0.1:1"}, "--timeout -1s: want a positive duration"},
 		{[]string{"segments", "--timeout", "0s", "127.0.0.1:1"}, "--timeout 0s: want a positive duration"},
 		{[]string{"segments", "--metadata", "p2p"}, "the p2p store has no server to list: name the peers"},
-		{[]string{"segments", "--bogus"}, "flag provided but not defined: -bogus"},
+		{[]string{"segments", "--bogus"}, "unknown flag --bogus"},
 	} {
 		_, stderr, code := runTE(t, c.args...)
 		if code != 2 || !strings.Contains(stderr, c.msg) {
@@ -412,10 +394,7 @@ func TestServeAndBench(t *testing.T) {
 			t.Fatalf("te bench %s: exit %d\n%s", op, code, stderr)
 		}
 		// te serve runs on this host: tcp and shm, taking turns.
-		var rs []benchResult
-		if err := json.Unmarshal([]byte(stdout), &rs); err != nil {
-			t.Fatalf("JSON: %v\n%s", err, stdout)
-		}
+		rs := decodeReport[benchResult](t, "bench", []byte(stdout))
 		if len(rs) != 2 || rs[0].Protocol != "tcp" || rs[1].Protocol != "shm" {
 			t.Fatalf("%s against te serve measured %d results, want tcp and shm:\n%s", op, len(rs), stdout)
 		}
@@ -463,10 +442,7 @@ func TestBenchInProcessConsul(t *testing.T) {
 	if err != nil {
 		t.Fatalf("bench: %v\nstderr:\n%s", err, errb.String())
 	}
-	var rs []benchResult
-	if err := json.Unmarshal(out.Bytes(), &rs); err != nil {
-		t.Fatal(err)
-	}
+	rs := decodeReport[benchResult](t, "bench", out.Bytes())
 	if len(rs) != 2 {
 		t.Fatalf("%d results, want tcp and shm:\n%s", len(rs), out.String())
 	}

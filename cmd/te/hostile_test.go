@@ -3,7 +3,6 @@ package main
 import (
 	"bytes"
 	"context"
-	"encoding/json"
 	"net"
 	"os"
 	"os/exec"
@@ -178,9 +177,8 @@ func TestAuthCLI(t *testing.T) {
 	if code != 0 {
 		t.Fatalf("te bench with the secret: exit %d\n%s", code, stderr)
 	}
-	var rs []map[string]any
-	if err := json.Unmarshal([]byte(out), &rs); err != nil || len(rs) == 0 || rs[0]["auth"] != true {
-		t.Fatalf("--json: %v %v\n%s", rs, err, out)
+	if rs := decodeReport[map[string]any](t, "bench", []byte(out)); len(rs) == 0 || rs[0]["auth"] != true {
+		t.Fatalf("--json: %v\n%s", rs, out)
 	}
 	t.Setenv(auth.EnvFile, sf)
 	out, stderr, code = runTE(t, "segments", "--json", name) // the secret from $TE_AUTH_FILE

@@ -1,7 +1,8 @@
 // Command te is the transfer engine's one CLI: devices, bench, serve,
 // segments, perf and more. Each subcommand lives in its own file and
 // registers itself in init, so areas of the engine add commands without
-// touching this file.
+// touching this file. The conventions every command follows (flags, help,
+// sizes, --json) are package internal/cli's.
 package main
 
 import (
@@ -9,11 +10,13 @@ import (
 	"errors"
 	"flag"
 	"fmt"
+	"io"
 	"os"
 	"os/signal"
 	"sort"
 	"time"
 
+	"github.com/rdmago/te/internal/cli"
 	"github.com/rdmago/te/internal/proc"
 )
 
@@ -21,8 +24,9 @@ import (
 type command struct {
 	name    string
 	summary string
-	// run parses args (without the subcommand name) and does the work.
-	// It returns errUsage for bad flags, which prints usage and exits 2.
+	// run parses args (without the subcommand name) and does the work. It
+	// returns a *cli.UsageError for a mistake on the command line (exit
+	// 2), cli.ErrHelp after printing the help (exit 0).
 	run func(ctx context.Context, args []string) error
 }
 
@@ -36,37 +40,61 @@ func register(c command) {
 	commands[c.name] = c
 }
 
+// errUsage is returned by commands that printed their own usage message;
+// it exits 2.
 var errUsage = errors.New("usage")
 
-func usage() {
-	fmt.Fprintf(os.Stderr, "usage: te <command> [flags]\n\ncommands:\n")
+func usage(w io.Writer) {
+	fmt.Fprintf(w, "usage: te <command> [flags]\n\ncommands:\n")
 	names := make([]string, 0, len(commands))
 	for n := range commands {
 		names = append(names, n)
 	}
 	sort.Strings(names)
 	for _, n := range names {
-		fmt.Fprintf(os.Stderr, "  %-10s %s\n", n, commands[n].summary)
+		fmt.Fprintf(w, "  %-10s %s\n", n, commands[n].summary)
 	}
-	fmt.Fprintf(os.Stderr, "\nrun 'te <command> -h' for a command's flags\n")
+	fmt.Fprintf(w, "  %-10s %s\n  %-10s %s\n", "help", "te help COMMAND: a command's flags", "version", "the build: version, commit, Go version, build flags")
+	fmt.Fprintf(w, "\nrun 'te help <command>' (or te <command> -h) for a command's flags\n")
 }
 
 func main() {
 	os.Exit(run(os.Args[1:]))
 }
 
-func run(args []string) int {
-	if len(args) == 0 || args[0] == "-h" || args[0] == "--help" || args[0] == "help" {
-		usage()
-		if len(args) == 0 {
-			return 2
+func run(args []string) int { return runIO(args, os.Stdout, os.Stderr) }
+
+// runIO runs te with args and returns the exit status.
+func runIO(args []string, stdout, stderr io.Writer) int {
+	if len(args) == 0 {
+		usage(stderr)
+		return 2
+	}
+	switch args[0] {
+	case "-h", "--help", "-help":
+		usage(stdout)
+		return 0
+	case "help":
+		if len(args) == 1 {
+			usage(stdout)
+			return 0
 		}
+		return runIO([]string{args[1], "-h"}, stdout, stderr)
+	case "version", "--version", "-version":
+		fmt.Fprint(stdout, cli.ReadBuild())
 		return 0
 	}
 	c, ok := commands[args[0]]
 	if !ok {
-		fmt.Fprintf(os.Stderr, "te: unknown command %q\n", args[0])
-		usage()
+		names := []string{"help", "version"}
+		for n := range commands {
+			names = append(names, n)
+		}
+		msg := fmt.Sprintf("te: unknown command %s", cli.Printable(args[0]))
+		if s := cli.Suggest(args[0], names); len(s) > 0 {
+			msg += "; did you mean " + s[0] + "?"
+		}
+		fmt.Fprintf(stderr, "%s\nrun 'te help' for the commands\n", msg)
 		return 2
 	}
 	// Stop signals are caught before the command does anything, and the
@@ -75,14 +103,7 @@ func run(args []string) int {
 	signal.Notify(sigs, proc.StopSignals...)
 	defer signal.Stop(sigs)
 	err := supervise(sigs, stopGrace, func(ctx context.Context) error { return c.run(ctx, args[1:]) })
-	if err != nil {
-		if errors.Is(err, errUsage) || errors.Is(err, flag.ErrHelp) {
-			return 2
-		}
-		fmt.Fprintf(os.Stderr, "te %s: %v\n", c.name, err)
-		return 1
-	}
-	return 0
+	return exitCode(c.name, err, stderr)
 }
 
 // stopGrace is how long a command may take to stop after SIGINT or
@@ -122,6 +143,24 @@ func supervise(sigs <-chan os.Signal, grace time.Duration, fn func(ctx context.C
 			return fmt.Errorf("%w: still running %v after %v", errNotStopped, grace, first)
 		}
 	}
+}
+
+// exitCode prints err as te does and says how to exit: 0 for none or
+// after -h, 2 for a mistake on the command line (with a short usage), 1
+// for the rest, on one line.
+func exitCode(name string, err error, stderr io.Writer) int {
+	var ue *cli.UsageError
+	switch {
+	case err == nil, errors.Is(err, flag.ErrHelp):
+		return 0
+	case errors.As(err, &ue):
+		fmt.Fprint(stderr, ue.Lines())
+		return 2
+	case errors.Is(err, errUsage):
+		return 2
+	}
+	fmt.Fprintf(stderr, "te %s: %s\n", name, cli.ErrorLine(explain(err)))
+	return 1
 }
 
 // newFlags returns a FlagSet for a subcommand that reports errors instead

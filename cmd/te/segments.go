@@ -2,18 +2,17 @@ package main
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
 	"net/url"
 	"os"
-	"strconv"
 	"strings"
 	"text/tabwriter"
 	"time"
 
 	"github.com/rdmago/te/auth"
+	"github.com/rdmago/te/internal/cli"
 	"github.com/rdmago/te/segment"
 	_ "github.com/rdmago/te/segment/consul" // consul:// metadata URIs
 	_ "github.com/rdmago/te/segment/p2p"    // p2p:// metadata URIs
@@ -27,24 +26,21 @@ func init() {
 	})
 }
 
+const segmentsUse = "te segments [flags] [name ...]"
+
 func runSegments(ctx context.Context, args []string) error {
-	fs := newFlags("segments")
+	fs := cli.NewFlagSet("te segments", segmentsUse,
+		"Lists the segments of a metadata store, or the named ones. The p2p store\n"+
+			"has no server to enumerate: name the peers (their host:port).", os.Stdout)
 	metadata := fs.String("metadata", defaultMetadata(), "metadata store: consul://host:port[/prefix] or p2p (default $TE_METADATA, else p2p)")
 	peers := fs.String("peers", "", "comma-separated segment names to fetch (for p2p: the peers' host:port); default: all the store lists")
-	asJSON := fs.Bool("json", false, "print each descriptor as one line of JSON instead of a table")
-	timeout := fs.Duration("timeout", 10*time.Second, "give up after this long")
-	authFile := authFlag(fs)
-	fs.Usage = func() {
-		fmt.Fprintf(fs.Output(), "usage: te segments [flags] [name ...]\n\n"+
-			"Lists the segments of a metadata store, or the named ones. The p2p store\n"+
-			"has no server to enumerate: name the peers (their host:port).\n\nflags:\n")
-		fs.PrintDefaults()
-	}
+	asJSON := fs.Bool("json", false, "print the descriptors as JSON (docs/cli.md) instead of a table")
+	timeout := &cli.Seconds{D: 10 * time.Second}
+	fs.Var(timeout, "timeout", "give up after this `time`")
+	authFile := authFlag(fs.FlagSet)
+	fs.Alias("metadata", "metadata_server")
 	if err := fs.Parse(args); err != nil {
-		return usageErr(err)
-	}
-	if *timeout <= 0 {
-		return badUsage(fs.Output(), "segments", "--timeout %v: want a positive duration", *timeout)
+		return err
 	}
 	var names []string
 	for _, n := range strings.Split(*peers, ",") {
@@ -57,9 +53,13 @@ func runSegments(ctx context.Context, args []string) error {
 	if err != nil {
 		return err
 	}
-	ctx, cancel := context.WithTimeout(ctx, *timeout)
+	ctx, cancel := context.WithTimeout(ctx, timeout.D)
 	defer cancel()
-	return listSegments(ctx, os.Stdout, metadataURI(*metadata), secret, names, *asJSON, time.Now())
+	var rep *cli.Report[*segment.Descriptor]
+	if *asJSON {
+		rep = cli.NewReport[*segment.Descriptor](fs)
+	}
+	return listSegments(ctx, os.Stdout, metadataURI(*metadata), secret, names, rep, time.Now())
 }
 
 // publishedAt is implemented by stores that know when a segment's current
@@ -69,14 +69,14 @@ type publishedAt interface {
 }
 
 // listSegments writes the segments named (or, with no names, all the store
-// can list) to w, one row each.
-func listSegments(ctx context.Context, w io.Writer, uri string, secret *auth.Secret, names []string, asJSON bool, now time.Time) error {
+// can list) to w, one row each, or, with rep, as rep's results.
+func listSegments(ctx context.Context, w io.Writer, uri string, secret *auth.Secret, names []string, rep *cli.Report[*segment.Descriptor], now time.Time) error {
 	u, err := url.Parse(uri)
 	if err != nil {
 		return fmt.Errorf("--metadata %q: %w", uri, err)
 	}
 	if u.Scheme == "p2p" && len(names) == 0 {
-		return badUsage(os.Stderr, "segments", "the p2p store has no server to list: name the peers (--peers host:port,... or as arguments)")
+		return &cli.UsageError{Cmd: "te segments", Use: segmentsUse, Msg: "the p2p store has no server to list: name the peers (--peers host:port,... or as arguments)"}
 	}
 	st, err := openStore(ctx, uri, secret, stderrLogger())
 	if err != nil {
@@ -96,25 +96,23 @@ func listSegments(ctx context.Context, w io.Writer, uri string, secret *auth.Sec
 		d, err := st.Get(ctx, n)
 		if err != nil {
 			failed = append(failed, err)
-			fmt.Fprintf(os.Stderr, "te segments: %s: %v\n", n, err)
+			fmt.Fprintf(os.Stderr, "te segments: %s: %s\n", cli.Printable(n), cli.ErrorLine(explain(err)))
 			continue
 		}
 		descs = append(descs, d)
 	}
 
-	if asJSON {
-		enc := json.NewEncoder(w)
-		for _, d := range descs {
-			if err := enc.Encode(d); err != nil {
-				return err
-			}
+	if rep != nil {
+		rep.Results = descs
+		if err := rep.Write(w); err != nil {
+			return err
 		}
 	} else {
 		pa, _ := st.(publishedAt)
 		tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
 		fmt.Fprintln(tw, "NAME\tEPOCH\tVERSION\tPROTOCOLS\tRAILS\tBUFFERS\tAGE")
 		for _, d := range descs {
-			fmt.Fprintf(tw, "%s\t%#x\t%d\t%s\t%s\t%s\t%s\n", printable(d.Name), d.Epoch, d.Version,
+			fmt.Fprintf(tw, "%s\t%#x\t%d\t%s\t%s\t%s\t%s\n", cli.Printable(d.Name), d.Epoch, d.Version,
 				protocolsCell(d), railsCell(d), buffersCell(d), ageCell(pa, d.Name, now))
 		}
 		if err := tw.Flush(); err != nil {
@@ -133,23 +131,13 @@ func listSegments(ctx context.Context, w io.Writer, uri string, secret *auth.Sec
 	return nil
 }
 
-// printable escapes a descriptor's string (another process wrote it) when
-// it holds characters a terminal would act on.
-func printable(s string) string {
-	if strings.IndexFunc(s, func(r rune) bool { return !strconv.IsPrint(r) }) < 0 {
-		return s
-	}
-	q := strconv.Quote(s)
-	return q[1 : len(q)-1]
-}
-
 func protocolsCell(d *segment.Descriptor) string {
 	parts := make([]string, 0, len(d.Protocols))
 	for _, p := range d.Protocols {
 		if p.Endpoint != "" {
-			parts = append(parts, printable(p.Name)+"="+printable(p.Endpoint))
+			parts = append(parts, cli.Printable(p.Name)+"="+cli.Printable(p.Endpoint))
 		} else {
-			parts = append(parts, printable(p.Name))
+			parts = append(parts, cli.Printable(p.Name))
 		}
 	}
 	if len(parts) == 0 {
@@ -161,7 +149,7 @@ func protocolsCell(d *segment.Descriptor) string {
 func railsCell(d *segment.Descriptor) string {
 	parts := make([]string, 0, len(d.Devices))
 	for _, dev := range d.Devices {
-		parts = append(parts, fmt.Sprintf("%s:%d", printable(dev.Name), dev.Port))
+		parts = append(parts, fmt.Sprintf("%s:%d", cli.Printable(dev.Name), dev.Port))
 	}
 	if len(parts) == 0 {
 		return "-"
@@ -184,7 +172,7 @@ func printRails(w io.Writer, descs []*segment.Descriptor) error {
 	fmt.Fprintln(tw, "SEGMENT\tRAIL\tDEVICE\tGID\tLID\tMTU")
 	for _, d := range descs {
 		for i, dev := range d.Devices {
-			fmt.Fprintf(tw, "%s\t%d\t%s:%d\t%s\t%d\t%d\n", printable(d.Name), i, printable(dev.Name), dev.Port, printable(dev.GID), dev.LID, dev.MTU)
+			fmt.Fprintf(tw, "%s\t%d\t%s:%d\t%s\t%d\t%d\n", cli.Printable(d.Name), i, cli.Printable(dev.Name), dev.Port, cli.Printable(dev.GID), dev.LID, dev.MTU)
 		}
 	}
 	fmt.Fprintln(tw)
@@ -202,7 +190,7 @@ func printRails(w io.Writer, descs []*segment.Descriptor) error {
 			if loc == "" {
 				loc = "-"
 			}
-			fmt.Fprintf(tw, "%s\t%#x\t%s\t%s\t%s\t\n", printable(d.Name), b.Addr, humanBytes(b.Length), printable(loc), strings.Join(keys, ","))
+			fmt.Fprintf(tw, "%s\t%#x\t%s\t%s\t%s\t\n", cli.Printable(d.Name), b.Addr, humanBytes(b.Length), cli.Printable(loc), strings.Join(keys, ","))
 		}
 	}
 	return tw.Flush()

@@ -3,14 +3,15 @@ package main
 import (
 	"bytes"
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
+	"io"
 	"regexp"
 	"strings"
 	"testing"
 	"time"
 
+	"github.com/rdmago/te/internal/cli"
 	"github.com/rdmago/te/segment"
 	"github.com/rdmago/te/segment/consul"
 	"github.com/rdmago/te/segment/p2p"
@@ -35,7 +36,7 @@ func TestSegmentsConsul(t *testing.T) {
 	uri := a.URI("cli")
 
 	var out bytes.Buffer
-	if err := listSegments(ctx, &out, uri, nil, nil, false, time.Now().Add(90*time.Second)); err != nil {
+	if err := listSegments(ctx, &out, uri, nil, nil, nil, time.Now().Add(90*time.Second)); err != nil {
 		t.Fatal(err)
 	}
 	t.Logf("\n%s", out.String())
@@ -55,13 +56,14 @@ func TestSegmentsConsul(t *testing.T) {
 
 	// Named segments, JSON; an unknown name is reported and fails the run.
 	out.Reset()
-	err = listSegments(ctx, &out, uri, nil, []string{"host-a:15001", "nobody:1"}, true, time.Now())
+	rep := cli.NewReport[*segment.Descriptor](cli.NewFlagSet("te segments", segmentsUse, "", io.Discard))
+	err = listSegments(ctx, &out, uri, nil, []string{"host-a:15001", "nobody:1"}, rep, time.Now())
 	if !errors.Is(err, segment.ErrNotFound) {
 		t.Fatalf("unknown name: err = %v, want ErrNotFound", err)
 	}
-	var d segment.Descriptor
-	if err := json.Unmarshal(out.Bytes(), &d); err != nil || d.Name != "host-a:15001" || d.Version != 3 {
-		t.Fatalf("JSON output %q: %+v %v", out.String(), d, err)
+	ds := decodeReport[segment.Descriptor](t, "segments", out.Bytes())
+	if len(ds) != 1 || ds[0].Name != "host-a:15001" || ds[0].Version != 3 {
+		t.Fatalf("JSON output %q: %+v", out.String(), ds)
 	}
 }
 
@@ -77,14 +79,15 @@ func TestSegmentsP2P(t *testing.T) {
 		t.Fatal(err)
 	}
 	var out bytes.Buffer
-	if err := listSegments(ctx, &out, metadataURI("p2p"), nil, []string{peer.Name()}, false, time.Now()); err != nil {
+	if err := listSegments(ctx, &out, metadataURI("p2p"), nil, []string{peer.Name()}, nil, time.Now()); err != nil {
 		t.Fatal(err)
 	}
 	t.Logf("\n%s", out.String())
 	if !regexp.MustCompile(`(?m)^` + regexp.QuoteMeta(peer.Name()) + `\s+0x7\s+2\s+tcp=\S+\s+rxe0:1\s+2 \(1\.1 MiB\)\s+-$`).MatchString(out.String()) {
 		t.Fatalf("no row for the peer:\n%s", out.String())
 	}
-	if err := listSegments(ctx, &out, metadataURI("p2p"), nil, nil, false, time.Now()); !errors.Is(err, errUsage) {
+	var ue *cli.UsageError
+	if err := listSegments(ctx, &out, metadataURI("p2p"), nil, nil, nil, time.Now()); !errors.As(err, &ue) {
 		t.Fatalf("p2p without peers: %v, want a usage error", err)
 	}
 }
@@ -106,7 +109,7 @@ func TestSegmentsTableEscapes(t *testing.T) {
 		t.Fatal(err)
 	}
 	var out bytes.Buffer
-	if err := listSegments(ctx, &out, metadataURI("p2p"), nil, []string{peer.Name()}, false, time.Now()); err != nil {
+	if err := listSegments(ctx, &out, metadataURI("p2p"), nil, []string{peer.Name()}, nil, time.Now()); err != nil {
 		t.Fatal(err)
 	}
 	table, rails, _ := strings.Cut(out.String(), "\n\n")

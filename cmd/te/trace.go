@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/rdmago/te/ebpf"
+	"github.com/rdmago/te/internal/cli"
 )
 
 func init() {
@@ -22,35 +23,30 @@ func init() {
 }
 
 func runTrace(ctx context.Context, args []string, stdout, stderr io.Writer) error {
-	fs := newFlags("trace")
-	fs.SetOutput(stderr)
-	pid := fs.Int("pid", 0, "trace the TCP connections of this `process`")
-	cgroup := fs.String("cgroup", "", "trace the TCP connections made in this cgroup v2 `directory`")
-	asJSON := fs.Bool("json", false, "print one snapshot as JSON (throughput over one --interval) and exit")
-	interval := secondsFlag(time.Second)
-	fs.Var(&interval, "interval", "`time` between refreshes")
-	count := fs.Int("count", 0, "refresh this many times, then exit (0: until interrupted)")
-	events := fs.Bool("events", false, "also print state changes and retransmissions as they happen")
-	fs.Usage = func() {
-		fmt.Fprintf(fs.Output(), "usage: te trace [--pid N | --cgroup DIR] [flags]\n\n"+
-			"Traces the TCP lanes of a running te serve or te bench from outside, with\n"+
+	fs := cli.NewFlagSet("te trace", "te trace [--pid N | --cgroup DIR] [flags]",
+		"Traces the TCP lanes of a running te serve or te bench from outside, with\n"+
 			"eBPF (needs root): one row per connection, refreshed each --interval.\n"+
 			"Peers and lane numbers come from the te processes themselves; a\n"+
 			"connection te did not make shows its remote address. Without --pid or\n"+
-			"--cgroup every TCP connection of this network namespace is shown.\n\nflags:\n")
-		printFlags(fs)
-	}
+			"--cgroup every TCP connection of this network namespace is shown.", stdout)
+	pid := fs.Int("pid", 0, "trace the TCP connections of this `process`")
+	cgroup := fs.String("cgroup", "", "trace the TCP connections made in this cgroup v2 `directory`")
+	asJSON := fs.Bool("json", false, "print one snapshot as JSON (throughput over one --interval) and exit (docs/cli.md)")
+	interval := &cli.Seconds{D: time.Second}
+	fs.Var(interval, "interval", "`time` between refreshes")
+	count := fs.Int("count", 0, "refresh this many times, then exit (0: until interrupted)")
+	events := fs.Bool("events", false, "also print state changes and retransmissions as they happen")
 	if err := fs.Parse(args); err != nil {
-		return usageErr(err)
+		return err
 	}
 	if fs.NArg() > 0 {
-		return badUsage(stderr, "trace", "unexpected arguments %q", strings.Join(fs.Args(), " "))
+		return fs.Usagef("unexpected arguments %q (te trace takes only flags)", strings.Join(fs.Args(), " "))
 	}
 	if *pid != 0 && *cgroup != "" {
-		return badUsage(stderr, "trace", "--pid and --cgroup: give one")
+		return fs.Usagef("--pid and --cgroup: give one")
 	}
 	if *pid < 0 || *count < 0 {
-		return badUsage(stderr, "trace", "--pid and --count must not be negative")
+		return fs.Usagef("--pid and --count must not be negative")
 	}
 	tr, err := ebpf.Open(ebpf.Filter{PID: *pid, Cgroup: *cgroup})
 	if err != nil {
@@ -76,7 +72,7 @@ func runTrace(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 		return err
 	}
 	prevAt := time.Now()
-	tick := time.NewTicker(time.Duration(interval))
+	tick := time.NewTicker(interval.D)
 	defer tick.Stop()
 	for n := 1; ; n++ {
 		select {
@@ -92,7 +88,10 @@ func runTrace(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 		labels, _ := allLanes() // unlabelled rows show addresses
 		rows := traceRows(cur, prev, now.Sub(prevAt), labels)
 		if *asJSON {
-			return writeJSON(stdout, rows)
+			rep := cli.NewReport[traceRow](fs)
+			rep.Time = prevAt.UTC()
+			rep.Results = rows
+			return rep.Write(stdout)
 		}
 		fmt.Fprintf(stdout, "te trace: %s, %d connections, %s\n", what, len(rows), now.Format("15:04:05"))
 		printTraceTable(stdout, rows)

@@ -3,7 +3,6 @@ package main
 import (
 	"bytes"
 	"context"
-	"encoding/json"
 	"errors"
 	"io"
 	"net/netip"
@@ -34,13 +33,7 @@ func traceJSON(t *testing.T, args ...string) []traceRow {
 	if code != 0 {
 		t.Fatalf("te trace %v: exit %d\n%s", args, code, stderr)
 	}
-	var rows []traceRow
-	dec := json.NewDecoder(strings.NewReader(stdout))
-	dec.DisallowUnknownFields()
-	if err := dec.Decode(&rows); err != nil {
-		t.Fatalf("te trace --json: %v\n%s", err, stdout)
-	}
-	return rows
+	return decodeReport[traceRow](t, "trace", []byte(stdout))
 }
 
 // TestTraceServe: te trace, in its own process, against a te serve that a

@@ -1,0 +1,85 @@
+package cli
+
+import (
+	"slices"
+	"strconv"
+	"strings"
+	"unicode/utf8"
+)
+
+// MaxPrintable is how many bytes of a foreign string Printable keeps.
+const MaxPrintable = 256
+
+// Printable makes a string that came from elsewhere (a peer's descriptor,
+// a store, a user's argument) safe to print in an error or a table:
+// control characters, invalid UTF-8 and other non-printing runes are
+// escaped as Go escapes them, and past MaxPrintable bytes the rest is cut,
+// with a count of what was cut.
+func Printable(s string) string {
+	cut := 0
+	if len(s) > MaxPrintable {
+		end := MaxPrintable
+		for end > 0 && !utf8.RuneStart(s[end]) {
+			end--
+		}
+		cut, s = len(s)-end, s[:end]
+	}
+	if strings.IndexFunc(s, func(r rune) bool { return r == utf8.RuneError || !strconv.IsPrint(r) }) >= 0 {
+		q := strconv.Quote(s)
+		s = q[1 : len(q)-1]
+	}
+	if cut > 0 {
+		s += "…(" + strconv.Itoa(cut) + " more bytes)"
+	}
+	return s
+}
+
+// MaxErrorLine caps the length of an error ErrorLine prints.
+const MaxErrorLine = 1024
+
+// ErrorLine is err as one printable line: wrapped errors that repeat a
+// link of the chain ("dial: dial: refused") say it once, control
+// characters (from peers' strings) are escaped, and a very long message
+// is cut with a count.
+func ErrorLine(err error) string {
+	if err == nil {
+		return ""
+	}
+	s := dedupChain(err.Error())
+	s = strings.ReplaceAll(s, "\n", "; ") // errors.Join
+	if len(s) > MaxErrorLine {
+		end := MaxErrorLine
+		for end > 0 && !utf8.RuneStart(s[end]) {
+			end--
+		}
+		s = s[:end] + "…(" + strconv.Itoa(len(s)-end) + " more bytes)"
+	}
+	if strings.IndexFunc(s, func(r rune) bool { return r == utf8.RuneError || !strconv.IsPrint(r) }) >= 0 {
+		q := strconv.Quote(s)
+		s = q[1 : len(q)-1]
+	}
+	return s
+}
+
+// dedupChain drops a link of a "a: b: c" chain that repeats the one
+// before it, and a link that ends the chain and repeats an earlier one
+// ("handshake: refused: handshake: refused").
+func dedupChain(s string) string {
+	parts := strings.Split(s, ": ")
+	out := parts[:0:0]
+	for _, p := range parts {
+		if n := len(out); n > 0 && out[n-1] == p {
+			continue
+		}
+		out = append(out, p)
+	}
+	// A repeated tail: [x y x y] -> [x y].
+	for n := len(out) / 2; n >= 1; n-- {
+		l := len(out)
+		if slices.Equal(out[l-2*n:l-n], out[l-n:]) {
+			out = out[:l-n]
+			n = len(out)/2 + 1
+		}
+	}
+	return strings.Join(out, ": ")
+}
