@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"hash/fnv"
+	"log/slog"
 	"net"
 	"slices"
 	"strconv"
@@ -275,4 +276,20 @@ func (v *Versions) Forget(name string) {
 	v.mu.Lock()
 	delete(v.m, name)
 	v.mu.Unlock()
+}
+
+// WarnExposed logs, once per listener, that a Mooncake-compatible
+// listener is reachable beyond this host: Mooncake's wire has no
+// authentication, so anyone who reaches addr may read the descriptor and
+// (on the data port) the registered memory. It reports whether it warned.
+func WarnExposed(log *slog.Logger, what string, addr net.Addr) bool {
+	if log == nil {
+		return false
+	}
+	if ta, ok := addr.(*net.TCPAddr); ok && ta.IP.IsLoopback() {
+		return false
+	}
+	log.Warn("mooncake: "+what+" listens on a non-loopback address; Mooncake's wire has no authentication, so anyone who reaches it may read the segment descriptor and registered memory: listen on a private network only",
+		"listen", addr.String())
+	return true
 }

@@ -1,0 +1,568 @@
+package p2p
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	mrand "math/rand/v2"
+	"net"
+	"net/netip"
+	"slices"
+	"strconv"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/rdmago/te/internal/acceptor"
+	"github.com/rdmago/te/mooncake"
+	"github.com/rdmago/te/segment"
+)
+
+// Options configure a Store. The zero value listens on 127.0.0.1, on a
+// free port.
+type Options struct {
+	// Listen is the handshake listener's address, host:port. Port 0 picks
+	// a free port, from PortMin..PortMax when both are set (Mooncake draws
+	// from 15000-17000). Default "127.0.0.1:0".
+	Listen string
+	// PortMin and PortMax bound the port drawn when Listen's port is 0.
+	PortMin, PortMax int
+	// Advertise is the host of the segment name when Listen's host is
+	// unspecified (0.0.0.0, ::). Default: the first non-loopback IPv4
+	// address of an interface that is up, else 127.0.0.1.
+	Advertise string
+	// Timeout bounds one exchange: on the server, reading the request and
+	// writing the reply (Mooncake gives a client 5 s); on the client, when
+	// the context has no earlier deadline. Default 5 s.
+	Timeout time.Duration
+	// MaxMessage bounds a message's length. Default DefaultMaxMessage.
+	MaxMessage int
+	// MaxConns bounds the connections served at once; further ones are
+	// closed on accept until one ends (each lasts at most Timeout).
+	// Default 256.
+	MaxConns int
+	// MaxConnsPerSource bounds one IP address's share. Default 64.
+	MaxConnsPerSource int
+	// PollInterval is how often Watch fetches a peer's descriptor.
+	// Default 1 s.
+	PollInterval time.Duration
+	// Grace is how long a peer may stay unreachable before Watch reports
+	// it gone. Default 3 × PollInterval.
+	Grace time.Duration
+	// CacheTTL is how long a fetched descriptor stays in List. Default 1 min.
+	CacheTTL time.Duration
+	// Logger receives warnings (an exposed listener) and debug lines
+	// (refused requests). Nil discards them.
+	Logger *slog.Logger
+}
+
+func (o *Options) setDefaults() {
+	if o.Listen == "" {
+		o.Listen = "127.0.0.1:0"
+	}
+	if o.Timeout <= 0 {
+		o.Timeout = 5 * time.Second
+	}
+	if o.MaxMessage <= 0 {
+		o.MaxMessage = DefaultMaxMessage
+	}
+	if o.MaxConns <= 0 {
+		o.MaxConns = 256
+	}
+	if o.MaxConnsPerSource <= 0 {
+		o.MaxConnsPerSource = 64
+	}
+	o.MaxConnsPerSource = min(o.MaxConnsPerSource, o.MaxConns)
+	if o.PollInterval <= 0 {
+		o.PollInterval = time.Second
+	}
+	if o.Grace <= 0 {
+		o.Grace = 3 * o.PollInterval
+	}
+	if o.CacheTTL <= 0 {
+		o.CacheTTL = time.Minute
+	}
+	if o.Logger == nil {
+		o.Logger = slog.New(slog.DiscardHandler)
+	}
+}
+
+// Store is a segment.Store over Mooncake's P2PHANDSHAKE socket. Its Name,
+// ip:port of the listener, is the only segment it publishes: give it to
+// engine.Config.Name. Published descriptors must offer the Mooncake TCP
+// transport (mooncake.TEProtoTCP); they are served translated to
+// Mooncake's format. Get fetches any Mooncake (or te) peer's descriptor by
+// its ip:port name. It is safe for concurrent use; Close must be called.
+type Store struct {
+	opts Options
+	ln   net.Listener
+	name string
+
+	life    context.Context // cancelled by Close
+	kill    context.CancelFunc
+	closing chan struct{}
+	once    sync.Once
+	wg      sync.WaitGroup
+
+	reply    atomic.Pointer[[]byte] // the Metadata reply frame; nil: none
+	versions mooncake.Versions
+
+	mu     sync.Mutex
+	closed bool
+	local  *segment.Descriptor
+	cache  map[string]cached
+	conns  map[net.Conn]netip.Addr // served connections
+	perSrc map[netip.Addr]int
+}
+
+type cached struct {
+	d  *segment.Descriptor
+	at time.Time
+}
+
+var _ segment.Store = (*Store)(nil)
+
+// New starts a Store listening on opts.Listen.
+func New(ctx context.Context, opts Options) (*Store, error) {
+	opts.setDefaults()
+	ln, err := listen(ctx, &opts)
+	if err != nil {
+		return nil, err
+	}
+	name, err := advertised(ln.Addr().(*net.TCPAddr), opts.Advertise)
+	if err != nil {
+		ln.Close()
+		return nil, err
+	}
+	s := &Store{opts: opts, ln: ln, name: name, closing: make(chan struct{}),
+		cache: map[string]cached{}, conns: map[net.Conn]netip.Addr{}, perSrc: map[netip.Addr]int{}}
+	s.life, s.kill = context.WithCancel(context.Background())
+	mooncake.WarnExposed(opts.Logger, "the P2PHANDSHAKE socket", ln.Addr())
+	s.wg.Add(1)
+	go func() {
+		defer s.wg.Done()
+		acceptor.Run(opts.Logger, "mooncake/p2p", ln.Addr(), s.closing, ln.Accept, s.admit)
+	}()
+	return s, nil
+}
+
+func listen(ctx context.Context, o *Options) (net.Listener, error) {
+	host, port, err := net.SplitHostPort(o.Listen)
+	if err != nil {
+		return nil, fmt.Errorf("mooncake/p2p: listen address %q: %w", o.Listen, err)
+	}
+	var lc net.ListenConfig
+	if port != "0" || o.PortMin == 0 || o.PortMax == 0 {
+		ln, err := lc.Listen(ctx, "tcp", o.Listen)
+		if err != nil {
+			return nil, fmt.Errorf("mooncake/p2p: listen: %w", err)
+		}
+		return ln, nil
+	}
+	if o.PortMin < 1 || o.PortMax > 65535 || o.PortMin > o.PortMax {
+		return nil, fmt.Errorf("mooncake/p2p: port range %d-%d is not within 1-65535", o.PortMin, o.PortMax)
+	}
+	n := o.PortMax - o.PortMin + 1
+	start := mrand.IntN(n)
+	var last error
+	for i := range n {
+		p := o.PortMin + (start+i)%n
+		ln, err := lc.Listen(ctx, "tcp", net.JoinHostPort(host, strconv.Itoa(p)))
+		if err == nil {
+			return ln, nil
+		}
+		last = err
+		if ctx.Err() != nil {
+			break
+		}
+	}
+	return nil, fmt.Errorf("mooncake/p2p: no free port in %d-%d on %q: %w", o.PortMin, o.PortMax, host, last)
+}
+
+func advertised(a *net.TCPAddr, host string) (string, error) {
+	port := strconv.Itoa(a.Port)
+	if host != "" {
+		return net.JoinHostPort(host, port), nil
+	}
+	if !a.IP.IsUnspecified() {
+		return net.JoinHostPort(a.IP.String(), port), nil
+	}
+	ifs, err := net.Interfaces()
+	if err != nil {
+		return "", fmt.Errorf("mooncake/p2p: choose an address to advertise: %w", err)
+	}
+	for _, ifc := range ifs {
+		if ifc.Flags&net.FlagUp == 0 || ifc.Flags&net.FlagLoopback != 0 {
+			continue
+		}
+		addrs, _ := ifc.Addrs()
+		for _, ad := range addrs {
+			if ipn, ok := ad.(*net.IPNet); ok && ipn.IP.To4() != nil && ipn.IP.IsGlobalUnicast() {
+				return net.JoinHostPort(ipn.IP.String(), port), nil
+			}
+		}
+	}
+	return net.JoinHostPort("127.0.0.1", port), nil
+}
+
+// Name is the local segment's name: the advertised ip:port of the
+// handshake listener.
+func (s *Store) Name() string { return s.name }
+
+// ListenAddr is the listener's address.
+func (s *Store) ListenAddr() net.Addr { return s.ln.Addr() }
+
+// Publish serves d, translated to Mooncake's format, to Metadata requests.
+// d.Name must be Name().
+func (s *Store) Publish(ctx context.Context, d *segment.Descriptor) error {
+	if err := ctx.Err(); err != nil {
+		return err
+	}
+	if d == nil || d.Name != s.name {
+		return fmt.Errorf("%w: mooncake/p2p: publish: the segment name must be this store's address %s", segment.ErrInvalid, s.name)
+	}
+	md, err := mooncake.FromTE(d, mooncake.FromOptions{Name: s.name})
+	if err != nil {
+		return fmt.Errorf("mooncake/p2p: publish %s: %w", d.Name, err)
+	}
+	body, err := mooncake.Encode(md)
+	if err != nil {
+		return fmt.Errorf("mooncake/p2p: publish %s: %w", d.Name, err)
+	}
+	if len(body)+1 > s.opts.MaxMessage {
+		return fmt.Errorf("%w: mooncake/p2p: publish %s: descriptor of %d bytes exceeds the %d-byte message bound", segment.ErrInvalid, d.Name, len(body), s.opts.MaxMessage)
+	}
+	frame := AppendMessage(nil, Metadata, body)
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.closed {
+		return segment.ErrClosed
+	}
+	s.local = d.Clone()
+	s.reply.Store(&frame)
+	return nil
+}
+
+// Unpublish stops serving the descriptor: Metadata requests are then
+// closed unanswered, which a Mooncake initiator reports as an unknown
+// segment.
+func (s *Store) Unpublish(ctx context.Context, name string) error {
+	if err := ctx.Err(); err != nil {
+		return err
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.closed {
+		return segment.ErrClosed
+	}
+	if s.local == nil || name != s.name {
+		return fmt.Errorf("%w: mooncake/p2p: unpublish %q: not published here", segment.ErrNotFound, name)
+	}
+	s.local = nil
+	s.reply.Store(nil)
+	return nil
+}
+
+// Get returns a segment's descriptor: the local one from memory, any other
+// fetched from its owner (name is ip:port) and translated to te's.
+func (s *Store) Get(ctx context.Context, name string) (*segment.Descriptor, error) {
+	s.mu.Lock()
+	if s.closed {
+		s.mu.Unlock()
+		return nil, segment.ErrClosed
+	}
+	if s.local != nil && name == s.name {
+		d := s.local.Clone()
+		s.mu.Unlock()
+		return d, nil
+	}
+	s.mu.Unlock()
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	defer context.AfterFunc(s.life, cancel)()
+	var self []byte
+	if p := s.reply.Load(); p != nil {
+		self = (*p)[9:]
+	}
+	md, err := fetch(ctx, name, self, s.opts.Timeout, s.opts.MaxMessage)
+	if err != nil {
+		if s.life.Err() != nil {
+			return nil, segment.ErrClosed
+		}
+		return nil, err
+	}
+	d, err := mooncake.ToTE(md, mooncake.ToOptions{Name: name})
+	if err != nil {
+		return nil, fmt.Errorf("mooncake/p2p: get %s: %w", name, err)
+	}
+	s.versions.Stamp(d)
+	s.mu.Lock()
+	s.cache[name] = cached{d: d.Clone(), at: time.Now()}
+	s.mu.Unlock()
+	return d, nil
+}
+
+// List returns the local descriptor and those fetched within CacheTTL.
+func (s *Store) List(ctx context.Context) ([]*segment.Descriptor, error) {
+	if err := ctx.Err(); err != nil {
+		return nil, err
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.closed {
+		return nil, segment.ErrClosed
+	}
+	var out []*segment.Descriptor
+	if s.local != nil {
+		out = append(out, s.local.Clone())
+	}
+	now := time.Now()
+	for name, c := range s.cache {
+		if now.Sub(c.at) > s.opts.CacheTTL {
+			delete(s.cache, name)
+			continue
+		}
+		if s.local == nil || name != s.name {
+			out = append(out, c.d.Clone())
+		}
+	}
+	slices.SortFunc(out, func(a, b *segment.Descriptor) int { return strings.Compare(a.Name, b.Name) })
+	return out, nil
+}
+
+// Watch fetches the segment every PollInterval and reports it when its
+// epoch or version changes, or nil after Grace without an answer.
+func (s *Store) Watch(ctx context.Context, name string) (<-chan *segment.Descriptor, error) {
+	if err := ctx.Err(); err != nil {
+		return nil, err
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.closed {
+		return nil, segment.ErrClosed
+	}
+	return segment.GoWatch(ctx, s.life, &s.wg, func(ctx context.Context, rep *segment.WatchReport) {
+		var downSince time.Time
+		tk := time.NewTicker(s.opts.PollInterval)
+		defer tk.Stop()
+		for {
+			d, err := s.Get(ctx, name)
+			switch {
+			case ctx.Err() != nil || errors.Is(err, segment.ErrClosed):
+				return
+			case err == nil:
+				downSince = time.Time{}
+				if !rep.Send(ctx, d) {
+					return
+				}
+			default:
+				if downSince.IsZero() {
+					downSince = time.Now()
+				}
+				if time.Since(downSince) >= s.opts.Grace && !rep.Send(ctx, nil) {
+					return
+				}
+			}
+			select {
+			case <-ctx.Done():
+				return
+			case <-tk.C:
+			}
+		}
+	}), nil
+}
+
+// Close stops the listener, drops every connection and ends every Watch.
+// It is idempotent.
+func (s *Store) Close() error {
+	s.once.Do(func() {
+		close(s.closing)
+		s.kill()
+		s.ln.Close()
+		s.mu.Lock()
+		s.closed = true
+		for c := range s.conns {
+			c.Close()
+		}
+		s.mu.Unlock()
+	})
+	s.wg.Wait()
+	return nil
+}
+
+// admit serves c unless MaxConns (or MaxConnsPerSource for its address)
+// connections are being served; each lasts at most Timeout, so a refused
+// client can retry soon.
+func (s *Store) admit(c net.Conn) {
+	var src netip.Addr
+	if ta, ok := c.RemoteAddr().(*net.TCPAddr); ok {
+		src = ta.AddrPort().Addr().Unmap()
+	}
+	s.mu.Lock()
+	if s.closed || len(s.conns) >= s.opts.MaxConns || s.perSrc[src] >= s.opts.MaxConnsPerSource {
+		s.mu.Unlock()
+		c.Close()
+		s.opts.Logger.Debug("mooncake/p2p: connection refused at the bound", "remote", c.RemoteAddr())
+		return
+	}
+	s.conns[c] = src
+	s.perSrc[src]++
+	s.wg.Add(1)
+	s.mu.Unlock()
+	go s.serve(c)
+}
+
+func (s *Store) serve(c net.Conn) {
+	defer s.wg.Done()
+	defer func() {
+		s.mu.Lock()
+		src := s.conns[c]
+		delete(s.conns, c)
+		if s.perSrc[src]--; s.perSrc[src] <= 0 {
+			delete(s.perSrc, src)
+		}
+		s.mu.Unlock()
+		c.Close()
+	}()
+	deadline := time.Now().Add(s.opts.Timeout)
+	c.SetDeadline(deadline)
+	t, body, err := ReadMessage(c, s.opts.MaxMessage)
+	if err != nil {
+		s.opts.Logger.Debug("mooncake/p2p: bad request", "remote", c.RemoteAddr(), "err", err)
+		return
+	}
+	reply, err := s.answer(t, body)
+	if err != nil {
+		s.opts.Logger.Debug("mooncake/p2p: request refused", "remote", c.RemoteAddr(), "type", t, "err", err)
+		return
+	}
+	if _, err := c.Write(reply); err != nil {
+		return
+	}
+	// Like Mooncake: half-close, then let the client close first, so the
+	// reply is never cut short by a reset. Bytes after the request are
+	// dropped (one request per connection).
+	if tc, ok := c.(*net.TCPConn); ok {
+		tc.CloseWrite()
+	}
+	io.Copy(io.Discard, io.LimitReader(c, int64(s.opts.MaxMessage)))
+}
+
+// answer builds the reply to one request, or refuses it (the connection is
+// then closed unanswered, as Mooncake does).
+func (s *Store) answer(t Type, body []byte) ([]byte, error) {
+	if err := checkJSON(body); err != nil {
+		return nil, err
+	}
+	switch t {
+	case Metadata:
+		if p := s.reply.Load(); p != nil {
+			return *p, nil
+		}
+		return nil, errors.New("no descriptor published")
+	case Probe:
+		return AppendMessage(nil, Probe, []byte(`{"status":"success"}`+"\n")), nil
+	case Notify:
+		// No notification API yet: an empty notify_msg tells a Mooncake
+		// sender that the notification was not delivered.
+		s.opts.Logger.Debug("mooncake/p2p: notification dropped (not supported yet)")
+		return AppendMessage(nil, Notify, []byte(`{"name":"","notify_msg":""}`+"\n")), nil
+	case Connection, Untyped:
+		rec, _ := json.Marshal(ConnectionRecord{QPNum: []uint32{}, ReplyMsg: "te: Mooncake RDMA endpoints are not supported yet; use the tcp protocol"})
+		return AppendMessage(nil, t, append(rec, '\n')), nil
+	}
+	return nil, fmt.Errorf("%w: unknown type %d", ErrMalformed, t)
+}
+
+// Fetch asks the handshake socket at addr (ip:port) for its descriptor,
+// sending self (this process's Mooncake descriptor; nil sends {}), within
+// timeout and until ctx ends. Errors wrap segment.ErrUnavailable (no answer)
+// or mooncake.ErrInvalid (an answer that is not a valid descriptor).
+func Fetch(ctx context.Context, addr string, self []byte, timeout time.Duration) (*mooncake.Descriptor, error) {
+	if timeout <= 0 {
+		timeout = 5 * time.Second
+	}
+	return fetch(ctx, addr, self, timeout, DefaultMaxMessage)
+}
+
+func fetch(ctx context.Context, addr string, self []byte, timeout time.Duration, max int) (*mooncake.Descriptor, error) {
+	if len(self) == 0 {
+		self = []byte("{}\n")
+	}
+	t, body, err := exchange(ctx, addr, Metadata, self, timeout, max)
+	if err != nil {
+		return nil, err
+	}
+	if t != Metadata {
+		return nil, fmt.Errorf("%w: mooncake/p2p: %s answered Metadata with a %v message", segment.ErrUnavailable, addr, t)
+	}
+	md, err := mooncake.Decode(body)
+	if err != nil {
+		return nil, fmt.Errorf("mooncake/p2p: descriptor from %s: %w", addr, err)
+	}
+	return md, nil
+}
+
+// ProbePeer sends a Probe to addr and reports whether it answered
+// {"status":"success"}.
+func ProbePeer(ctx context.Context, addr string, timeout time.Duration) error {
+	if timeout <= 0 {
+		timeout = 5 * time.Second
+	}
+	t, body, err := exchange(ctx, addr, Probe, []byte("{}\n"), timeout, DefaultMaxMessage)
+	if err != nil {
+		return err
+	}
+	var r ProbeReply
+	if t != Probe || json.NewDecoder(bytes.NewReader(body)).Decode(&r) != nil || r.Status != "success" {
+		return fmt.Errorf("%w: mooncake/p2p: %s answered a Probe with %v %.64q", segment.ErrUnavailable, addr, t, body)
+	}
+	return nil
+}
+
+// exchange sends one message to addr and reads the reply.
+func exchange(ctx context.Context, addr string, t Type, body []byte, timeout time.Duration, max int) (Type, []byte, error) {
+	host, port, err := net.SplitHostPort(addr)
+	if p, perr := strconv.Atoi(port); err != nil || perr != nil || host == "" || p < 1 || p > 65535 {
+		return 0, nil, fmt.Errorf("%w: mooncake/p2p: segment name %q is not ip:port", segment.ErrNotFound, addr)
+	}
+	ctx, cancel := context.WithTimeout(ctx, timeout)
+	defer cancel()
+	var d net.Dialer
+	c, err := d.DialContext(ctx, "tcp", addr)
+	if err != nil {
+		return 0, nil, fmt.Errorf("%w: mooncake/p2p: %s: %w", segment.ErrUnavailable, addr, ctxErr(ctx, err))
+	}
+	defer c.Close()
+	if dl, ok := ctx.Deadline(); ok {
+		c.SetDeadline(dl)
+	}
+	stop := context.AfterFunc(ctx, func() { c.SetDeadline(time.Unix(1, 0)) })
+	defer stop()
+	if _, err := c.Write(AppendMessage(nil, t, body)); err != nil {
+		return 0, nil, fmt.Errorf("%w: mooncake/p2p: %s: send %v: %w", segment.ErrUnavailable, addr, t, ctxErr(ctx, err))
+	}
+	rt, reply, err := ReadMessage(c, max)
+	if err != nil {
+		return 0, nil, fmt.Errorf("%w: mooncake/p2p: %s: reply to %v: %w", segment.ErrUnavailable, addr, t, ctxErr(ctx, err))
+	}
+	return rt, reply, nil
+}
+
+// ctxErr adds ctx's error to err when ctx has ended or its deadline has
+// passed (a socket deadline set from ctx can fire before ctx notices).
+func ctxErr(ctx context.Context, err error) error {
+	cerr := ctx.Err()
+	if d, ok := ctx.Deadline(); cerr == nil && ok && !time.Now().Before(d) {
+		cerr = context.DeadlineExceeded
+	}
+	if cerr == nil {
+		return err
+	}
+	return fmt.Errorf("%w (%w)", cerr, err)
+}
