@@ -7,6 +7,7 @@ import (
 	"sync"
 	"sync/atomic"
 
+	"github.com/rdmago/te/engine/driver"
 	"github.com/rdmago/te/segment"
 )
 
@@ -91,13 +92,13 @@ type task struct {
 	op       Op
 	local    []byte
 	laddr    uint64
-	region   *Region        // local side, pinned until finish
-	tregion  *Region        // target region when the target is local, pinned
+	region   *region        // local side, pinned until finish
+	tregion  *region        // target region when the target is local, pinned
 	tmem     []byte         // target bytes when the target is local
 	seg      *remoteSegment // nil for the local segment
 	st       *segState
 	slot     int
-	peer     Peer
+	peer     driver.Peer
 	rbuf     *segment.Buffer
 	raddr    uint64
 	tin      *atomic.Int64 // in-flight counter of the transport slot
@@ -168,15 +169,15 @@ type batch struct {
 	submitted atomic.Int64 // tasks submitted (a prefix of tasks)
 	pending   atomic.Int64 // submitted tasks not finished
 	notify    chan struct{}
-	chunks    [][]Slice // slice arena; never moves once allocated
+	chunks    [][]slice // slice arena; never moves once allocated
 	nslices   int
-	scratch   []*Slice
+	scratch   []*driver.Slice
 }
 
-func (b *batch) newSlice() *Slice {
+func (b *batch) newSlice() *slice {
 	c, i := b.nslices/sliceChunk, b.nslices%sliceChunk
 	if c == len(b.chunks) {
-		b.chunks = append(b.chunks, make([]Slice, sliceChunk))
+		b.chunks = append(b.chunks, make([]slice, sliceChunk))
 	}
 	b.nslices++
 	return &b.chunks[c][i]
@@ -278,7 +279,7 @@ func (e *Engine) FreeBatch(id BatchID) error {
 		b.tasks[i] = task{b: b}
 	}
 	for i := 0; i < b.nslices; i++ {
-		b.chunks[i/sliceChunk][i%sliceChunk] = Slice{}
+		b.chunks[i/sliceChunk][i%sliceChunk] = slice{}
 	}
 	b.nslices = 0
 	b.submitted.Store(0)
@@ -354,6 +355,7 @@ func (e *Engine) Submit(id BatchID, reqs []Request) error {
 		}
 		s := b.newSlice()
 		s.task = t
+		s.Bind(s, 0)
 		if t.op == Write {
 			copy(t.tmem, t.local)
 		} else {
@@ -375,7 +377,7 @@ func (e *Engine) Submit(id BatchID, reqs []Request) error {
 			for off := uint64(0); off < uint64(len(t.local)); off += t.sliceMax {
 				n := min(t.sliceMax, uint64(len(t.local))-off)
 				s := b.newSlice()
-				*s = Slice{
+				s.Slice = driver.Slice{
 					Op:           t.op,
 					Local:        t.local[off : off+n : off+n],
 					LocalAddr:    t.laddr + off,
@@ -385,9 +387,10 @@ func (e *Engine) Submit(id BatchID, reqs []Request) error {
 					RemoteBuffer: t.rbuf,
 					Remote:       t.st.desc,
 					Peer:         t.peer,
-					task:         t,
 				}
-				ss = append(ss, s)
+				s.task = t
+				s.Bind(s, 0)
+				ss = append(ss, &s.Slice)
 			}
 		}
 		b.scratch = ss
@@ -563,7 +566,7 @@ func pickSlot(ts *transportSet, d *segment.Descriptor, st *segState, hint, force
 
 // peerFor is peer with the engine's own bounded context, for connections
 // first needed by Submit.
-func (e *Engine) peerFor(s *remoteSegment, st *segState, slot int) (Peer, error) {
+func (e *Engine) peerFor(s *remoteSegment, st *segState, slot int) (driver.Peer, error) {
 	if ref := st.peers[slot].Load(); ref != nil {
 		return ref.p, nil
 	}

@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/rdmago/te/engine"
+	"github.com/rdmago/te/engine/driver"
 	"github.com/rdmago/te/engine/enginetest"
 	"github.com/rdmago/te/segment"
 	"github.com/rdmago/te/tcp"
@@ -77,7 +78,7 @@ type counted struct {
 }
 
 type countedPeer struct {
-	engine.Peer
+	driver.Peer
 	live *atomic.Int64
 	once sync.Once
 }
@@ -87,7 +88,7 @@ func (p *countedPeer) Close() error {
 	return p.Peer.Close()
 }
 
-func (c counted) Connect(ctx context.Context, remote *segment.Descriptor) (engine.Peer, error) {
+func (c counted) Connect(ctx context.Context, remote *segment.Descriptor) (driver.Peer, error) {
 	p, err := c.Transport.Connect(ctx, remote)
 	if err != nil {
 		return nil, err
@@ -96,7 +97,7 @@ func (c counted) Connect(ctx context.Context, remote *segment.Descriptor) (engin
 	return &countedPeer{Peer: p, live: c.live}, nil
 }
 
-func (c counted) Submit(ss []*engine.Slice) {
+func (c counted) Submit(ss []*driver.Slice) {
 	for _, s := range ss {
 		s.Peer = s.Peer.(*countedPeer).Peer
 	}
@@ -232,19 +233,19 @@ func TestUninstallRacesSubmit(t *testing.T) {
 // could not send them).
 type keyed struct{ *tcp.Transport }
 
-func (k keyed) RegisterMemory(r *engine.Region) (any, error) { return r.Addr(), nil }
+func (k keyed) RegisterMemory(r driver.Region) (any, error) { return r.Addr(), nil }
 
-func (k keyed) Submit(ss []*engine.Slice) {
+func (k keyed) Submit(ss []*driver.Slice) {
 	for _, s := range ss {
 		if s.LocalKey != r2key(s.LocalRegion) {
 			s.Done(0, fmt.Errorf("slice without its registration key: %v", s.LocalKey))
 			continue
 		}
-		k.Transport.Submit([]*engine.Slice{s})
+		k.Transport.Submit([]*driver.Slice{s})
 	}
 }
 
-func r2key(r *engine.Region) any { return r.Addr() }
+func r2key(r driver.Region) any { return r.Addr() }
 
 // TestRefusedUninstallDisturbsNothing: Uninstall refused for a task in
 // flight, again and again, while other requests are submitted and memory

@@ -12,6 +12,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/rdmago/te/engine/driver"
 	"github.com/rdmago/te/segment"
 )
 
@@ -84,7 +85,7 @@ type transportSet struct {
 	slots [maxTransports]Transport
 	// reach holds the slots' Reacher, nil for transports that reach every
 	// segment offering their protocol.
-	reach [maxTransports]Reacher
+	reach [maxTransports]driver.Reacher
 	// gen grows with every Install and Uninstall (segState.reach).
 	gen uint32
 	// order lists occupied slots in install order (preference order of
@@ -284,7 +285,7 @@ func (e *Engine) Install(t Transport) error {
 	}
 	ns := *old
 	ns.slots[slot] = t
-	ns.reach[slot], _ = t.(Reacher)
+	ns.reach[slot], _ = t.(driver.Reacher)
 	ns.gen++
 	ns.order = append(slices.Clone(old.order), slot)
 	e.transports.Store(&ns)
@@ -391,13 +392,17 @@ type host struct{ e *Engine }
 func (h host) LocalName() string    { return h.e.cfg.Name }
 func (h host) Epoch() uint64        { return h.e.epoch }
 func (h host) Logger() *slog.Logger { return h.e.log }
-func (h host) AcquireLocal(addr, length uint64) ([]byte, *Region, error) {
-	return h.e.acquireLocal(addr, length)
+func (h host) AcquireLocal(addr, length uint64) ([]byte, driver.Region, error) {
+	mem, r, err := h.e.acquireLocal(addr, length)
+	if r == nil {
+		return mem, nil, err // not a typed nil
+	}
+	return mem, r, err
 }
 
 var errAcquireBusy = fmt.Errorf("%w: region is being unregistered", ErrMemoryBusy)
 
-func (e *Engine) acquireLocal(addr, length uint64) ([]byte, *Region, error) {
+func (e *Engine) acquireLocal(addr, length uint64) ([]byte, *region, error) {
 	r := e.mem.find(addr, length)
 	if r == nil || length == 0 {
 		return nil, nil, ErrOutOfRange

@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 
+	"github.com/rdmago/te/engine/driver"
 	"github.com/rdmago/te/segment"
 )
 
@@ -11,19 +12,19 @@ import (
 // wrap these with context (which request, which address).
 var (
 	// ErrClosed: the engine (or a transport) was closed.
-	ErrClosed = errors.New("engine: closed")
+	ErrClosed = driver.ErrClosed
 	// ErrSegmentNotFound: the segment is not open, was closed, or its owner
 	// unpublished it. It wraps segment.ErrNotFound.
 	ErrSegmentNotFound = fmt.Errorf("engine: unknown segment: %w", segment.ErrNotFound)
 	// ErrOutOfRange: a target range lies outside the target's exposed
 	// buffers. It wraps segment.ErrOutOfRange.
-	ErrOutOfRange = fmt.Errorf("engine: target range outside exposed buffers: %w", segment.ErrOutOfRange)
+	ErrOutOfRange = driver.ErrOutOfRange
 	// ErrNotRegistered: a local range is not inside registered memory.
 	ErrNotRegistered = errors.New("engine: local range not in registered memory")
 	// ErrOverlap: memory to register overlaps an already registered region.
 	ErrOverlap = errors.New("engine: region overlaps registered memory")
 	// ErrMemoryBusy: memory cannot be unregistered while transfers use it.
-	ErrMemoryBusy = errors.New("engine: memory in use by transfers")
+	ErrMemoryBusy = driver.ErrMemoryBusy
 	// ErrInvalidRequest: a request is malformed (zero length, bad op,
 	// length beyond its local slice).
 	ErrInvalidRequest = errors.New("engine: invalid request")
@@ -49,11 +50,11 @@ var (
 	ErrTooManyTransports = errors.New("engine: too many transports")
 	// ErrPeerReset: the remote segment restarted (new epoch) or went away
 	// while a transfer was in flight.
-	ErrPeerReset = errors.New("engine: peer restarted or went away")
+	ErrPeerReset = driver.ErrPeerReset
 	// ErrTransient marks a slice failure worth one more try on a fresh
 	// connection (a connection that broke). Transports wrap it; the
 	// engine retries such slices up to Config.Retries times.
-	ErrTransient = errors.New("engine: transient transport failure")
+	ErrTransient = driver.ErrTransient
 	// ErrNotSupported: the operation is not available on this platform.
 	ErrNotSupported = errors.New("engine: not supported")
 )

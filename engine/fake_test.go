@@ -4,7 +4,7 @@ import (
 	"context"
 	"sync/atomic"
 
-	"github.com/rdmago/te/engine"
+	"github.com/rdmago/te/engine/driver"
 	"github.com/rdmago/te/segment"
 )
 
@@ -14,7 +14,7 @@ import (
 // under test.
 type fake struct {
 	name string
-	host engine.Host
+	host driver.Host
 	// reaches, when set, makes it a Reacher.
 	reaches func(*segment.Descriptor) bool
 	slices  atomic.Int64
@@ -26,7 +26,7 @@ type fakePeer struct{}
 func (fakePeer) Close() error { return nil }
 
 func (f *fake) Name() string { return f.name }
-func (f *fake) Install(h engine.Host) error {
+func (f *fake) Install(h driver.Host) error {
 	f.host = h
 	return nil
 }
@@ -34,15 +34,15 @@ func (f *fake) Describe(d *segment.Descriptor) error {
 	d.Protocols = append(d.Protocols, segment.Protocol{Name: f.name})
 	return nil
 }
-func (f *fake) RegisterMemory(*engine.Region) (any, error) { return nil, nil }
-func (f *fake) UnregisterMemory(*engine.Region, any) error { return nil }
-func (f *fake) SliceSize() uint64                          { return 0 }
-func (f *fake) Close() error                               { return nil }
-func (f *fake) Connect(context.Context, *segment.Descriptor) (engine.Peer, error) {
+func (f *fake) RegisterMemory(driver.Region) (any, error) { return nil, nil }
+func (f *fake) UnregisterMemory(driver.Region, any) error { return nil }
+func (f *fake) SliceSize() uint64                         { return 0 }
+func (f *fake) Close() error                              { return nil }
+func (f *fake) Connect(context.Context, *segment.Descriptor) (driver.Peer, error) {
 	f.connect.Add(1)
 	return fakePeer{}, nil
 }
-func (f *fake) Submit(ss []*engine.Slice) {
+func (f *fake) Submit(ss []*driver.Slice) {
 	for _, s := range ss {
 		f.slices.Add(1)
 		s.Done(uint64(len(s.Local)), nil)

@@ -24,8 +24,8 @@ func (m *Memory) Shared() bool { return false }
 // Close does nothing.
 func (m *Memory) Close() error { return nil }
 
-func (m *Memory) attach(*Region) error { return nil }
-func (m *Memory) detach(*Region)       {}
+func (m *Memory) attach(*region) error { return nil }
+func (m *Memory) detach(*region)       {}
 func (m *Memory) memfd(uint64) (int, uint64, bool) {
 	return -1, 0, false
 }

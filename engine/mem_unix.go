@@ -25,7 +25,7 @@ type Memory struct {
 	closing bool
 	// regions are the registrations (in any engine) that lie inside this
 	// memory; Close unregisters them first.
-	regions []*Region
+	regions []*region
 }
 
 // Alloc maps size bytes of zeroed, page-aligned anonymous private memory.
@@ -111,7 +111,7 @@ func (m *Memory) Close() error {
 }
 
 // attach records r as a registration inside m; it fails while m closes.
-func (m *Memory) attach(r *Region) error {
+func (m *Memory) attach(r *region) error {
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	if m.closing || m.b == nil {
@@ -122,10 +122,10 @@ func (m *Memory) attach(r *Region) error {
 }
 
 // detach forgets a registration (unregistered, or its engine closed).
-func (m *Memory) detach(r *Region) {
+func (m *Memory) detach(r *region) {
 	m.mu.Lock()
 	defer m.mu.Unlock()
-	m.regions = slices.DeleteFunc(m.regions, func(x *Region) bool { return x == r })
+	m.regions = slices.DeleteFunc(m.regions, func(x *region) bool { return x == r })
 }
 
 // memfd returns the memory file of shared memory and the offset of addr

@@ -6,10 +6,9 @@ import (
 	"sync/atomic"
 )
 
-// Region is a registered range of local memory. The engine creates it in
-// RegisterLocalMemory and hands it to transports; users only see it through
-// Slice and Host.AcquireLocal.
-type Region struct {
+// region is a registered range of local memory (driver.Region). The engine
+// creates it in RegisterLocalMemory and hands it to transports.
+type region struct {
 	addr     uint64
 	mem      []byte
 	location string
@@ -29,33 +28,33 @@ type Region struct {
 }
 
 // Addr is the region's first virtual address.
-func (r *Region) Addr() uint64 { return r.addr }
+func (r *region) Addr() uint64 { return r.addr }
 
 // Len is the region's length in bytes.
-func (r *Region) Len() uint64 { return uint64(len(r.mem)) }
+func (r *region) Len() uint64 { return uint64(len(r.mem)) }
 
 // Location is the memory's location tag (cpu:0, cuda:3).
-func (r *Region) Location() string { return r.location }
+func (r *region) Location() string { return r.location }
 
 // Bytes returns the whole region.
-func (r *Region) Bytes() []byte { return r.mem }
+func (r *region) Bytes() []byte { return r.mem }
 
 // SharedFD returns the memory file behind the region and the region's
 // offset in it, when the region lies in memory from AllocShared; ok is
 // false otherwise. The descriptor stays open while the region is
 // registered; the caller must not close it.
-func (r *Region) SharedFD() (fd int, off uint64, ok bool) {
+func (r *region) SharedFD() (fd int, off uint64, ok bool) {
 	if r.owner == nil {
 		return -1, 0, false
 	}
 	return r.owner.memfd(r.addr)
 }
 
-// Release drops a pin taken by Host.AcquireLocal.
-func (r *Region) Release() { r.users.Add(-1) }
+// Release drops a pin taken by driver.Host.AcquireLocal.
+func (r *region) Release() { r.users.Add(-1) }
 
 // pin takes a pin unless the region is being unregistered.
-func (r *Region) pin() bool {
+func (r *region) pin() bool {
 	r.users.Add(1)
 	if r.dead.Load() {
 		r.users.Add(-1)
@@ -64,7 +63,7 @@ func (r *Region) pin() bool {
 	return true
 }
 
-func (r *Region) contains(addr, length uint64) bool {
+func (r *region) contains(addr, length uint64) bool {
 	if addr < r.addr || length > uint64(len(r.mem)) {
 		return false
 	}
@@ -72,7 +71,7 @@ func (r *Region) contains(addr, length uint64) bool {
 }
 
 // sliceAt returns the bytes of [addr, addr+length), which must lie inside r.
-func (r *Region) sliceAt(addr, length uint64) []byte {
+func (r *region) sliceAt(addr, length uint64) []byte {
 	off := addr - r.addr
 	return r.mem[off : off+length : off+length]
 }
@@ -84,10 +83,10 @@ func AddrOf(b []byte) uint64 { return addrOf(b) }
 // memTable is the sorted set of registered regions. Readers load the
 // snapshot without locks; writers (under Engine.memMu) publish a new one.
 type memTable struct {
-	snap atomic.Pointer[[]*Region]
+	snap atomic.Pointer[[]*region]
 }
 
-func (t *memTable) load() []*Region {
+func (t *memTable) load() []*region {
 	p := t.snap.Load()
 	if p == nil {
 		return nil
@@ -96,7 +95,7 @@ func (t *memTable) load() []*Region {
 }
 
 // find returns the region holding [addr, addr+length), or nil.
-func (t *memTable) find(addr, length uint64) *Region {
+func (t *memTable) find(addr, length uint64) *region {
 	rs := t.load()
 	// First region whose start is > addr, then step back one.
 	lo, hi := 0, len(rs)
@@ -172,7 +171,7 @@ func (e *Engine) register(addr uint64, mem []byte, location string) error {
 			return fmt.Errorf("%w: [%#x, %#x) overlaps [%#x, %#x)", ErrOverlap, addr, end, r.addr, r.addr+uint64(len(r.mem)))
 		}
 	}
-	r := &Region{addr: addr, mem: mem[:len(mem):len(mem)], location: location, e: e}
+	r := &region{addr: addr, mem: mem[:len(mem):len(mem)], location: location, e: e}
 	if m := allocs.find(addr, uint64(len(mem))); m != nil {
 		if err := m.attach(r); err != nil {
 			return fmt.Errorf("engine: register [%#x, %#x): %w", addr, end, err)
@@ -192,10 +191,10 @@ func (e *Engine) register(addr uint64, mem []byte, location string) error {
 		}
 		r.keys[i] = k
 	}
-	nrs := make([]*Region, 0, len(rs)+1)
+	nrs := make([]*region, 0, len(rs)+1)
 	nrs = append(nrs, rs...)
 	nrs = append(nrs, r)
-	slices.SortFunc(nrs, func(a, b *Region) int {
+	slices.SortFunc(nrs, func(a, b *region) int {
 		if a.addr < b.addr {
 			return -1
 		}
@@ -212,7 +211,7 @@ func (e *Engine) register(addr uint64, mem []byte, location string) error {
 }
 
 // unregisterTransports undoes RegisterMemory for slots [0, upto).
-func (e *Engine) unregisterTransports(r *Region, ts *transportSet, upto int) error {
+func (e *Engine) unregisterTransports(r *region, ts *transportSet, upto int) error {
 	var first error
 	for i := 0; i < upto; i++ {
 		if t := ts.slots[i]; t != nil {
@@ -226,22 +225,22 @@ func (e *Engine) unregisterTransports(r *Region, ts *transportSet, upto int) err
 }
 
 // detach unlinks the region from the Memory it lies in.
-func (r *Region) detach() {
+func (r *region) detach() {
 	if r.owner != nil {
 		r.owner.detach(r)
 	}
 }
 
 func (e *Engine) unregister(addr uint64) error {
-	return e.unregisterWhere(func(r *Region) bool { return r.addr == addr }, addr)
+	return e.unregisterWhere(func(r *region) bool { return r.addr == addr }, addr)
 }
 
 // unregisterRegion unregisters r itself (Memory.Close).
-func (e *Engine) unregisterRegion(r *Region) error {
-	return e.unregisterWhere(func(x *Region) bool { return x == r }, r.addr)
+func (e *Engine) unregisterRegion(r *region) error {
+	return e.unregisterWhere(func(x *region) bool { return x == r }, r.addr)
 }
 
-func (e *Engine) unregisterWhere(match func(*Region) bool, addr uint64) error {
+func (e *Engine) unregisterWhere(match func(*region) bool, addr uint64) error {
 	e.memMu.Lock()
 	defer e.memMu.Unlock()
 	rs := e.mem.load()

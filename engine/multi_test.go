@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/rdmago/te/engine"
+	"github.com/rdmago/te/engine/driver"
 	"github.com/rdmago/te/engine/enginetest"
 	"github.com/rdmago/te/segment"
 	"github.com/rdmago/te/tcp"
@@ -35,7 +36,7 @@ func (n named) Describe(d *segment.Descriptor) error {
 	return nil
 }
 
-func (n named) Connect(ctx context.Context, remote *segment.Descriptor) (engine.Peer, error) {
+func (n named) Connect(ctx context.Context, remote *segment.Descriptor) (driver.Peer, error) {
 	p, ok := remote.Protocol(n.name)
 	if !ok {
 		return nil, errors.New("not offered")
@@ -46,7 +47,7 @@ func (n named) Connect(ctx context.Context, remote *segment.Descriptor) (engine.
 	return n.Transport.Connect(ctx, r)
 }
 
-func (n named) Submit(ss []*engine.Slice) {
+func (n named) Submit(ss []*driver.Slice) {
 	n.slices.Add(int64(len(ss)))
 	n.Transport.Submit(ss)
 }

@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/rdmago/te/engine"
+	"github.com/rdmago/te/engine/driver"
 	"github.com/rdmago/te/engine/enginetest"
 	"github.com/rdmago/te/segment"
 )
@@ -21,7 +22,7 @@ type keyFake struct {
 	mu    sync.Mutex
 	peers []*keyPeer
 	last  struct {
-		peer  engine.Peer
+		peer  driver.Peer
 		rkeys []uint32
 	}
 }
@@ -36,7 +37,7 @@ func (p *keyPeer) Close() error {
 	return nil
 }
 
-func (f *keyFake) Connect(_ context.Context, d *segment.Descriptor) (engine.Peer, error) {
+func (f *keyFake) Connect(_ context.Context, d *segment.Descriptor) (driver.Peer, error) {
 	p := &keyPeer{desc: d.Clone()}
 	f.mu.Lock()
 	f.peers = append(f.peers, p)
@@ -44,7 +45,7 @@ func (f *keyFake) Connect(_ context.Context, d *segment.Descriptor) (engine.Peer
 	return p, nil
 }
 
-func (f *keyFake) Submit(ss []*engine.Slice) {
+func (f *keyFake) Submit(ss []*driver.Slice) {
 	for _, s := range ss {
 		if p, ok := s.Peer.(*keyPeer); ok && p.closed.Load() {
 			s.Done(0, engine.ErrPeerReset) // a closed Peer must never be used

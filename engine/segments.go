@@ -9,6 +9,7 @@ import (
 	"sync"
 	"sync/atomic"
 
+	"github.com/rdmago/te/engine/driver"
 	"github.com/rdmago/te/segment"
 )
 
@@ -53,7 +54,7 @@ type segState struct {
 	reach [maxTransports]atomic.Uint32
 }
 
-type peerRef struct{ p Peer }
+type peerRef struct{ p driver.Peer }
 
 type segTable struct {
 	mu     sync.RWMutex
@@ -245,7 +246,7 @@ func protoNames(d *segment.Descriptor) []string {
 }
 
 // peer returns the connected Peer of slot for st, connecting on first use.
-func (e *Engine) peer(ctx context.Context, s *remoteSegment, st *segState, slot int) (Peer, error) {
+func (e *Engine) peer(ctx context.Context, s *remoteSegment, st *segState, slot int) (driver.Peer, error) {
 	if ref := st.peers[slot].Load(); ref != nil {
 		return ref.p, nil
 	}

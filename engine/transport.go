@@ -1,184 +1,45 @@
 package engine
 
 import (
-	"context"
 	"errors"
 	"fmt"
-	"log/slog"
 
-	"github.com/rdmago/te/segment"
+	"github.com/rdmago/te/engine/driver"
 )
 
-// Transport moves slices to and from remote segments over one protocol
-// (tcp, rdma). The engine owns requests, tasks, batches and slicing; a
-// transport only executes slices whose every address, key and endpoint the
-// engine has already resolved and checked.
-//
-// Call order: Install once, then any mix of RegisterMemory,
-// UnregisterMemory, Describe, Connect and Submit (concurrently), then Close
-// once. Implementations must be safe for concurrent use.
-type Transport interface {
-	// Name is the protocol name, matched against segment.Protocol.Name
-	// in descriptors (segment.ProtoTCP, segment.ProtoRDMA).
-	Name() string
-	// Install attaches the transport to an engine and starts whatever
-	// serves remote initiators (a listener, QP handshakes). Target-side
-	// accesses go through h, which checks them against registered memory.
-	Install(h Host) error
-	// Describe adds the transport's parts to the local descriptor: its
-	// Protocol entry (appended to d.Protocols), rails (d.Devices), and
-	// per-buffer keys (d.Buffers[i].RKeys). d.Buffers is already filled.
-	Describe(d *segment.Descriptor) error
-	// RegisterMemory prepares a newly registered region for transfers
-	// (memory registration with each NIC). The returned key is opaque to
-	// the engine and comes back in Slice.LocalKey and UnregisterMemory.
-	RegisterMemory(r *Region) (key any, err error)
-	// UnregisterMemory releases what RegisterMemory prepared. The engine
-	// calls it only when no transfer uses the region.
-	UnregisterMemory(r *Region, key any) error
-	// Connect returns the transport's state for one incarnation of a
-	// remote segment (endpoint addresses, connections, queue pairs). It may
-	// set up connections eagerly or lazily. The engine calls it again,
-	// after closing the old Peer, when the remote epoch changes, and within
-	// one epoch when the transport's protocol entry, the rails
-	// (remote.Devices) or the keys of a buffer the previous descriptor
-	// already had (Buffers[i].RKeys) change; buffers only added or removed
-	// keep the Peer (slices carry the current buffer's keys).
-	Connect(ctx context.Context, remote *segment.Descriptor) (Peer, error)
-	// SliceSize is the largest slice the transport wants; the engine cuts
-	// requests into slices of at most this many bytes unless configured
-	// otherwise. Zero means no cutting.
-	SliceSize() uint64
-	// Submit starts the slices. Every slice must be completed exactly once
-	// with Slice.Done — possibly before Submit returns, possibly from
-	// another goroutine — whatever happens: failures are reported per
-	// slice, never dropped. Submit must not block on a peer indefinitely.
-	// The ss slice itself may be reused by the engine after Submit returns.
-	//
-	// Submit is re-entered: Slice.Done of a slice failed with an error
-	// wrapping ErrTransient resubmits it (Attempt() > 0) by calling Submit
-	// from inside Done, on the goroutine that called Done: the transport's
-	// completion poller, or Submit itself when it fails a slice at once.
-	// There Submit must only enqueue: it must not wait for completions or
-	// queue space that only the calling goroutine would deliver (the
-	// poller would deadlock on itself), and the transport must not call
-	// Done while holding a lock that Submit takes.
-	Submit(ss []*Slice)
-	// Close stops the transport, fails every slice still in flight and
-	// releases its resources, memory registrations included (the engine
-	// does not call UnregisterMemory on Close). It is idempotent.
-	Close() error
-}
-
-// Reacher is implemented by a transport that can serve only some of the
-// segments offering its protocol: shm reaches only segments on the same
-// host (and of the same user). The engine never chooses a transport for a
-// segment it does not reach, not even when a request or OpenOptions names
-// it. Reaches must not allocate; the engine calls it per request.
-type Reacher interface {
-	Reaches(remote *segment.Descriptor) bool
-}
-
-// Peer is a transport's state for one incarnation of a remote segment.
-// Closing it fails its slices still in flight (with an error wrapping
-// ErrPeerReset or ErrClosed) and releases its connections.
-type Peer interface {
-	Close() error
-}
-
-// Host is the engine as its transports see it: local identity and
-// target-side access to registered memory.
-type Host interface {
-	// LocalName is the local segment's name.
-	LocalName() string
-	// Epoch is the local segment's epoch (random per engine). Transports
-	// may use it to refuse initiators that address a previous incarnation.
-	Epoch() uint64
-	// AcquireLocal finds the registered region holding all of
-	// [addr, addr+length), pins it against unregistration and returns the
-	// bytes of that range. The caller must call r.Release when it no
-	// longer touches mem. It fails with an error wrapping ErrOutOfRange
-	// (range not inside one registered region) or ErrMemoryBusy (region
-	// being unregistered). It does not allocate on success.
-	AcquireLocal(addr, length uint64) (mem []byte, r *Region, err error)
-	// Logger is the engine's logger.
-	Logger() *slog.Logger
-}
+// Transport is a protocol the engine can install (tcp.New, rdma.New,
+// shm.New): an implementation of the contract in package engine/driver.
+type Transport = driver.Transport
 
 // Op is a transfer direction, seen from the initiator.
-type Op uint8
+type Op = driver.Op
 
 // Ops.
 const (
 	// Read copies from the target segment into local memory.
-	Read Op = 1
+	Read = driver.Read
 	// Write copies from local memory into the target segment.
-	Write Op = 2
+	Write = driver.Write
 )
 
-func (o Op) String() string {
-	switch o {
-	case Read:
-		return "READ"
-	case Write:
-		return "WRITE"
-	}
-	return "Op(?)"
+// slice is the engine's side of a driver.Slice: the task it belongs to
+// and room to resubmit it without allocating.
+type slice struct {
+	driver.Slice
+	task *task
+	self [1]*driver.Slice
 }
 
-// Slice is one piece of a task, resolved for one transport. Transports
-// read its fields and call Done exactly once; they must not keep the
-// pointer after Done.
-type Slice struct {
-	Op Op
-	// Local is the local side: the bytes to send (Write) or to fill (Read).
-	// It lies inside LocalRegion, which stays registered until Done.
-	Local []byte
-	// LocalAddr is the virtual address of Local[0].
-	LocalAddr uint64
-	// LocalRegion is the registered region holding Local.
-	LocalRegion *Region
-	// LocalKey is what this transport's RegisterMemory returned for
-	// LocalRegion.
-	LocalKey any
-	// RemoteAddr is the target address of the first byte, in the target's
-	// address space. [RemoteAddr, RemoteAddr+len(Local)) lies inside
-	// RemoteBuffer.
-	RemoteAddr uint64
-	// RemoteBuffer is the target's descriptor entry holding the range
-	// (carries per-rail RKeys). Read-only.
-	RemoteBuffer *segment.Buffer
-	// Remote is the target's descriptor this slice was resolved against.
-	// Read-only.
-	Remote *segment.Descriptor
-	// Peer is what this transport's Connect returned for the target.
-	Peer Peer
-
-	task  *task
-	tries int
-	self  [1]*Slice // resubmission without allocating
-}
-
-// Attempt is 0 for a slice's first submission and counts its retries
-// after transient failures; a transport may route retries differently
-// (to a fresh connection).
-func (s *Slice) Attempt() int { return s.tries }
-
-// Done completes the slice with the number of bytes moved and an error
-// (nil on success). An error wrapping ErrTransient is retried (submitted
-// again to the same transport and peer) up to Config.Retries times before
-// it fails the task; the transport must treat the retry as a new slice.
-// Done does not allocate on success.
-func (s *Slice) Done(n uint64, err error) {
+// Complete is the outcome of one submission of the slice (driver.Completer).
+// An error wrapping ErrTransient resubmits it, from the caller's goroutine,
+// up to Config.Retries times. It does not allocate on success.
+func (s *slice) Complete(n uint64, err error) {
 	t := s.task
-	if t == nil {
-		panic("engine: Slice.Done called twice")
-	}
 	if err != nil {
-		if e := t.b.e; t.slot >= 0 && s.tries < e.cfg.Retries && !e.closed.Load() && errors.Is(err, ErrTransient) {
+		if e := t.b.e; t.slot >= 0 && s.Attempt() < e.cfg.Retries && !e.closed.Load() && errors.Is(err, ErrTransient) {
 			if tr := e.transports.Load().slots[t.slot]; tr != nil {
-				s.tries++
-				s.self[0] = s
+				s.Bind(s, s.Attempt()+1)
+				s.self[0] = &s.Slice
 				tr.Submit(s.self[:])
 				return
 			}

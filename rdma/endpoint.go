@@ -13,7 +13,7 @@ import (
 	"time"
 
 	"github.com/rdmago/te/auth"
-	"github.com/rdmago/te/engine"
+	"github.com/rdmago/te/engine/driver"
 	"github.com/rdmago/te/internal/wire"
 	"github.com/rdmago/te/segment"
 	"github.com/rdmago/te/uverbs"
@@ -29,7 +29,7 @@ const (
 )
 
 type pend struct {
-	s    *engine.Slice
+	s    *driver.Slice
 	rkey uint32
 }
 
@@ -77,7 +77,7 @@ func (ep *endpoint) failure() error {
 	if p := ep.fail.Load(); p != nil {
 		return *p
 	}
-	return fmt.Errorf("rdma: endpoint to %s closed: %w", ep.p.name, engine.ErrTransient)
+	return fmt.Errorf("rdma: endpoint to %s closed: %w", ep.p.name, driver.ErrTransient)
 }
 
 // pickQP returns the next QP with a free send slot, round robin.
@@ -184,7 +184,7 @@ func (p *peer) endpoint(r *rail, rr int) (*endpoint, error) {
 	p.epMu.Lock()
 	defer p.epMu.Unlock()
 	if p.closed.Load() {
-		return nil, fmt.Errorf("rdma: peer %s closed: %w", p.name, engine.ErrPeerReset)
+		return nil, fmt.Errorf("rdma: peer %s closed: %w", p.name, driver.ErrPeerReset)
 	}
 	old := p.eps[i].Load()
 	if old != nil && old.state.Load() <= epReady {
@@ -256,9 +256,9 @@ func (p *peer) handshake(ep *endpoint) error {
 		err = fmt.Errorf("%w by %s: %s", errRejected, p.name, rj.Msg)
 		switch rj.Code {
 		case rejectStaleEpoch:
-			return fmt.Errorf("%w: %w", err, engine.ErrPeerReset)
+			return fmt.Errorf("%w: %w", err, driver.ErrPeerReset)
 		case rejectLimit:
-			return fmt.Errorf("%w: %w", err, engine.ErrTransient)
+			return fmt.Errorf("%w: %w", err, driver.ErrTransient)
 		case rejectBadRail, rejectInternal:
 			// The target's rail is down, or its QP could not reach us
 			// over it (address resolution timed out: a link just went
@@ -267,7 +267,7 @@ func (p *peer) handshake(ep *endpoint) error {
 			if ep.rrail < len(p.railDownUntil) {
 				p.railDownUntil[ep.rrail].Store(time.Now().Add(remoteRailBackoff).UnixNano())
 			}
-			return fmt.Errorf("%w: %w: %w", err, errRemoteRailDown, engine.ErrTransient)
+			return fmt.Errorf("%w: %w: %w", err, errRemoteRailDown, driver.ErrTransient)
 		}
 		return err
 	case hsAccept:
@@ -305,7 +305,7 @@ func (p *peer) exchange(ctx context.Context, t wire.Type, payload []byte) (frame
 		p.conn.SetWriteDeadline(dl)
 	}
 	if err := hsProto.Write(p.conn, t, 0, payload); err != nil {
-		return frame{}, fmt.Errorf("rdma: handshake with %s: %w: %w", p.name, err, engine.ErrTransient)
+		return frame{}, fmt.Errorf("rdma: handshake with %s: %w: %w", p.name, err, driver.ErrTransient)
 	}
 	select {
 	case f := <-p.resp:
@@ -316,7 +316,7 @@ func (p *peer) exchange(ctx context.Context, t wire.Type, payload []byte) (frame
 		// The answer may still come: drop the connection rather than
 		// match it to the next request.
 		p.conn.Close()
-		return frame{}, fmt.Errorf("rdma: handshake with %s: %w: %w", p.name, ctx.Err(), engine.ErrTransient)
+		return frame{}, fmt.Errorf("rdma: handshake with %s: %w: %w", p.name, ctx.Err(), driver.ErrTransient)
 	}
 }
 
@@ -324,7 +324,7 @@ func (p *peer) dial(ctx context.Context) error {
 	var d net.Dialer
 	c, err := d.DialContext(ctx, "tcp", p.addr)
 	if err != nil {
-		return fmt.Errorf("rdma: control connection to %s (%s): %w: %w", p.name, p.addr, err, engine.ErrPeerReset)
+		return fmt.Errorf("rdma: control connection to %s (%s): %w: %w", p.name, p.addr, err, driver.ErrPeerReset)
 	}
 	if tc, ok := c.(*net.TCPConn); ok {
 		tc.SetNoDelay(true)
@@ -354,12 +354,12 @@ func (p *peer) authenticate(ctx context.Context, c net.Conn, rd *bufio.Reader) e
 	in := t.cfg.Auth.Initiate(segment.ProtoRDMA, auth.Party{Name: t.host.LocalName(), Epoch: t.host.Epoch()},
 		auth.Party{Name: p.name, Epoch: p.epoch})
 	if err := hsProto.Write(c, hsHello, 0, auth.AppendHello(nil, in.Hello())); err != nil {
-		return fmt.Errorf("rdma: control connection to %s: %w: %w", p.name, err, engine.ErrTransient)
+		return fmt.Errorf("rdma: control connection to %s: %w: %w", p.name, err, driver.ErrTransient)
 	}
 	var hdr [wire.HeaderLen]byte
 	h, payload, err := hsProto.Read(rd, hdr[:], nil)
 	if err != nil {
-		return fmt.Errorf("rdma: control connection to %s: %w: %w", p.name, err, engine.ErrTransient)
+		return fmt.Errorf("rdma: control connection to %s: %w: %w", p.name, err, driver.ErrTransient)
 	}
 	switch h.Type {
 	case hsChallenge:
@@ -384,7 +384,7 @@ func (p *peer) authenticate(ctx context.Context, c net.Conn, rd *bufio.Reader) e
 		return fmt.Errorf("rdma: %s (%s): %w", p.name, c.RemoteAddr(), err)
 	}
 	if err := hsProto.Write(c, hsAnswer, 0, auth.AppendAnswer(nil, ans)); err != nil {
-		return fmt.Errorf("rdma: control connection to %s: %w: %w", p.name, err, engine.ErrTransient)
+		return fmt.Errorf("rdma: control connection to %s: %w: %w", p.name, err, driver.ErrTransient)
 	}
 	return nil
 }
@@ -412,7 +412,7 @@ func (p *peer) readLoop(c net.Conn, rd *bufio.Reader, resp chan frame, dead chan
 		}
 	}
 	c.Close()
-	p.cause = fmt.Errorf("rdma: control connection to %s ended: %v: %w", p.name, err, engine.ErrPeerReset)
+	p.cause = fmt.Errorf("rdma: control connection to %s ended: %v: %w", p.name, err, driver.ErrPeerReset)
 	close(dead)
 	p.hsMu.Lock()
 	if p.conn == c {
@@ -468,7 +468,7 @@ func (p *peer) Close() error {
 	if already {
 		return nil
 	}
-	p.closeEndpoints(fmt.Errorf("rdma: peer %s closed: %w", p.name, engine.ErrPeerReset))
+	p.closeEndpoints(fmt.Errorf("rdma: peer %s closed: %w", p.name, driver.ErrPeerReset))
 	p.cancel()
 	p.hsMu.Lock()
 	if p.conn != nil {
@@ -514,12 +514,12 @@ func (s *store) add(ep *endpoint) error {
 	for s.n >= s.max {
 		v := s.victim()
 		if v == nil {
-			return fmt.Errorf("%w (%d): %w", errStoreFull, s.max, engine.ErrTransient)
+			return fmt.Errorf("%w (%d): %w", errStoreFull, s.max, driver.ErrTransient)
 		}
 		s.unlink(v)
 		s.evict.Add(1)
 		if v.p.eps[v.slot].CompareAndSwap(v, nil) {
-			v.r.enqueue(item{kind: itemClose, ep: v, err: fmt.Errorf("rdma: endpoint evicted: %w", engine.ErrTransient)})
+			v.r.enqueue(item{kind: itemClose, ep: v, err: fmt.Errorf("rdma: endpoint evicted: %w", driver.ErrTransient)})
 		}
 	}
 	ep.inStore = true

@@ -10,7 +10,7 @@ import (
 	"sync/atomic"
 	"time"
 
-	"github.com/rdmago/te/engine"
+	"github.com/rdmago/te/engine/driver"
 	"github.com/rdmago/te/uverbs"
 )
 
@@ -29,7 +29,7 @@ const (
 // item is what submitters and control goroutines hand a rail's owner.
 type item struct {
 	kind itemKind
-	s    *engine.Slice
+	s    *driver.Slice
 	ep   *endpoint
 	rkey uint32
 	err  error
@@ -37,7 +37,7 @@ type item struct {
 
 // slot is a posted work request; wr_id is gen<<32 | index.
 type slot struct {
-	s    *engine.Slice
+	s    *driver.Slice
 	q    *qpState
 	n    uint64
 	rkey uint32
@@ -224,7 +224,7 @@ func (r *rail) enqueue(it item) {
 		r.inMu.Unlock()
 		switch it.kind {
 		case itemSlice:
-			r.finish(it.s, it.ep, 0, fmt.Errorf("rdma: %w", engine.ErrClosed))
+			r.finish(it.s, it.ep, 0, fmt.Errorf("rdma: %w", driver.ErrClosed))
 		case itemReady, itemClose:
 			// A handshake that ended after the owner stopped: nothing was
 			// posted on its QPs, destroy them here.
@@ -337,7 +337,7 @@ var postHook func(epoch uint64, rkey uint32, addr, n uint64)
 
 // post adds one slice to the current doorbell chain; false when ep has no
 // send credit or the rail no free slot.
-func (r *rail) post(ep *endpoint, s *engine.Slice, rkey uint32) bool {
+func (r *rail) post(ep *endpoint, s *driver.Slice, rkey uint32) bool {
 	if r.free < 0 {
 		return false
 	}
@@ -359,7 +359,7 @@ func (r *rail) post(ep *endpoint, s *engine.Slice, rkey uint32) bool {
 	ep.inflight++
 	r.inflight++
 	op := uverbs.WRRDMAWrite
-	if s.Op == engine.Read {
+	if s.Op == driver.Read {
 		op = uverbs.WRRDMARead
 	}
 	if postHook != nil {
@@ -382,7 +382,7 @@ func (r *rail) flushChain() {
 	if err != nil {
 		// The first n are on the queue (rxe: even when its doorbell
 		// failed); the rest never reached it.
-		perr := fmt.Errorf("rdma: post on QP %#x (%s): %v: %w", uint32(q.qp.QPN()), r.dev.Name, err, engine.ErrTransient)
+		perr := fmt.Errorf("rdma: post on QP %#x (%s): %v: %w", uint32(q.qp.QPN()), r.dev.Name, err, driver.ErrTransient)
 		for i := n; i < len(r.wrs); i++ {
 			idx := int32(uint32(r.wrs[i].ID))
 			sl := &r.slots[idx]
@@ -410,7 +410,7 @@ func (r *rail) release(idx int32, sl *slot) {
 }
 
 // finish completes a slice the rail accepted: n bytes moved (0 on error).
-func (r *rail) finish(s *engine.Slice, ep *endpoint, n uint64, err error) {
+func (r *rail) finish(s *driver.Slice, ep *endpoint, n uint64, err error) {
 	r.outstanding.Add(-int64(len(s.Local)))
 	ep.busy.Add(-1)
 	if err != nil {
@@ -491,7 +491,7 @@ func (r *rail) complete(wc *uverbs.WC) {
 // (retried, on another rail where there is one) for retry, RNR and flush
 // errors on a live endpoint; ErrPeerReset or ErrClosed when the endpoint
 // was closed under it; permanent, naming the key and range, otherwise.
-func (r *rail) classify(wc *uverbs.WC, s *engine.Slice, rkey uint32, ep *endpoint) error {
+func (r *rail) classify(wc *uverbs.WC, s *driver.Slice, rkey uint32, ep *endpoint) error {
 	switch st := ep.state.Load(); {
 	case st == epClosed:
 		return ep.failure()
@@ -504,7 +504,7 @@ func (r *rail) classify(wc *uverbs.WC, s *engine.Slice, rkey uint32, ep *endpoin
 	// timeout: worth another try on a fresh endpoint, maybe another rail.
 	if errors.Is(werr, uverbs.ErrCompletionTransient) || wc.Status == uverbs.WCLocQPOpErr || wc.Status == uverbs.WCRespTimeoutErr {
 		r.checkPort()
-		return fmt.Errorf("rdma: %s on %s to %s rail %d: %w: %w", s.Op, r.dev.Name, ep.p.name, ep.rrail, werr, engine.ErrTransient)
+		return fmt.Errorf("rdma: %s on %s to %s rail %d: %w: %w", s.Op, r.dev.Name, ep.p.name, ep.rrail, werr, driver.ErrTransient)
 	}
 	// Access errors and the rest are permanent; werr names the rkey and
 	// the range (errors.Is(err, uverbs.ErrCompletionAccess) for the first).
@@ -522,7 +522,7 @@ func (r *rail) checkPort() {
 
 // breakAll breaks every endpoint of the rail (its port went down).
 func (r *rail) breakAll() {
-	err := fmt.Errorf("rdma: rail %s down: %w", r.dev.Name, engine.ErrTransient)
+	err := fmt.Errorf("rdma: rail %s down: %w", r.dev.Name, driver.ErrTransient)
 	// Backwards: teardown moves the last endpoint into the freed place.
 	for i := len(r.eps) - 1; i >= 0; i-- {
 		if i < len(r.eps) {
@@ -540,8 +540,8 @@ func (r *rail) breakEP(ep *endpoint, err error) {
 	}
 	// What is still queued or posted on ep did nothing wrong: it fails
 	// transiently and is retried on a fresh endpoint, whatever broke it.
-	if !errors.Is(err, engine.ErrTransient) {
-		err = fmt.Errorf("rdma: endpoint to %s rail %d broken by an earlier failure (%v): %w", ep.p.name, ep.rrail, err, engine.ErrTransient)
+	if !errors.Is(err, driver.ErrTransient) {
+		err = fmt.Errorf("rdma: endpoint to %s rail %d broken by an earlier failure (%v): %w", ep.p.name, ep.rrail, err, driver.ErrTransient)
 	}
 	ep.setFailure(err)
 	r.failWaiting(ep, ep.failure())
@@ -658,7 +658,7 @@ func (r *rail) serviceBlocked() {
 // shutdown runs on the owner when the transport closes: every queued and
 // posted slice fails with ErrClosed and every QP is destroyed.
 func (r *rail) shutdown() {
-	closed := fmt.Errorf("rdma: transport closed: %w", engine.ErrClosed)
+	closed := fmt.Errorf("rdma: transport closed: %w", driver.ErrClosed)
 	r.inMu.Lock()
 	r.stopped = true
 	rest := r.in

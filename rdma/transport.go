@@ -14,7 +14,7 @@ import (
 	"sync/atomic"
 
 	"github.com/rdmago/te/auth"
-	"github.com/rdmago/te/engine"
+	"github.com/rdmago/te/engine/driver"
 	"github.com/rdmago/te/segment"
 	"github.com/rdmago/te/uverbs"
 )
@@ -23,7 +23,7 @@ import (
 // to Engine.Install.
 type Transport struct {
 	cfg  Config
-	host engine.Host
+	host driver.Host
 	log  *slog.Logger
 
 	rails []*rail
@@ -71,9 +71,9 @@ func (t *Transport) SliceSize() uint64 { return t.cfg.SliceSize }
 
 // Install opens a context, PD, CQ and owner goroutine per rail and starts
 // the control listener.
-func (t *Transport) Install(h engine.Host) (err error) {
+func (t *Transport) Install(h driver.Host) (err error) {
 	if t.closed.Load() {
-		return fmt.Errorf("rdma: install after Close: %w", engine.ErrClosed)
+		return fmt.Errorf("rdma: install after Close: %w", driver.ErrClosed)
 	}
 	if t.host != nil {
 		return fmt.Errorf("rdma: installed twice")
@@ -187,7 +187,7 @@ func (t *Transport) Describe(d *segment.Descriptor) error {
 
 // RegisterMemory registers the region on every rail: local write, remote
 // read and write.
-func (t *Transport) RegisterMemory(reg *engine.Region) (any, error) {
+func (t *Transport) RegisterMemory(reg driver.Region) (any, error) {
 	access := uverbs.AccessLocalWrite | uverbs.AccessRemoteWrite | uverbs.AccessRemoteRead
 	k := &regKey{prefer: t.preferred(reg.Location())}
 	for _, r := range t.rails {
@@ -209,7 +209,7 @@ func (t *Transport) RegisterMemory(reg *engine.Region) (any, error) {
 }
 
 // UnregisterMemory deregisters the region on every rail.
-func (t *Transport) UnregisterMemory(reg *engine.Region, key any) error {
+func (t *Transport) UnregisterMemory(reg driver.Region, key any) error {
 	k, ok := key.(*regKey)
 	if !ok {
 		return fmt.Errorf("rdma: unregister: foreign key %T", key)
@@ -229,9 +229,9 @@ func (t *Transport) UnregisterMemory(reg *engine.Region, key any) error {
 
 // Connect returns the state for one incarnation of a remote segment.
 // Endpoints are set up lazily, on the first slice for each rail pair.
-func (t *Transport) Connect(ctx context.Context, d *segment.Descriptor) (engine.Peer, error) {
+func (t *Transport) Connect(ctx context.Context, d *segment.Descriptor) (driver.Peer, error) {
 	if t.closed.Load() {
-		return nil, fmt.Errorf("rdma: %w", engine.ErrClosed)
+		return nil, fmt.Errorf("rdma: %w", driver.ErrClosed)
 	}
 	p, ok := d.Protocol(segment.ProtoRDMA)
 	if !ok || p.Endpoint == "" {
@@ -342,24 +342,24 @@ func remoteRail(local, nRemote int) int { return local % nRemote }
 
 // Submit hands each slice to a rail's owner; it never blocks on a peer and
 // may be re-entered from Slice.Done on a retry.
-func (t *Transport) Submit(ss []*engine.Slice) {
+func (t *Transport) Submit(ss []*driver.Slice) {
 	for _, s := range ss {
 		t.submit(s)
 	}
 }
 
-func (t *Transport) submit(s *engine.Slice) {
+func (t *Transport) submit(s *driver.Slice) {
 	p, ok := s.Peer.(*peer)
 	if !ok {
 		s.Done(0, fmt.Errorf("rdma: slice with a foreign peer %T", s.Peer))
 		return
 	}
 	if t.closed.Load() {
-		s.Done(0, fmt.Errorf("rdma: %w", engine.ErrClosed))
+		s.Done(0, fmt.Errorf("rdma: %w", driver.ErrClosed))
 		return
 	}
 	if p.closed.Load() {
-		s.Done(0, fmt.Errorf("rdma: peer %s closed: %w", p.name, engine.ErrPeerReset))
+		s.Done(0, fmt.Errorf("rdma: peer %s closed: %w", p.name, driver.ErrPeerReset))
 		return
 	}
 	r := t.pickRail(s.LocalKey.(*regKey).prefer, p.usable(len(t.rails)), int64(len(s.Local)), s.Attempt())

@@ -9,7 +9,7 @@
 // The target advertises an shm protocol entry: an abstract unix socket
 // name (no file anywhere, gone with the process) and the identity of its
 // host (boot id and network namespace, internal/hostid) and user. An
-// initiator's transport reaches the segment (engine.Reacher) only when
+// initiator's transport reaches the segment (driver.Reacher) only when
 // both match its own and every buffer the target registered is
 // shareable; the engine then prefers shm over rdma and tcp. Elsewhere shm
 // is never chosen, not even when a request names it.
@@ -39,7 +39,7 @@
 // so memory the target allocates later is never what a stale peer
 // writes. A target that exits, crashes or restarts (new epoch) closes the
 // socket: its initiators fail what they have not copied with
-// engine.ErrPeerReset and unmap everything. An initiator that dies closes
+// driver.ErrPeerReset and unmap everything. An initiator that dies closes
 // its end: the target drops its control page. Nothing is left in /dev/shm
 // or in the file system.
 //

@@ -11,7 +11,7 @@ import (
 	"time"
 
 	"github.com/rdmago/te/auth"
-	"github.com/rdmago/te/engine"
+	"github.com/rdmago/te/engine/driver"
 	"github.com/rdmago/te/internal/dma"
 	"github.com/rdmago/te/internal/uds"
 	"github.com/rdmago/te/internal/wire"
@@ -57,7 +57,7 @@ func dialPeer(ctx context.Context, t *Transport, d *segment.Descriptor, endpoint
 	var dl net.Dialer
 	nc, err := dl.DialContext(ctx, "unixpacket", endpoint)
 	if err != nil {
-		return nil, fmt.Errorf("%w: %w", engine.ErrPeerReset, err)
+		return nil, fmt.Errorf("%w: %w", driver.ErrPeerReset, err)
 	}
 	c := nc.(*net.UnixConn)
 	p := &peer{t: t, name: d.Name, c: c, replies: make(chan struct{}, 1), gone: make(chan struct{}), done: make(chan struct{})}
@@ -103,7 +103,7 @@ func dialPeer(ctx context.Context, t *Transport, d *segment.Descriptor, endpoint
 		return nil, err
 	}
 	if ch.Epoch != d.Epoch {
-		return nil, fmt.Errorf("%w: %s has epoch %#x, descriptor says %#x", engine.ErrPeerReset, d.Name, ch.Epoch, d.Epoch)
+		return nil, fmt.Errorf("%w: %s has epoch %#x, descriptor says %#x", driver.ErrPeerReset, d.Name, ch.Epoch, d.Epoch)
 	}
 	ans, err := in.Finish(ch)
 	if err != nil {
@@ -366,7 +366,7 @@ func (p *peer) fetch(addr, n uint64) (*mapping, error) {
 
 // copy moves one slice; the caller holds p.users. It makes no system call
 // and does not allocate once the region is mapped.
-func (p *peer) copy(s *engine.Slice) (uint64, error) {
+func (p *peer) copy(s *driver.Slice) (uint64, error) {
 	if p.dead.Load() {
 		return 0, errGone
 	}
@@ -389,7 +389,7 @@ func (p *peer) copy(s *engine.Slice) (uint64, error) {
 		return 0, errRevoked
 	}
 	off := s.RemoteAddr - m.addr
-	if s.Op == engine.Write {
+	if s.Op == driver.Write {
 		copy(m.mem[off:off+n], s.Local)
 	} else {
 		copy(s.Local, m.mem[off:off+n])
@@ -437,7 +437,7 @@ func (p *peer) teardown() {
 }
 
 // Close takes the peer down (slices not yet copied fail with
-// engine.ErrPeerReset) and waits until everything is unmapped. Shutting
+// driver.ErrPeerReset) and waits until everything is unmapped. Shutting
 // the socket's receiving side wakes the reader, which tears down; the
 // target sees the connection close only after that.
 func (p *peer) Close() error {

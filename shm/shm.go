@@ -18,6 +18,7 @@ import (
 
 	"github.com/rdmago/te/auth"
 	"github.com/rdmago/te/engine"
+	"github.com/rdmago/te/engine/driver"
 	"github.com/rdmago/te/internal/hostid"
 	"github.com/rdmago/te/segment"
 )
@@ -75,12 +76,12 @@ var (
 
 // Slice errors, allocated once.
 var (
-	errGone      = fmt.Errorf("shm: target closed, restarted or unreachable: %w", engine.ErrPeerReset)
-	errRevoked   = fmt.Errorf("shm: target unregistered the buffer: %w", engine.ErrOutOfRange)
-	errNotShared = fmt.Errorf("shm: target range is not in shared memory: %w", engine.ErrOutOfRange)
-	errMapWait   = fmt.Errorf("shm: target did not hand out the buffer in time: %w", engine.ErrPeerReset)
+	errGone      = fmt.Errorf("shm: target closed, restarted or unreachable: %w", driver.ErrPeerReset)
+	errRevoked   = fmt.Errorf("shm: target unregistered the buffer: %w", driver.ErrOutOfRange)
+	errNotShared = fmt.Errorf("shm: target range is not in shared memory: %w", driver.ErrOutOfRange)
+	errMapWait   = fmt.Errorf("shm: target did not hand out the buffer in time: %w", driver.ErrPeerReset)
 	errForeign   = fmt.Errorf("shm: slice for a foreign peer: %w", engine.ErrInvalidRequest)
-	errClosed    = fmt.Errorf("shm: transport closed: %w", engine.ErrClosed)
+	errClosed    = fmt.Errorf("shm: transport closed: %w", driver.ErrClosed)
 )
 
 // hostID identifies this host; tests replace it to play another host.
@@ -93,7 +94,7 @@ var defaultHostID = hostid.ID
 // initiator.
 type Transport struct {
 	cfg    Config
-	host   engine.Host
+	host   driver.Host
 	log    *slog.Logger
 	fails  *auth.FailureLog
 	hostID string
@@ -121,15 +122,15 @@ type Transport struct {
 // sharedRegion is a registered region in shared memory: RegisterMemory's
 // key.
 type sharedRegion struct {
-	r         *engine.Region
+	r         driver.Region
 	slot, gen uint32
 	fd        int
 	off       uint64
 }
 
 var (
-	_ engine.Transport = (*Transport)(nil)
-	_ engine.Reacher   = (*Transport)(nil)
+	_ driver.Transport = (*Transport)(nil)
+	_ driver.Reacher   = (*Transport)(nil)
 )
 
 // New returns an shm transport; it listens once installed.
@@ -165,11 +166,11 @@ func (t *Transport) SliceSize() uint64 { return t.cfg.SliceSize }
 func (t *Transport) Endpoint() string { return t.endpoint }
 
 // Install listens on a fresh abstract unix socket and starts the copiers.
-func (t *Transport) Install(h engine.Host) error {
+func (t *Transport) Install(h driver.Host) error {
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	if t.closed.Load() {
-		return engine.ErrClosed
+		return driver.ErrClosed
 	}
 	if t.host != nil {
 		return fmt.Errorf("shm: already installed")
@@ -207,7 +208,7 @@ func (t *Transport) Install(h engine.Host) error {
 // thread can take tens of microseconds in a VM) only copies less; a fixed
 // split would leave the submitter idle until the late share is done.
 type job struct {
-	ss   []*engine.Slice
+	ss   []*driver.Slice
 	next atomic.Int64
 	refs atomic.Int32 // the submitter and each copier it handed the job to
 	free *jobList
@@ -372,7 +373,7 @@ func (t *Transport) Reaches(d *segment.Descriptor) bool {
 
 // RegisterMemory gives a region in shared memory (engine.AllocShared) a
 // slot; other memory is counted as not shareable.
-func (t *Transport) RegisterMemory(r *engine.Region) (any, error) {
+func (t *Transport) RegisterMemory(r driver.Region) (any, error) {
 	fd, off, ok := r.SharedFD()
 	t.mu.Lock()
 	defer t.mu.Unlock()
@@ -398,7 +399,7 @@ func (t *Transport) RegisterMemory(r *engine.Region) (any, error) {
 
 // UnregisterMemory revokes the region from every peer: once it returns, no
 // peer copy into it is in progress and none can start.
-func (t *Transport) UnregisterMemory(r *engine.Region, key any) error {
+func (t *Transport) UnregisterMemory(r driver.Region, key any) error {
 	sr, _ := key.(*sharedRegion)
 	t.mu.Lock()
 	if sr == nil {
@@ -453,7 +454,7 @@ func (t *Transport) isLive(sr *sharedRegion) bool {
 // goroutine before Submit returns; large ones are shared with the copiers
 // (each goroutine takes the next slice until none is left), and each slice
 // completes on the goroutine that copied it.
-func (t *Transport) Submit(ss []*engine.Slice) {
+func (t *Transport) Submit(ss []*driver.Slice) {
 	t.submitting.Add(1)
 	defer t.submitting.Add(-1)
 	if t.closed.Load() {
@@ -490,7 +491,7 @@ func (t *Transport) Submit(ss []*engine.Slice) {
 }
 
 // copySlice moves one slice and completes it.
-func copySlice(s *engine.Slice) {
+func copySlice(s *driver.Slice) {
 	p, ok := s.Peer.(*peer)
 	if !ok {
 		s.Done(0, errForeign)
@@ -505,7 +506,7 @@ func copySlice(s *engine.Slice) {
 // Connect hands the target's memory to this process: it checks that the
 // segment is reachable, connects, authenticates and maps every region the
 // target shares.
-func (t *Transport) Connect(ctx context.Context, remote *segment.Descriptor) (engine.Peer, error) {
+func (t *Transport) Connect(ctx context.Context, remote *segment.Descriptor) (driver.Peer, error) {
 	if t.host == nil {
 		return nil, fmt.Errorf("shm: not installed")
 	}
@@ -521,7 +522,7 @@ func (t *Transport) Connect(ctx context.Context, remote *segment.Descriptor) (en
 	if t.closed.Load() {
 		t.mu.Unlock()
 		p.Close()
-		return nil, engine.ErrClosed
+		return nil, driver.ErrClosed
 	}
 	t.peers[p] = struct{}{}
 	t.mu.Unlock()

@@ -3,7 +3,7 @@
 // a receiver that copies straight into and out of registered memory after
 // checking every range.
 //
-// Initiator side: each remote segment (engine.Peer) gets Config.Lanes TCP
+// Initiator side: each remote segment (driver.Peer) gets Config.Lanes TCP
 // connections, dialled on first use and redialled after a failure. The
 // engine's slices of one submission are spread over the lanes in
 // contiguous runs. Each lane has one writer goroutine, which gathers all
@@ -15,21 +15,21 @@
 //
 // Target side: a listener (its address is the tcp Protocol Endpoint of the
 // local descriptor) and one goroutine per accepted connection, which
-// serves requests in order, checks each range with engine.Host.AcquireLocal
+// serves requests in order, checks each range with driver.Host.AcquireLocal
 // (pinning the region while it copies), and batches its replies into one
 // write whenever it has no further request buffered.
 //
 // Handshake: every connection opens with internal/handshake (hello,
 // challenge, answer, verdict): the initiator names the target's segment
 // and epoch, so nothing addressed to another incarnation (a restarted
-// target: engine.ErrPeerReset) or another segment is served; with
+// target: driver.ErrPeerReset) or another segment is served; with
 // Config.Auth set on both sides each proves the cluster secret to the
 // other (package auth), and a peer without it gets no lane and no byte of
 // memory (ErrDenied). Failed handshakes are logged with the peer's
 // address, rate-limited.
 //
 // Failures: a broken connection fails every slice in flight on it with an
-// error wrapping ErrConnection (and engine.ErrTransient: the engine tries
+// error wrapping ErrConnection (and driver.ErrTransient: the engine tries
 // such a slice again, on a new connection, up to its Retries); a lane whose
 // oldest request saw no reply for Config.IOTimeout is closed and its
 // slices fail with ErrTimeout, so a hung or dead peer fails tasks within a

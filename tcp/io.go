@@ -7,7 +7,7 @@ import (
 	"net"
 	"time"
 
-	"github.com/rdmago/te/engine"
+	"github.com/rdmago/te/engine/driver"
 )
 
 // directRead is the payload size above which payload bytes bypass the
@@ -138,7 +138,7 @@ type gather struct {
 	nh    int
 	iov   [][]byte
 	bufs  net.Buffers
-	pins  []*engine.Region
+	pins  []driver.Region
 	bytes int
 }
 
@@ -146,7 +146,7 @@ func newGather(frames int) *gather {
 	return &gather{
 		hdrs: make([]byte, frames*headerLen),
 		iov:  make([][]byte, 0, 2*frames),
-		pins: make([]*engine.Region, 0, frames),
+		pins: make([]driver.Region, 0, frames),
 	}
 }
 
@@ -154,7 +154,7 @@ func newGather(frames int) *gather {
 func (g *gather) full() bool { return g.nh*headerLen == len(g.hdrs) }
 
 // add appends a frame; pin (may be nil) is released after the write.
-func (g *gather) add(h *header, payload []byte, pin *engine.Region) {
+func (g *gather) add(h *header, payload []byte, pin driver.Region) {
 	hb := g.hdrs[g.nh*headerLen : (g.nh+1)*headerLen : (g.nh+1)*headerLen]
 	h.encode(hb)
 	if k := len(g.iov); k > 0 && g.nh > 0 && len(g.iov[k-1]) > 0 &&

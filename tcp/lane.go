@@ -10,7 +10,7 @@ import (
 	"time"
 
 	"github.com/rdmago/te/auth"
-	"github.com/rdmago/te/engine"
+	"github.com/rdmago/te/engine/driver"
 )
 
 // maxFramesPerWrite bounds the frames gathered into one writev (two
@@ -69,7 +69,7 @@ const laneShare = 4 << 20
 // submit spreads ss over the lanes in contiguous runs (one lane per
 // laneShare bytes, at most all of them), starting at a rotating lane so
 // that small submissions still use every lane over time.
-func (p *peer) submit(ss []*engine.Slice) {
+func (p *peer) submit(ss []*driver.Slice) {
 	if len(ss) == 1 && ss[0].Attempt() > 0 {
 		// A retry after a broken connection: other lanes may be broken
 		// too without knowing it yet, so use the freshest one.
@@ -111,7 +111,7 @@ func (p *peer) freshLane() *lane {
 
 // inflight is a request written (or being written) on a lane's connection.
 type inflight struct {
-	s  *engine.Slice
+	s  *driver.Slice
 	id uint64
 }
 
@@ -155,7 +155,7 @@ type lane struct {
 	mu      sync.Mutex // guards the fields below
 	closed  bool
 	started bool // writer running
-	pending []*engine.Slice
+	pending []*driver.Slice
 	conn    *net.TCPConn
 	ring    ring // requests on conn awaiting replies
 	reading bool // the reader owns a popped request (payload in progress)
@@ -164,7 +164,7 @@ type lane struct {
 	// writer (deferred), so no task finishes — and no memory is unpinned —
 	// while the kernel may still read its memory.
 	writing  bool
-	deferred []*engine.Slice
+	deferred []*driver.Slice
 	deferErr error
 	// why the last connection was failed (fail), so a reader interrupted
 	// by that failure reports the cause rather than "closed connection".
@@ -178,11 +178,11 @@ type lane struct {
 	stall    int
 
 	// writer-only
-	spare []*engine.Slice
+	spare []*driver.Slice
 	g     *gather
 }
 
-func (l *lane) enqueue(ss []*engine.Slice) {
+func (l *lane) enqueue(ss []*driver.Slice) {
 	for _, s := range ss {
 		if uint64(len(s.Local)) > maxPayload {
 			// The engine never cuts slices this large with sane
@@ -228,7 +228,7 @@ func (l *lane) close() {
 	}
 }
 
-func doneAll(ss []*engine.Slice, err error) {
+func doneAll(ss []*driver.Slice, err error) {
 	for _, s := range ss {
 		s.Done(0, err)
 	}
@@ -275,7 +275,7 @@ func (l *lane) writeLoop() {
 	}
 }
 
-func (l *lane) recycle(batch []*engine.Slice) {
+func (l *lane) recycle(batch []*driver.Slice) {
 	clear(batch)
 	l.spare = batch[:0]
 }
@@ -298,7 +298,7 @@ func (l *lane) connect(ctx context.Context) error {
 	tc.SetDeadline(time.Time{})
 	if err != nil {
 		tc.Close()
-		if errors.Is(err, auth.ErrDenied) || errors.Is(err, engine.ErrPeerReset) {
+		if errors.Is(err, auth.ErrDenied) || errors.Is(err, driver.ErrPeerReset) {
 			return fmt.Errorf("%w (%s at %s)", err, l.p.name, l.p.addr)
 		}
 		return fmt.Errorf("%w: handshake with %s at %s: %v", ErrConnection, l.p.name, l.p.addr, err)
@@ -318,7 +318,7 @@ func (l *lane) connect(ctx context.Context) error {
 }
 
 // send writes batch as frames on conn, maxFramesPerWrite per writev.
-func (l *lane) send(conn *net.TCPConn, batch []*engine.Slice) {
+func (l *lane) send(conn *net.TCPConn, batch []*driver.Slice) {
 	for len(batch) > 0 {
 		k := min(len(batch), maxFramesPerWrite)
 		chunk := batch[:k]
@@ -335,7 +335,7 @@ func (l *lane) send(conn *net.TCPConn, batch []*engine.Slice) {
 			if i < len(chunk)-1 {
 				h.flags = flagMore
 			}
-			if s.Op == engine.Write {
+			if s.Op == driver.Write {
 				h.op = opWrite
 				l.g.add(&h, s.Local, nil)
 			} else {
@@ -393,7 +393,7 @@ func (l *lane) readReplies(c *net.TCPConn) error {
 		}
 		e, ok := l.ring.peek()
 		want := opWrite | opReply
-		if ok && e.s.Op == engine.Read {
+		if ok && e.s.Op == driver.Read {
 			want = opRead | opReply
 		}
 		if !ok || e.id != h.id || h.op != want {
@@ -408,7 +408,7 @@ func (l *lane) readReplies(c *net.TCPConn) error {
 		serr := statusErr(h.status)
 		var rerr error
 		switch {
-		case serr == nil && s.Op == engine.Read:
+		case serr == nil && s.Op == driver.Read:
 			if h.length != uint64(len(s.Local)) {
 				rerr = fmt.Errorf("%w: READ reply of %d bytes for %d from %s", ErrProtocol, h.length, len(s.Local), l.p.addr)
 			} else if err := fr.payload(s.Local); err != nil {
@@ -463,7 +463,7 @@ func (l *lane) fail(c *net.TCPConn, err error) {
 	}
 	l.failedConn, l.failedErr = c, err
 	c.Close()
-	failed := make([]*engine.Slice, 0, l.ring.n)
+	failed := make([]*driver.Slice, 0, l.ring.n)
 	for {
 		e, ok := l.ring.peek()
 		if !ok {

@@ -9,7 +9,7 @@ import (
 	"time"
 
 	"github.com/rdmago/te/auth"
-	"github.com/rdmago/te/engine"
+	"github.com/rdmago/te/engine/driver"
 	"github.com/rdmago/te/internal/acceptor"
 )
 
@@ -232,7 +232,7 @@ func (t *Transport) flush(sc *sconn, g *gather) error {
 var errProtocolOp = errors.New("tcp: unexpected op from initiator")
 
 func acquireStatus(err error) status {
-	if errors.Is(err, engine.ErrMemoryBusy) {
+	if errors.Is(err, driver.ErrMemoryBusy) {
 		return statusBusy
 	}
 	return statusOutOfRange

@@ -13,6 +13,7 @@ import (
 
 	"github.com/rdmago/te/auth"
 	"github.com/rdmago/te/engine"
+	"github.com/rdmago/te/engine/driver"
 	"github.com/rdmago/te/segment"
 )
 
@@ -82,9 +83,9 @@ type Config struct {
 var (
 	// ErrConnection: the lane's connection could not be made or broke;
 	// every slice in flight on it failed with it. It wraps
-	// engine.ErrTransient, so the engine retries such slices (Config.Retries)
+	// driver.ErrTransient, so the engine retries such slices (Config.Retries)
 	// on a fresh connection.
-	ErrConnection = fmt.Errorf("tcp: connection lost: %w", engine.ErrTransient)
+	ErrConnection = fmt.Errorf("tcp: connection lost: %w", driver.ErrTransient)
 	// ErrTimeout: a lane saw no reply within Config.IOTimeout; its
 	// connection was closed and its slices failed. A silent peer is not
 	// retried.
@@ -98,12 +99,12 @@ var (
 // Replies with a failure status map to these (pre-allocated: no
 // allocation on the error path either).
 var (
-	errRemoteRange = fmt.Errorf("tcp: target refused: %w", engine.ErrOutOfRange)
-	errRemoteBusy  = fmt.Errorf("tcp: target refused: %w", engine.ErrMemoryBusy)
-	errRemoteStale = fmt.Errorf("tcp: target has a new epoch: %w", engine.ErrPeerReset)
+	errRemoteRange = fmt.Errorf("tcp: target refused: %w", driver.ErrOutOfRange)
+	errRemoteBusy  = fmt.Errorf("tcp: target refused: %w", driver.ErrMemoryBusy)
+	errRemoteStale = fmt.Errorf("tcp: target has a new epoch: %w", driver.ErrPeerReset)
 	errRemoteBad   = fmt.Errorf("tcp: target refused a bad request: %w", ErrProtocol)
 	errTooLarge    = fmt.Errorf("tcp: slice larger than %d bytes: %w", maxPayload, engine.ErrInvalidRequest)
-	errPeerClosed  = fmt.Errorf("tcp: lanes closed (segment closed, gone or restarted, or engine closed): %w", engine.ErrClosed)
+	errPeerClosed  = fmt.Errorf("tcp: lanes closed (segment closed, gone or restarted, or engine closed): %w", driver.ErrClosed)
 )
 
 func statusErr(s status) error {
@@ -124,7 +125,7 @@ func statusErr(s status) error {
 // engine.Install; the engine calls the rest.
 type Transport struct {
 	cfg  Config
-	host engine.Host
+	host driver.Host
 	log  *slog.Logger
 
 	ln       net.Listener
@@ -143,7 +144,7 @@ type Transport struct {
 	authLog   *auth.FailureLog
 }
 
-var _ engine.Transport = (*Transport)(nil)
+var _ driver.Transport = (*Transport)(nil)
 
 // New returns a TCP transport; it starts listening on Install.
 func New(cfg Config) *Transport {
@@ -185,11 +186,11 @@ func (t *Transport) SliceSize() uint64 { return t.cfg.SliceSize }
 func (t *Transport) Endpoint() string { return t.endpoint }
 
 // Install starts the listener and the lane watchdog.
-func (t *Transport) Install(h engine.Host) error {
+func (t *Transport) Install(h driver.Host) error {
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	if t.closed {
-		return engine.ErrClosed
+		return driver.ErrClosed
 	}
 	if t.host != nil {
 		return fmt.Errorf("tcp: already installed")
@@ -247,14 +248,14 @@ func (t *Transport) Describe(d *segment.Descriptor) error {
 
 // RegisterMemory has nothing to do: the receiver checks ranges against the
 // engine's registered memory on every access.
-func (t *Transport) RegisterMemory(*engine.Region) (any, error) { return nil, nil }
+func (t *Transport) RegisterMemory(driver.Region) (any, error) { return nil, nil }
 
 // UnregisterMemory has nothing to do.
-func (t *Transport) UnregisterMemory(*engine.Region, any) error { return nil }
+func (t *Transport) UnregisterMemory(driver.Region, any) error { return nil }
 
 // Connect prepares the lanes to a remote segment and dials the first one,
 // so an unreachable peer is reported here.
-func (t *Transport) Connect(ctx context.Context, remote *segment.Descriptor) (engine.Peer, error) {
+func (t *Transport) Connect(ctx context.Context, remote *segment.Descriptor) (driver.Peer, error) {
 	pr, ok := remote.Protocol(segment.ProtoTCP)
 	if !ok || pr.Endpoint == "" {
 		return nil, fmt.Errorf("%w: %s", ErrNoEndpoint, remote.Name)
@@ -266,7 +267,7 @@ func (t *Transport) Connect(ctx context.Context, remote *segment.Descriptor) (en
 	t.mu.Lock()
 	if t.closed {
 		t.mu.Unlock()
-		return nil, engine.ErrClosed
+		return nil, driver.ErrClosed
 	}
 	t.peers[p] = struct{}{}
 	t.mu.Unlock()
@@ -278,7 +279,7 @@ func (t *Transport) Connect(ctx context.Context, remote *segment.Descriptor) (en
 }
 
 // Submit queues the slices on their peers' lanes.
-func (t *Transport) Submit(ss []*engine.Slice) {
+func (t *Transport) Submit(ss []*driver.Slice) {
 	for len(ss) > 0 {
 		p, _ := ss[0].Peer.(*peer)
 		n := 1

@@ -16,6 +16,7 @@ import (
 	"time"
 
 	"github.com/rdmago/te/engine"
+	"github.com/rdmago/te/engine/driver"
 	"github.com/rdmago/te/internal/cli"
 	"github.com/rdmago/te/rdma"
 	"github.com/rdmago/te/segment"
@@ -240,7 +241,7 @@ func setupBench(ctx context.Context, c *benchConfig, bufSize, localSize int64) (
 		env.protos = nil
 		for i, p := range c.Protocols {
 			_, offered := d.Protocol(p)
-			if r, ok := env.init.trs[i].(engine.Reacher); offered && (!ok || r.Reaches(d)) {
+			if r, ok := env.init.trs[i].(driver.Reacher); offered && (!ok || r.Reaches(d)) {
 				env.protos = append(env.protos, p)
 			}
 		}

@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/rdmago/te/engine"
+	"github.com/rdmago/te/engine/driver"
 	"github.com/rdmago/te/engine/transporttest"
 	"github.com/rdmago/te/tcp"
 )
@@ -57,7 +58,7 @@ type railed struct {
 	bytes [2]uint64
 }
 
-func (r *railed) Submit(ss []*engine.Slice) {
+func (r *railed) Submit(ss []*driver.Slice) {
 	r.mu.Lock()
 	for _, s := range ss {
 		rail := r.next.Add(1) % 2

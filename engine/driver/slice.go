@@ -1,0 +1,89 @@
+package driver
+
+import "github.com/rdmago/te/segment"
+
+// Op is a transfer direction, seen from the initiator.
+type Op uint8
+
+// Ops.
+const (
+	// Read copies from the target segment into local memory.
+	Read Op = 1
+	// Write copies from local memory into the target segment.
+	Write Op = 2
+)
+
+func (o Op) String() string {
+	switch o {
+	case Read:
+		return "READ"
+	case Write:
+		return "WRITE"
+	}
+	return "Op(?)"
+}
+
+// Slice is one piece of a task, resolved for one transport. Transports
+// read its fields and call Done exactly once; they must not keep the
+// pointer after Done.
+type Slice struct {
+	Op Op
+	// Local is the local side: the bytes to send (Write) or to fill (Read).
+	// It lies inside LocalRegion, which stays registered until Done.
+	Local []byte
+	// LocalAddr is the virtual address of Local[0].
+	LocalAddr uint64
+	// LocalRegion is the registered region holding Local.
+	LocalRegion Region
+	// LocalKey is what this transport's RegisterMemory returned for
+	// LocalRegion.
+	LocalKey any
+	// RemoteAddr is the target address of the first byte, in the target's
+	// address space. [RemoteAddr, RemoteAddr+len(Local)) lies inside
+	// RemoteBuffer.
+	RemoteAddr uint64
+	// RemoteBuffer is the target's descriptor entry holding the range
+	// (carries per-rail RKeys). Read-only.
+	RemoteBuffer *segment.Buffer
+	// Remote is the target's descriptor this slice was resolved against.
+	// Read-only.
+	Remote *segment.Descriptor
+	// Peer is what this transport's Connect returned for the target.
+	Peer Peer
+
+	c       Completer
+	attempt int
+}
+
+// Completer is the engine's side of a slice: Done hands it the outcome.
+// Transports do not implement it.
+type Completer interface {
+	Complete(n uint64, err error)
+}
+
+// Bind readies s for a submission whose outcome goes to c; attempt is what
+// Attempt reports. Only the engine calls it, before each Submit of s.
+func (s *Slice) Bind(c Completer, attempt int) {
+	s.c = c
+	s.attempt = attempt
+}
+
+// Attempt is 0 for a slice's first submission and counts its retries
+// after transient failures; a transport may route retries differently
+// (to a fresh connection).
+func (s *Slice) Attempt() int { return s.attempt }
+
+// Done completes the slice with the number of bytes moved and an error
+// (nil on success). An error wrapping ErrTransient is retried (submitted
+// again to the same transport and peer, from inside Done) up to the
+// engine's Config.Retries times before it fails the task; the transport
+// must treat the retry as a new slice. Done does not allocate on success.
+// Calling it twice for one submission panics.
+func (s *Slice) Done(n uint64, err error) {
+	c := s.c
+	if c == nil {
+		panic("engine: Slice.Done called twice")
+	}
+	s.c = nil
+	c.Complete(n, err)
+}
