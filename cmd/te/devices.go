@@ -9,7 +9,9 @@ import (
 	"net"
 	"os"
 	"sort"
+	"strings"
 
+	"github.com/rdmago/te/internal/rdmasetup"
 	"github.com/rdmago/te/uverbs"
 )
 
@@ -48,16 +50,43 @@ func runDevices(_ context.Context, args []string) error {
 		return err
 	}
 	if *only != "" {
-		d, err := uverbs.LookupDevice(*only)
+		d, err := lookupDevice(*only)
 		if err != nil {
 			return err
 		}
 		devs = []uverbs.Device{d}
 	}
 	if len(devs) == 0 {
-		return errNoDevices
+		return noDevices(rdmasetup.Default())
 	}
 	return printDevices(os.Stdout, devs, *verbose)
+}
+
+// noDevices is errNoDevices with the reasons and the command that makes a
+// device, one "why:"/"fix:" line each.
+func noDevices(h rdmasetup.Host) error {
+	return fmt.Errorf("%w\n%s", errNoDevices, strings.TrimRight(rdmasetup.Explain(h.Diagnose()), "\n"))
+}
+
+// lookupDevice is uverbs.LookupDevice with an error that names the
+// devices there are, or says why there are none.
+func lookupDevice(name string) (uverbs.Device, error) {
+	d, err := uverbs.LookupDevice(name)
+	if err == nil || !errors.Is(err, uverbs.ErrNoDevice) {
+		return d, err
+	}
+	devs, _ := uverbs.Devices()
+	if all, _ := rdmasetup.Default().Devices(); len(devs) == 0 && len(all) == 0 {
+		return d, fmt.Errorf("no RDMA device %q: %w", name, noDevices(rdmasetup.Default()))
+	}
+	if len(devs) == 0 { // devices, but none te can open
+		return d, fmt.Errorf("no RDMA device %q: %w", name, noDevices(rdmasetup.Default()))
+	}
+	names := make([]string, len(devs))
+	for i, d := range devs {
+		names[i] = d.Name
+	}
+	return d, fmt.Errorf("no RDMA device %q (devices: %s)", name, strings.Join(names, ", "))
 }
 
 func printDevices(w io.Writer, devs []uverbs.Device, verbose bool) error {

@@ -186,6 +186,20 @@ func runPerf(ctx context.Context, args []string) error {
 			return errUsage
 		}
 	}
+	// A missing device fails now, with the reason, not after a peer came.
+	for _, d := range []string{*dev, *peerDev} {
+		if d == "" {
+			continue
+		}
+		if _, err := lookupDevice(d); err != nil {
+			return err
+		}
+	}
+	if *server {
+		if err := probePerfDevice(*dev, *gidx); err != nil {
+			return err
+		}
+	}
 	ctx, cancel := context.WithTimeout(ctx, *timeout)
 	defer cancel()
 	var res perfResult
@@ -348,6 +362,18 @@ func openPerfEnd(dev string, gidx int, p perfParams) (_ *perfEnd, err error) {
 		return nil, err
 	}
 	return e, nil
+}
+
+// probePerfDevice opens dev and its port's GID the way a test will, so a
+// server fails before it waits for a client.
+func probePerfDevice(dev string, gidx int) error {
+	c, err := uverbs.Open(dev, verbsOptions)
+	if err != nil {
+		return err
+	}
+	defer c.Close()
+	_, err = c.RCPort(1, gidx)
+	return err
 }
 
 func (e *perfEnd) info() perfInfo {
