@@ -4,6 +4,8 @@ import (
 	"context"
 	"fmt"
 	"runtime"
+	"slices"
+	"strings"
 	"sync"
 	"sync/atomic"
 
@@ -76,6 +78,13 @@ type TaskStatus struct {
 	Transferred uint64
 	// Err is the first slice error of a failed task (nil otherwise).
 	Err error
+	// Transport names the transport that carried the task (tcp, rdma,
+	// shm: the first choice of the segment's route, or the next one when
+	// that failed to connect); empty for the local segment, which is
+	// copied in this process. For a batch it is the transport of all its
+	// tasks, or the distinct names in task order, comma-separated, when
+	// tasks went different ways.
+	Transport string
 }
 
 // task is one request's completion state.
@@ -102,6 +111,7 @@ type task struct {
 	rbuf     *segment.Buffer
 	raddr    uint64
 	tin      *atomic.Int64 // in-flight counter of the transport slot
+	tname    string        // the transport's name
 	nslices  int64
 	sliceMax uint64
 }
@@ -460,19 +470,13 @@ func (e *Engine) resolve(t *task, r *Request, ts *transportSet) error {
 	if err != nil {
 		return fmt.Errorf("%w: %s [%#x, %#x)", ErrOutOfRange, s.name, r.TargetAddr, r.TargetAddr+n)
 	}
-	slot, err := pickSlot(ts, st.desc, st, r.Transport, s.force)
-	if err != nil {
-		return err
-	}
-	if err := e.admit(t, ts, slot); err != nil {
-		return err
-	}
-	p, err := e.peerFor(s, st, slot)
+	slot, p, err := e.connect(e.ctx, s, st, ts, r.Transport, t)
 	if err != nil {
 		return err
 	}
 	t.st = st
 	t.slot = slot
+	t.tname = ts.names[slot]
 	t.peer = p
 	t.rbuf = &st.desc.Buffers[bi]
 	t.raddr = r.TargetAddr
@@ -508,69 +512,13 @@ func (e *Engine) admit(t *task, ts *transportSet, slot int) error {
 	}
 }
 
-// preference ranks the well-known protocols for the engine's own choice:
-// a memory copy on the same host, then RDMA, then TCP. Protocols not
-// listed come after them, in the target's order.
-var preference = [...]string{segment.ProtoSHM, segment.ProtoRDMA, segment.ProtoTCP}
-
-func preferred(name string) bool {
-	for _, p := range preference {
-		if p == name {
-			return true
-		}
-	}
-	return false
-}
-
-// pickSlot chooses the transport for a request: the request's hint, else
-// the segment's OpenOptions.Transport, else the first of shm, rdma, tcp
-// that is installed here, offered by the target and reaches it (shm: same
-// host), else any other protocol the target offers that is installed here.
-// st, when not nil, is the state d belongs to: it caches what the
-// transports' Reaches said about d.
-// Uninstalling a transport falls back to the next. It does not allocate
-// unless it fails.
-func pickSlot(ts *transportSet, d *segment.Descriptor, st *segState, hint, force string) (int, error) {
-	if hint == "" {
-		hint = force
-	}
-	if hint != "" {
-		slot := ts.byName(hint)
-		if slot < 0 {
-			return -1, fmt.Errorf("%w: %q is not installed", ErrNoTransport, hint)
-		}
-		if !offers(d, hint) {
-			return -1, fmt.Errorf("%w: %s does not offer %q", ErrNoTransport, d.Name, hint)
-		}
-		if !ts.usable(slot, d, st, hint) {
-			return -1, fmt.Errorf("%w: %q cannot reach %s from here (another host or user)", ErrNoTransport, hint, d.Name)
-		}
-		return slot, nil
-	}
-	for _, name := range preference {
-		if slot := ts.byName(name); slot >= 0 && ts.usable(slot, d, st, name) {
-			return slot, nil
-		}
-	}
-	for i := range d.Protocols {
-		name := d.Protocols[i].Name
-		if preferred(name) {
-			continue
-		}
-		if slot := ts.byName(name); slot >= 0 && ts.usable(slot, d, st, name) {
-			return slot, nil
-		}
-	}
-	return -1, fmt.Errorf("%w: %s offers %v", ErrNoTransport, d.Name, protoNames(d))
-}
-
 // peerFor is peer with the engine's own bounded context, for connections
 // first needed by Submit.
-func (e *Engine) peerFor(s *remoteSegment, st *segState, slot int) (driver.Peer, error) {
+func (e *Engine) peerFor(ctx context.Context, s *remoteSegment, st *segState, slot int) (driver.Peer, error) {
 	if ref := st.peers[slot].Load(); ref != nil {
 		return ref.p, nil
 	}
-	ctx, cancel := context.WithTimeout(e.ctx, e.cfg.MetadataTimeout)
+	ctx, cancel := context.WithTimeout(ctx, e.cfg.MetadataTimeout)
 	defer cancel()
 	return e.peer(ctx, s, st, slot)
 }
@@ -588,7 +536,7 @@ func (e *Engine) Status(id BatchID, taskIdx int) (TaskStatus, error) {
 }
 
 func (t *task) status() TaskStatus {
-	st := TaskStatus{State: State(t.state.Load()), Transferred: t.transferred.Load()}
+	st := TaskStatus{State: State(t.state.Load()), Transferred: t.transferred.Load(), Transport: t.tname}
 	if st.State == StateFailed {
 		t.mu.Lock()
 		st.Err = t.err
@@ -611,6 +559,12 @@ func (e *Engine) BatchStatus(id BatchID) (TaskStatus, error) {
 	for i := range b.tasks[:n] {
 		ts := b.tasks[i].status()
 		out.Transferred += ts.Transferred
+		if ts.Transport != "" && ts.Transport != out.Transport && !slices.Contains(strings.Split(out.Transport, ","), ts.Transport) {
+			if out.Transport != "" {
+				out.Transport += ","
+			}
+			out.Transport += ts.Transport
+		}
 		switch ts.State {
 		case StatePending:
 			out.State = StatePending

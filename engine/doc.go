@@ -22,8 +22,9 @@
 //	e.Wait(ctx, b)
 //	e.FreeBatch(b)
 //
-// (Transfer does the last four steps in one call.) Tests of a new
-// Transport start with engine/transporttest.Run.
+// (Transfer does the last four steps in one call.) Transports implement
+// the contract in package engine/driver; tests of a new one start with
+// engine/transporttest.Run.
 //
 // Requests are validated completely before anything moves: the local range
 // must lie in registered memory, the target range inside one buffer of the
@@ -34,10 +35,15 @@
 // as soon as its last slice finished with any slice failed; its transferred
 // bytes are the sum over its slices.
 //
-// Choosing a transport: with several installed, a segment on this host is
-// reached over shm (a transport that reports it with Reacher), else over
-// rdma when both sides have it, else over tcp, else over another protocol
-// both have; Request.Transport and OpenOptions.Transport force one.
+// Choosing a transport: with several installed, the candidates for a
+// segment are those it offers that reach it (shm reaches only segments on
+// this host), and Config.Selector orders them: by default shm, else rdma,
+// else tcp, else another protocol both have (DefaultSelector). When the
+// first one fails to connect (a target that refuses it), the segment falls
+// back to the next, logs it once, and keeps using that one until its
+// descriptor changes; SegmentTransports shows the order and
+// TaskStatus.Transport the transport that carried a task.
+// Request.Transport and OpenOptions.Transport force one, without fallback.
 //
 // Memory rules: memory handed to a transport (the NIC or a peer writes it)
 // must not be ordinary Go heap memory; use Alloc (AllocShared for memory a

@@ -44,6 +44,11 @@ type Config struct {
 	// own (publishing after a registration, connecting a transport on first
 	// use). Default 5s.
 	MetadataTimeout time.Duration
+	// Selector orders the transports requests to a segment use when they
+	// name none; nil means DefaultSelector (same-host shm, then rdma,
+	// then tcp). When a transport fails to connect, the segment falls
+	// back to the next one (logged once) until its descriptor changes.
+	Selector Selector
 }
 
 // Engine is a transfer engine instance: one local segment, its registered
@@ -83,6 +88,7 @@ type Engine struct {
 // transportSet is an immutable snapshot of the installed transports.
 type transportSet struct {
 	slots [maxTransports]Transport
+	names [maxTransports]string // the slots' Name()
 	// reach holds the slots' Reacher, nil for transports that reach every
 	// segment offering their protocol.
 	reach [maxTransports]driver.Reacher
@@ -285,6 +291,7 @@ func (e *Engine) Install(t Transport) error {
 	}
 	ns := *old
 	ns.slots[slot] = t
+	ns.names[slot] = t.Name()
 	ns.reach[slot], _ = t.(driver.Reacher)
 	ns.gen++
 	ns.order = append(slices.Clone(old.order), slot)
@@ -319,6 +326,7 @@ func (e *Engine) Uninstall(name string) error {
 	t := old.slots[slot]
 	ns := *old
 	ns.slots[slot] = nil
+	ns.names[slot] = ""
 	ns.reach[slot] = nil
 	ns.gen++
 	ns.order = slices.DeleteFunc(slices.Clone(old.order), func(i int) bool { return i == slot })

@@ -2,6 +2,7 @@ package engine_test
 
 import (
 	"context"
+	"errors"
 	"sync/atomic"
 
 	"github.com/rdmago/te/engine/driver"
@@ -19,6 +20,9 @@ type fake struct {
 	reaches func(*segment.Descriptor) bool
 	slices  atomic.Int64
 	connect atomic.Int64
+	// refuse, when set, makes Connect fail as a target that refuses
+	// the connection would.
+	refuse atomic.Bool
 }
 
 type fakePeer struct{}
@@ -40,6 +44,9 @@ func (f *fake) SliceSize() uint64                         { return 0 }
 func (f *fake) Close() error                              { return nil }
 func (f *fake) Connect(context.Context, *segment.Descriptor) (driver.Peer, error) {
 	f.connect.Add(1)
+	if f.refuse.Load() {
+		return nil, errors.New(f.name + ": target refused the connection: too many peers")
+	}
 	return fakePeer{}, nil
 }
 func (f *fake) Submit(ss []*driver.Slice) {

@@ -23,8 +23,8 @@ const LocalSegment SegmentID = 0
 // OpenOptions tunes OpenSegment. Nil means defaults.
 type OpenOptions struct {
 	// Transport forces one transport for the segment instead of the
-	// engine's choice (shm on the same host, else rdma, else tcp, else
-	// another protocol both sides have).
+	// engine's choice (Config.Selector), without falling back to another
+	// when it fails to connect.
 	Transport string
 }
 
@@ -45,9 +45,9 @@ type remoteSegment struct {
 type segState struct {
 	desc *segment.Descriptor
 	gone bool
-	// dflt is the transport slot OpenSegment connects eagerly; requests
-	// choose per request (pickSlot).
-	dflt  int
+	// route is the order requests without a hint try the transports
+	// in (Config.Selector), for the transport set it was computed for.
+	route atomic.Pointer[route]
 	peers [maxTransports]atomic.Pointer[peerRef]
 	// reach caches, per transport slot, what its Reacher said about desc:
 	// the transport set's generation << 2 | 1 (reaches) or 2 (does not).
@@ -141,10 +141,11 @@ func closePeers(st *segState, slot int) {
 // OpenSegment resolves a segment by name through the store and returns its
 // ID; opening the same name again returns the same ID (each OpenSegment
 // should be matched by a CloseSegment). The local segment's own name
-// returns LocalSegment. The segment's transport is shm when the segment is
-// on this host, else rdma when both sides have it, else tcp, else another
-// protocol both have (requests may name another, Request.Transport),
-// unless opts names one; it is connected before OpenSegment returns. While open, the descriptor is kept
+// returns LocalSegment. The segment's transport is the first of its
+// candidates in Config.Selector's order (by default shm when the segment
+// is on this host, else rdma, else tcp) that connects, unless opts names
+// one (requests may name another, Request.Transport); it is connected
+// before OpenSegment returns. While open, the descriptor is kept
 // fresh through the store's Watch: a new version (new buffers) replaces it,
 // a new epoch (the owner restarted) also drops the transports' cached
 // connections. An unknown name fails with an error wrapping
@@ -191,7 +192,7 @@ func (e *Engine) OpenSegment(ctx context.Context, name string, opts *OpenOptions
 		return 0, fmt.Errorf("engine: open segment %s: %w", name, err)
 	}
 	s.state.Store(st)
-	if _, err := e.peer(ctx, s, st, st.dflt); err != nil {
+	if _, _, err := e.connect(ctx, s, st, e.transports.Load(), "", nil); err != nil {
 		return 0, fmt.Errorf("engine: open segment %s: %w", name, err)
 	}
 
@@ -227,14 +228,14 @@ func (e *Engine) OpenSegment(ctx context.Context, name string, opts *OpenOptions
 	return s.id, nil
 }
 
-// newState makes the state for descriptor d and picks its default
-// transport.
+// newState makes the state for descriptor d, which must leave a transport
+// to use.
 func (e *Engine) newState(s *remoteSegment, d *segment.Descriptor) (*segState, error) {
-	slot, err := pickSlot(e.transports.Load(), d, nil, "", s.force)
-	if err != nil {
+	st := &segState{desc: d}
+	if _, _, err := e.pickSlot(e.transports.Load(), st, "", s.force); err != nil {
 		return nil, err
 	}
-	return &segState{desc: d, dflt: slot}, nil
+	return st, nil
 }
 
 func protoNames(d *segment.Descriptor) []string {
@@ -264,7 +265,7 @@ func (e *Engine) peer(ctx context.Context, s *remoteSegment, st *segState, slot 
 	}
 	p, err := t.Connect(ctx, st.desc)
 	if err != nil {
-		return nil, fmt.Errorf("engine: connect %s over %s: %w", s.name, t.Name(), err)
+		return nil, &connectError{fmt.Errorf("engine: connect %s over %s: %w", s.name, t.Name(), err)}
 	}
 	st.peers[slot].Store(&peerRef{p})
 	return p, nil
@@ -276,7 +277,7 @@ func (e *Engine) refresh(s *remoteSegment, d *segment.Descriptor) {
 	defer s.connMu.Unlock()
 	old := s.state.Load()
 	if d == nil {
-		ns := &segState{desc: old.desc, gone: true, dflt: old.dflt}
+		ns := &segState{desc: old.desc, gone: true}
 		s.state.Store(ns)
 		closePeers(old, -1)
 		e.log.Info("engine: segment gone", "segment", s.name)
@@ -293,7 +294,7 @@ func (e *Engine) refresh(s *remoteSegment, d *segment.Descriptor) {
 	ns, err := e.newState(s, d.Clone())
 	if err != nil {
 		e.log.Warn("engine: segment update unusable", "segment", s.name, "err", err)
-		ns = &segState{desc: d.Clone(), dflt: -1}
+		ns = &segState{desc: d.Clone()}
 	}
 	if same && !old.gone {
 		// Same process: keep the connections of every transport whose
