@@ -40,6 +40,7 @@ type benchConfig struct {
 	Devices    []string
 	// block prints sizes in the unit --block-size was given in.
 	block   *cli.Size
+	buf     *cli.Size
 	fs      *cli.FlagSet
 	resolve func()
 }
@@ -67,6 +68,7 @@ func benchFlags(c *benchConfig, help io.Writer) *cli.FlagSet {
 	unit := cli.NewChoice("GB", "GB", "GiB", "Gb", "MB", "MiB", "Mb", "KB", "KiB", "Kb")
 	c.block = cli.NewSize(64 << 10)
 	buf := cli.NewSize(256 << 20)
+	c.buf = buf
 	dur := &cli.Seconds{D: 5 * time.Second}
 	fs.Var(op, "operation", "the `op`: read (target to local) or write (local to target)")
 	fs.Var(proto, "protocol", "the `transports` to measure, taking turns: tcp, shm (same host), rdma, or a comma-separated list; with shm a single-thread memcpy of the same blocks is measured beside it")
@@ -145,9 +147,6 @@ func (c *benchConfig) size(n int64) string {
 	}
 	return c.block.Format(n)
 }
-
-// formatSize writes n in the largest exact unit (4KiB, 1GB).
-func formatSize(n int64) string { return cli.FormatSize(n) }
 
 // reportUnits are Mooncake's --report_unit choices: bytes (or bits, for
 // the lower-case b) per second in that unit.

@@ -27,6 +27,7 @@ type node struct {
 	eng   *engine.Engine
 	mem   *engine.Memory
 	trs   []engine.Transport
+	uri   string // the metadata store's URI as given
 }
 
 // nodeConfig says how to build a node.
@@ -43,7 +44,7 @@ type nodeConfig struct {
 // openNode opens the store, starts the engine, installs the transport and
 // registers a buffer of cfg.bufSize bytes (mmap'd, touched lazily).
 func openNode(ctx context.Context, cfg nodeConfig) (_ *node, err error) {
-	n := &node{}
+	n := &node{uri: cfg.metadata}
 	defer func() {
 		if err != nil {
 			n.Close()

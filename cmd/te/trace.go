@@ -209,3 +209,5 @@ func usLabel(us float64) string {
 	}
 	return fmt.Sprintf("%.0fµs", us)
 }
+
+func micros(d time.Duration) float64 { return float64(d) / float64(time.Microsecond) }

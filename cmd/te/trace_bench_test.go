@@ -15,6 +15,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/rdmago/te/ebpf"
+	"github.com/rdmago/te/internal/bench"
 	"github.com/rdmago/te/internal/testenv"
 )
 
@@ -48,7 +49,7 @@ func traceOverhead(b *testing.B, op, block string) {
 	}
 	ctx := context.Background()
 	footprint := c.BlockSize * int64(c.BatchSize) * int64(c.Threads)
-	env, err := setupBench(ctx, c, max(c.BufferSize, footprint), max(c.BufferSize, footprint))
+	env, err := setupBench(ctx, c, max(c.BufferSize, footprint), max(c.BufferSize, footprint), nil)
 	if err != nil {
 		b.Fatal(err)
 	}
@@ -88,7 +89,7 @@ func traceOverhead(b *testing.B, op, block string) {
 			})
 		}
 		cpu0 := processCPU(b)
-		rs, err := env.run(ctx, op, c.BlockSize, io.Discard)
+		rs, err := bench.Run(ctx, &env.Env, env.config(op, c.BlockSize))
 		cpu[i] += processCPU(b) - cpu0
 		close(stop)
 		wg.Wait()

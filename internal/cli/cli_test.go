@@ -46,8 +46,8 @@ func TestFormatSize(t *testing.T) {
 	}
 	// A size prints in the unit given, and so do counts derived from it.
 	for _, c := range []struct{ in, self, times128 string }{
-		{"1GB", "1GB", "128GB"}, {"1.5MiB", "1.5MiB", "192MiB"}, {"64kb", "64KB", "8192KB"}, {"4096", "4KiB", "512KiB"},
-		{"1.1KiB", "1.1KiB", "140.75KiB"},
+		{"1GB", "1GB", "128GB"}, {"1.5MiB", "1.5MiB", "192MiB"}, {"64kb", "64KB", "8.192MB"}, {"4096", "4KiB", "512KiB"},
+		{"1.1KiB", "1.1KiB", "140.75KiB"}, {"4KiB", "4KiB", "512KiB"}, {"1.5GB", "1.5GB", "192GB"}, {"3KB", "3KB", "384KB"},
 	} {
 		var s Size
 		if err := s.Set(c.in); err != nil {

@@ -138,21 +138,29 @@ func suffixOf(v string) string {
 	return v[i:]
 }
 
-// Format writes another count (a derived footprint) in the same unit as s:
-// 128 blocks of 1GB are 128GB.
+// Format writes another count (a derived footprint) in the family of the
+// unit s was given in (binary or decimal): the largest unit of it that
+// holds n a whole number of times or with at most three decimals. 128
+// blocks of 1GB are 128GB, 4096 blocks of 64KiB 256MiB.
 func (s *Size) Format(n int64) string {
 	if s == nil || s.Unit == "" {
 		return FormatSize(n)
 	}
-	u, _ := unitOf(s.Unit)
-	if n%u.n == 0 {
-		return strconv.FormatInt(n/u.n, 10) + u.name
+	given, _ := unitOf(s.Unit)
+	binary := strings.Contains(given.name, "i")
+	for _, u := range units {
+		if strings.Contains(u.name, "i") != binary || n < u.n {
+			continue
+		}
+		if n%u.n == 0 {
+			return strconv.FormatInt(n/u.n, 10) + u.name
+		}
+		f := strconv.FormatFloat(float64(n)/float64(u.n), 'f', -1, 64)
+		if dot := strings.IndexByte(f, '.'); dot >= 0 && len(f)-dot <= 4 {
+			return f + u.name
+		}
 	}
-	f := strconv.FormatFloat(float64(n)/float64(u.n), 'f', -1, 64)
-	if dot := strings.IndexByte(f, '.'); dot >= 0 && len(f)-dot > 4 {
-		return FormatSize(n) // no short decimal in that unit
-	}
-	return f + u.name
+	return FormatSize(n)
 }
 
 // Get is the count in bytes (for the JSON envelope's flags).

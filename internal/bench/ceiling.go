@@ -1,4 +1,4 @@
-package main
+package bench
 
 import (
 	"context"
@@ -12,21 +12,28 @@ import (
 	"github.com/rdmago/te/engine"
 )
 
-// baselineResult is the ceiling a transfer engine over loopback TCP can
-// hope for: one connection, one sender, one receiver, copying blocks of the
-// benchmarked size from memory to memory with nothing else in the way.
-type baselineResult struct {
-	BlockSize int     `json:"block_size"`
-	Seconds   float64 `json:"seconds"`
-	Bytes     uint64  `json:"bytes"`
-	GBps      float64 `json:"gb_per_s"`
+// Ceiling is what a copy with nothing else in the way moves, measured
+// taking turns with the engine: the bound a transport can hope for.
+type Ceiling struct {
+	Seconds float64 `json:"seconds"`
+	Bytes   uint64  `json:"bytes"`
+	GBps    float64 `json:"gb_per_s"`
 }
 
-// runBaseline streams block-sized writes over one loopback TCP connection
-// for d; the receiver reads each block into a rotating window of a
-// footprint-sized buffer, as a target copies into registered memory.
-func runBaseline(ctx context.Context, block, footprint int, d time.Duration) (baselineResult, error) {
-	res := baselineResult{BlockSize: block}
+func (c *Ceiling) add(o Ceiling) {
+	c.Seconds += o.Seconds
+	c.Bytes += o.Bytes
+	if c.Seconds > 0 {
+		c.GBps = float64(c.Bytes) / c.Seconds / 1e9
+	}
+}
+
+// Baseline is the ceiling of loopback TCP: it streams block-sized writes
+// over one connection for d; the receiver reads each block into a
+// rotating window of a footprint-sized buffer, as a target copies into
+// registered memory.
+func Baseline(ctx context.Context, block, footprint int, d time.Duration) (Ceiling, error) {
+	var res Ceiling
 	footprint = max(footprint/block, 1) * block
 	src, err := engine.Alloc(footprint)
 	if err != nil {
@@ -38,7 +45,7 @@ func runBaseline(ctx context.Context, block, footprint int, d time.Duration) (ba
 		return res, err
 	}
 	defer dst.Close()
-	fill(src.Bytes(), 1)
+	Fill(src.Bytes(), 1)
 
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
@@ -107,15 +114,40 @@ func runBaseline(ctx context.Context, block, footprint int, d time.Duration) (ba
 	if recvErr != nil {
 		return res, fmt.Errorf("baseline: receive: %w", recvErr)
 	}
-	res.Seconds = elapsed.Seconds()
-	res.Bytes = received
-	res.GBps = float64(received) / elapsed.Seconds() / 1e9
+	res.add(Ceiling{Seconds: elapsed.Seconds(), Bytes: received})
 	return res, nil
 }
 
-// fill writes a pattern that depends on each byte's offset and a seed, so
+// Memcpy is the ceiling of a same-host copy: one goroutine copying
+// footprint bytes of src to dst in block-sized copies, over and over, for
+// d.
+func Memcpy(ctx context.Context, dst, src []byte, block int, d time.Duration) (Ceiling, error) {
+	var res Ceiling
+	footprint := min(len(dst), len(src))
+	if block <= 0 || footprint < block {
+		return res, fmt.Errorf("memcpy: %d bytes cannot hold a block of %d", footprint, block)
+	}
+	start := time.Now()
+	deadline := start.Add(d)
+	for {
+		for off := 0; off+block <= footprint; off += block {
+			copy(dst[off:off+block], src[off:off+block])
+		}
+		res.Bytes += uint64(footprint / block * block)
+		if err := ctx.Err(); err != nil {
+			return res, err
+		}
+		if time.Now().After(deadline) {
+			break
+		}
+	}
+	res.add(Ceiling{Seconds: time.Since(start).Seconds()})
+	return res, nil
+}
+
+// Fill writes a pattern that depends on each byte's offset and a seed, so
 // misplaced or stale blocks are told apart from correct ones.
-func fill(b []byte, seed uint64) {
+func Fill(b []byte, seed uint64) {
 	for i := 0; i+8 <= len(b); i += 8 {
 		v := uint64(i)*0x9e3779b97f4a7c15 ^ seed
 		b[i], b[i+1], b[i+2], b[i+3] = byte(v), byte(v>>8), byte(v>>16), byte(v>>24)
