@@ -946,8 +946,11 @@ func (s *Store) watch(ctx context.Context, name string, rep *segment.WatchReport
 // ends all watches and waits for its goroutines. It is idempotent. When
 // Consul cannot be reached it still releases everything and reports
 // segment.ErrUnavailable: the keys then vanish when the session's TTL runs
-// out.
+// out. It is safe on a nil Store.
 func (s *Store) Close() error {
+	if s == nil {
+		return nil
+	}
 	s.closeOnce.Do(func() {
 		s.mu.Lock()
 		s.closed = true

@@ -723,8 +723,12 @@ func (s *Store) watch(ctx context.Context, name string, rep *segment.WatchReport
 }
 
 // Close stops the listener, drops every connection, ends every Watch and
-// forgets the published descriptors. It is idempotent.
+// forgets the published descriptors. It is idempotent and safe on a nil
+// Store.
 func (s *Store) Close() error {
+	if s == nil {
+		return nil
+	}
 	var err error
 	s.once.Do(func() {
 		close(s.closing)
