@@ -33,7 +33,7 @@ type provider struct {
 }
 
 // Provider returns the mlx5 (ConnectX-4 and later) provider with default
-// options. Pass it in uverbs.Options.Providers or to uverbs.Register.
+// options. Pass it in uverbs.Options.Providers (package uverbs/providers lists it).
 func Provider() uverbs.Provider { return provider{} }
 
 // NewProvider returns the mlx5 provider with the given options.

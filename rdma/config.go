@@ -5,6 +5,7 @@ import (
 
 	"github.com/rdmago/te/auth"
 	"github.com/rdmago/te/uverbs"
+	"github.com/rdmago/te/uverbs/providers"
 )
 
 // Config tunes the transport. Zero values take the defaults noted.
@@ -59,7 +60,8 @@ type Config struct {
 	// SpinPolls is how many empty CQ polls a rail owner spends, while work
 	// is in flight, before it sleeps on the completion channel (default 64).
 	SpinPolls int
-	// Options opens the devices (providers); nil uses the registered ones.
+	// Options opens the devices. Its Providers default to
+	// providers.All() (package uverbs/providers: rxe and mlx5).
 	Options *uverbs.Options
 	// Auth is the cluster secret: with it, the control connection proves
 	// both sides hold it (package auth) before any QP is created for the
@@ -68,6 +70,14 @@ type Config struct {
 }
 
 func (c *Config) defaults() {
+	if c.Options == nil || len(c.Options.Providers) == 0 {
+		o := uverbs.Options{}
+		if c.Options != nil {
+			o = *c.Options
+		}
+		o.Providers = providers.All()
+		c.Options = &o
+	}
 	if c.Port == 0 {
 		c.Port = 1
 	}

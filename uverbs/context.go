@@ -19,7 +19,9 @@ var le = binary.LittleEndian
 
 // Options configure Open. A nil *Options means defaults.
 type Options struct {
-	// Providers to choose from by driver id. Empty: those passed to Register.
+	// Providers to choose from by driver id; Open fails with ErrNoProvider
+	// without one for the device's driver. providers.All (package
+	// uverbs/providers) lists every provider te carries.
 	Providers []Provider
 	// AsyncEventBuffer is the capacity of the Events channel (default 64).
 	// Events that arrive while it is full are dropped and counted.

@@ -6,6 +6,7 @@ import (
 	"net/netip"
 	"os"
 	"path/filepath"
+	"strings"
 	"testing"
 )
 
@@ -149,23 +150,24 @@ func TestNames(t *testing.T) {
 	}
 }
 
-func TestProviderRegistry(t *testing.T) {
-	if _, err := findProvider(nil, DriverID(77)); !errors.Is(err, ErrNoProvider) {
-		t.Fatal(err)
-	}
+// TestFindProvider: providers are chosen by driver from the list given,
+// and an empty list says where to find one.
+func TestFindProvider(t *testing.T) {
 	p := fakeProvider{}
-	Register(p)
-	defer func() {
-		registryMu.Lock()
-		delete(registry, p.DriverID())
-		registryMu.Unlock()
-	}()
-	if got, err := findProvider(nil, 77); err != nil || got != p {
-		t.Fatalf("registered provider not found: %v", err)
+	if got, err := findProvider([]Provider{UnimplementedProvider{}, p}, 77); err != nil || got != p {
+		t.Fatalf("provider in the list: %v, %v", got, err)
 	}
-	if _, err := findProvider([]Provider{}, 77); err != nil {
-		// An explicit empty list falls back to the registry as well.
-		t.Fatal(err)
+	_, err := findProvider(nil, DriverID(77))
+	if !errors.Is(err, ErrNoProvider) || !strings.Contains(err.Error(), "uverbs/providers") {
+		t.Errorf("no providers: %v, want ErrNoProvider naming uverbs/providers", err)
+	}
+	_, err = findProvider([]Provider{UnimplementedProvider{}}, 77)
+	if !errors.Is(err, ErrNoProvider) || !strings.Contains(err.Error(), "unimplemented") {
+		t.Errorf("no provider for the driver: %v, want ErrNoProvider naming the providers given", err)
+	}
+	d := Device{Name: "rxe9", DriverID: DriverRXE, Path: "/nonexistent"}
+	if _, err := d.Open(nil); !errors.Is(err, ErrNoProvider) {
+		t.Errorf("Open without options: %v, want ErrNoProvider", err)
 	}
 }
 

@@ -14,7 +14,8 @@ var (
 	ErrNotSupported = errors.New("uverbs: not supported")
 	// ErrNoDevice means no RDMA device of that name (or none at all) exists.
 	ErrNoDevice = errors.New("uverbs: no such RDMA device")
-	// ErrNoProvider means no registered provider handles the device's driver.
+	// ErrNoProvider means no provider in Options.Providers handles the
+	// device's driver.
 	ErrNoProvider = errors.New("uverbs: no provider for driver")
 	// ErrNoGID means no GID of the wanted address and type exists on the port.
 	ErrNoGID = errors.New("uverbs: no matching GID")

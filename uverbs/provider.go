@@ -2,7 +2,7 @@ package uverbs
 
 import (
 	"fmt"
-	"sync"
+	"strings"
 
 	"github.com/rdmago/te/internal/ucmd"
 )
@@ -19,8 +19,8 @@ import (
 // Created. Destroyed is called after the kernel object is gone (or the create
 // failed) to release mappings and buffers.
 //
-// Providers are passed explicitly (Options.Providers) or registered with
-// Register by the program; there is no self-registration.
+// Providers are passed explicitly in Options.Providers; package
+// uverbs/providers lists every provider te carries.
 type Provider interface {
 	// Name is a short lower-case name ("rxe", "mlx5").
 	Name() string
@@ -148,20 +148,6 @@ type DriverQP interface {
 	Destroyed() error
 }
 
-var (
-	registryMu sync.Mutex
-	registry   = map[DriverID]Provider{}
-)
-
-// Register makes p the default provider for its driver id, used by Open
-// when Options.Providers is empty. Programs call it explicitly, e.g.
-// uverbs.Register(rxe.Provider()).
-func Register(p Provider) {
-	registryMu.Lock()
-	defer registryMu.Unlock()
-	registry[p.DriverID()] = p
-}
-
 func findProvider(list []Provider, id DriverID) (Provider, error) {
 	for _, p := range list {
 		if p.DriverID() == id {
@@ -169,14 +155,13 @@ func findProvider(list []Provider, id DriverID) (Provider, error) {
 		}
 	}
 	if len(list) == 0 {
-		registryMu.Lock()
-		p := registry[id]
-		registryMu.Unlock()
-		if p != nil {
-			return p, nil
-		}
+		return nil, fmt.Errorf("%w %s: no providers given (pass Options.Providers, e.g. providers.All() of package github.com/rdmago/te/uverbs/providers)", ErrNoProvider, id)
 	}
-	return nil, fmt.Errorf("%w %s", ErrNoProvider, id)
+	names := make([]string, len(list))
+	for i, p := range list {
+		names[i] = p.Name()
+	}
+	return nil, fmt.Errorf("%w %s (given: %s)", ErrNoProvider, id, strings.Join(names, ", "))
 }
 
 // UnimplementedProvider can be embedded by providers (and test fakes) so

@@ -1,15 +1,9 @@
 package main
 
-import (
-	"github.com/rdmago/te/mlx5"
-	"github.com/rdmago/te/rxe"
-	"github.com/rdmago/te/uverbs"
-)
+import "github.com/rdmago/te/uverbs/providers"
 
-// providers are the verbs providers this binary carries: every command that
-// opens an RDMA device (devices, perf) goes through verbsOptions, so a
-// device of either driver opens the same way everywhere.
-var providers = []uverbs.Provider{rxe.Provider(), mlx5.Provider()}
-
-// verbsOptions open devices with providers.
-var verbsOptions = &uverbs.Options{Providers: providers}
+// verbsOptions open devices with every provider te carries (rxe, mlx5):
+// every command that opens an RDMA device (devices, perf, the rdma
+// transport) goes through it, so a device of either driver opens the same
+// way everywhere.
+var verbsOptions = providers.Options()
