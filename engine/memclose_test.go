@@ -152,3 +152,46 @@ func TestRemoteWriteAfterMemoryClose(t *testing.T) {
 		t.Fatal(err)
 	}
 }
+
+// TestMemoryCloseStoreClosed: a store that can no longer publish does not
+// keep memory registered or mapped: unregistration and Memory.Close
+// succeed (the failed publish is logged), and the region is gone.
+func TestMemoryCloseStoreClosed(t *testing.T) {
+	st := enginetest.NewMemStore()
+	e, err := engine.New(engine.Config{Name: "n", Store: st})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer e.Close()
+	a, err := engine.Alloc(4096)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer a.Close()
+	b, err := engine.Alloc(4096)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer b.Close()
+	for _, m := range []*engine.Memory{a, b} {
+		if err := e.RegisterLocalMemory(m.Bytes(), ""); err != nil {
+			t.Fatal(err)
+		}
+	}
+	st.Close()
+	if err := e.UnregisterLocalMemory(a.Bytes()); err != nil {
+		t.Errorf("unregister with the store closed: %v", err)
+	}
+	if err := e.UnregisterLocalMemory(a.Bytes()); !errors.Is(err, engine.ErrNotRegistered) {
+		t.Errorf("second unregister: %v, want ErrNotRegistered", err)
+	}
+	if err := b.Close(); err != nil {
+		t.Errorf("Memory.Close with the store closed: %v", err)
+	}
+	if b.Bytes() != nil {
+		t.Error("memory still mapped after Close")
+	}
+	if d := e.LocalDescriptor(); len(d.Buffers) != 0 {
+		t.Errorf("descriptor still lists %d buffers", len(d.Buffers))
+	}
+}
