@@ -97,6 +97,8 @@ var (
 	ErrOutOfRange  = errors.New("segment: range outside exposed buffers")
 	ErrNoProtocol  = errors.New("segment: protocol not offered")
 	ErrClosed      = errors.New("segment: store closed")
+	// ErrUnknownScheme: no store is known for a metadata URI's scheme.
+	ErrUnknownScheme = errors.New("segment: unknown metadata scheme")
 )
 
 // Validate checks the descriptor's internal consistency: a name, sane

@@ -3,8 +3,9 @@ package segment
 import (
 	"context"
 	"fmt"
+	"maps"
 	"net/url"
-	"sort"
+	"slices"
 	"sync"
 )
 
@@ -42,8 +43,10 @@ var (
 	schemes   = map[string]Opener{}
 )
 
-// RegisterScheme makes Open understand metadata URIs with the given
-// scheme. Backends call it from init.
+// RegisterScheme makes Open (and stores.Open) understand metadata URIs with
+// the given scheme: the hook for stores outside te. te's own stores (p2p,
+// consul) register nothing; stores.Open (package segment/stores) knows
+// them. It panics if the scheme is registered twice.
 func RegisterScheme(scheme string, open Opener) {
 	schemesMu.Lock()
 	defer schemesMu.Unlock()
@@ -53,20 +56,18 @@ func RegisterScheme(scheme string, open Opener) {
 	schemes[scheme] = open
 }
 
-// Schemes lists the registered metadata URI schemes.
+// Schemes lists the schemes registered with RegisterScheme.
 func Schemes() []string {
 	schemesMu.Lock()
 	defer schemesMu.Unlock()
-	out := make([]string, 0, len(schemes))
-	for s := range schemes {
-		out = append(out, s)
-	}
-	sort.Strings(out)
-	return out
+	return slices.Sorted(maps.Keys(schemes))
 }
 
-// Open returns the Store named by a metadata URI such as
-// "consul://127.0.0.1:8500/te" or "p2p://".
+// Open returns the Store for a metadata URI whose scheme was registered
+// with RegisterScheme. For te's own stores (p2p://, consul://) use
+// stores.Open (package segment/stores), which needs no registration. An
+// unknown scheme fails with an error wrapping ErrUnknownScheme that says
+// so.
 func Open(ctx context.Context, uri string) (Store, error) {
 	u, err := url.Parse(uri)
 	if err != nil {
@@ -76,7 +77,8 @@ func Open(ctx context.Context, uri string) (Store, error) {
 	open, ok := schemes[u.Scheme]
 	schemesMu.Unlock()
 	if !ok {
-		return nil, fmt.Errorf("segment: metadata %q: unknown scheme %q (known: %v)", uri, u.Scheme, Schemes())
+		return nil, fmt.Errorf("%w %q in %q (registered: %v): open te's stores (p2p://, consul://) with stores.Open of package github.com/rdmago/te/segment/stores, or register the scheme with RegisterScheme",
+			ErrUnknownScheme, u.Scheme, uri, Schemes())
 	}
 	st, err := open(ctx, u)
 	if err != nil {

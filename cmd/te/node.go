@@ -16,6 +16,7 @@ import (
 	"github.com/rdmago/te/rdma"
 	"github.com/rdmago/te/segment"
 	"github.com/rdmago/te/segment/p2p"
+	"github.com/rdmago/te/segment/stores"
 	"github.com/rdmago/te/shm"
 	"github.com/rdmago/te/tcp"
 )
@@ -111,7 +112,7 @@ func openNode(ctx context.Context, cfg nodeConfig) (_ *node, err error) {
 func openStore(ctx context.Context, uri string, secret *auth.Secret, log *slog.Logger) (segment.Store, error) {
 	u, err := url.Parse(uri)
 	if err != nil || u.Scheme != "p2p" {
-		return segment.Open(ctx, uri)
+		return stores.Open(ctx, uri)
 	}
 	opts, err := p2p.ParseURI(u)
 	if err != nil {

@@ -14,8 +14,6 @@ import (
 	"github.com/rdmago/te/auth"
 	"github.com/rdmago/te/internal/cli"
 	"github.com/rdmago/te/segment"
-	_ "github.com/rdmago/te/segment/consul" // consul:// metadata URIs
-	_ "github.com/rdmago/te/segment/p2p"    // p2p:// metadata URIs
 )
 
 func init() {

@@ -57,7 +57,8 @@
 // under the same epoch and version. Every request carries a deadline
 // (Config.RequestTimeout, or the caller's earlier one).
 //
-// Open it with segment.Open("consul://127.0.0.1:8500/prefix"), or New.
+// Open it with Open("consul://127.0.0.1:8500/prefix") (or stores.Open,
+// package segment/stores, which knows every scheme te carries), or New.
 package consul
 
 import (
@@ -161,8 +162,6 @@ func (c *Config) setDefaults() error {
 	return nil
 }
 
-func init() { segment.RegisterScheme("consul", openURI) }
-
 // ParseURI turns consul://host:port[/prefix][?ttl=10s&timeout=5s&wait=1m]
 // into a Config.
 func ParseURI(u *url.URL) (Config, error) {
@@ -199,16 +198,17 @@ func ParseURI(u *url.URL) (Config, error) {
 	return c, nil
 }
 
-func openURI(ctx context.Context, u *url.URL) (segment.Store, error) {
+// Open connects to Consul as a consul:// metadata URI says (ParseURI).
+func Open(ctx context.Context, uri string) (*Store, error) {
+	u, err := url.Parse(uri)
+	if err != nil {
+		return nil, fmt.Errorf("consul: metadata %q: %w", uri, err)
+	}
 	c, err := ParseURI(u)
 	if err != nil {
 		return nil, err
 	}
-	s, err := New(ctx, c)
-	if err != nil {
-		return nil, err // not a typed nil in the interface
-	}
-	return s, nil
+	return New(ctx, c)
 }
 
 // Store is a segment.Store backed by Consul.

@@ -440,11 +440,9 @@ func TestUnreachableAtStart(t *testing.T) {
 	}
 	addr := l.Addr().String()
 	l.Close()
-	s, err := segment.Open(ctxT(t, 10*time.Second), "consul://"+addr+"/x")
+	s, err := consul.Open(ctxT(t, 10*time.Second), "consul://"+addr+"/x")
 	if !errors.Is(err, segment.ErrUnavailable) {
-		if s != nil {
-			s.Close()
-		}
+		s.Close()
 		t.Fatalf("Open with no Consul = %v, want ErrUnavailable", err)
 	}
 	t.Logf("%v", err)
@@ -452,13 +450,13 @@ func TestUnreachableAtStart(t *testing.T) {
 
 func TestOpenScheme(t *testing.T) {
 	a := agent(t)
-	s, err := segment.Open(ctxT(t, 10*time.Second), a.URI(prefix(t))+"?ttl=2s")
+	s, err := consul.Open(ctxT(t, 10*time.Second), a.URI(prefix(t))+"?ttl=2s")
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer s.Close()
-	if _, ok := s.(*consul.Store); !ok {
-		t.Fatalf("Open returned %T", s)
+	if s.Session() == "" {
+		t.Fatal("Open returned a store without a session")
 	}
 }
 

@@ -15,7 +15,7 @@ import (
 func Example() {
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
-	st, err := segment.Open(ctx, "consul://127.0.0.1:8500/te?ttl=10s")
+	st, err := consul.Open(ctx, "consul://127.0.0.1:8500/te?ttl=10s")
 	if err != nil {
 		log.Fatal(err) // wraps segment.ErrUnavailable when Consul is down
 	}
@@ -34,5 +34,5 @@ func Example() {
 	if err != nil {
 		log.Fatal(err)
 	}
-	fmt.Println(d.Name, d.Version, d.Epoch == st.(*consul.Store).Epoch())
+	fmt.Println(d.Name, d.Version, d.Epoch == st.Epoch())
 }

@@ -13,12 +13,12 @@ import (
 // address, the other fetches it by that name, straight from the owner.
 func Example() {
 	ctx := context.Background()
-	owner, err := segment.Open(ctx, "p2p://127.0.0.1:0")
+	owner, err := p2p.Open(ctx, "p2p://127.0.0.1:0")
 	if err != nil {
 		log.Fatal(err)
 	}
 	defer owner.Close()
-	name := owner.(*p2p.Store).Name() // host:port of its handshake listener
+	name := owner.Name() // host:port of its handshake listener
 	err = owner.Publish(ctx, &segment.Descriptor{
 		Name: name, Epoch: 42, Version: 1,
 		Protocols: []segment.Protocol{{Name: segment.ProtoTCP, Endpoint: "127.0.0.1:15002"}},
@@ -28,7 +28,7 @@ func Example() {
 		log.Fatal(err)
 	}
 
-	initiator, err := segment.Open(ctx, "p2p://")
+	initiator, err := p2p.Open(ctx, "p2p://")
 	if err != nil {
 		log.Fatal(err)
 	}

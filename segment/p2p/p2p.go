@@ -4,7 +4,8 @@
 // initiator that knows the name can fetch the descriptor straight from the
 // owner (Mooncake calls this P2PHANDSHAKE).
 //
-// Open it through segment.Open with a URI such as
+// Open it with Open (or stores.Open, package segment/stores, which knows
+// every scheme te carries) and a URI such as
 //
 //	p2p://                                  listen on 127.0.0.1, any free port
 //	p2p://127.0.0.1:15001                   a fixed port
@@ -176,21 +177,17 @@ type peer struct {
 
 var _ segment.Store = (*Store)(nil)
 
-func init() {
-	segment.RegisterScheme("p2p", openURI)
-}
-
-// openURI is the segment.Opener for p2p:// URIs.
-func openURI(ctx context.Context, u *url.URL) (segment.Store, error) {
+// Open starts a store from a p2p:// metadata URI (the forms above).
+func Open(ctx context.Context, uri string) (*Store, error) {
+	u, err := url.Parse(uri)
+	if err != nil {
+		return nil, fmt.Errorf("p2p: metadata %q: %w", uri, err)
+	}
 	opts, err := ParseURI(u)
 	if err != nil {
 		return nil, err
 	}
-	s, err := New(ctx, opts)
-	if err != nil {
-		return nil, err // not a typed nil inside the interface
-	}
-	return s, nil
+	return New(ctx, opts)
 }
 
 // ParseURI turns a p2p:// metadata URI into Options.

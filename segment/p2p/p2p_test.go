@@ -8,7 +8,6 @@ import (
 	"io"
 	"net"
 	"net/netip"
-	"net/url"
 	"strconv"
 	"strings"
 	"sync"
@@ -609,42 +608,41 @@ func TestClose(t *testing.T) {
 
 func TestOpenURI(t *testing.T) {
 	ctx := ctxT(t)
-	s, err := segment.Open(ctx, "p2p://127.0.0.1:0?poll=10ms&grace=50ms")
+	p, err := Open(ctx, "p2p://127.0.0.1:0?poll=10ms&grace=50ms")
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer s.Close()
-	p := s.(*Store)
+	defer p.Close()
 	if p.opts.PollInterval != 10*time.Millisecond || p.opts.Grace != 50*time.Millisecond {
 		t.Fatalf("options = %+v", p.opts)
 	}
-	s2, err := segment.Open(ctx, "p2p://")
+	s2, err := Open(ctx, "p2p://")
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer s2.Close()
-	if h, _, _ := net.SplitHostPort(s2.(*Store).Name()); h != "127.0.0.1" {
-		t.Fatalf("default name %s, want 127.0.0.1:port", s2.(*Store).Name())
+	if h, _, _ := net.SplitHostPort(s2.Name()); h != "127.0.0.1" {
+		t.Fatalf("default name %s, want 127.0.0.1:port", s2.Name())
 	}
-	s3, err := segment.Open(ctx, "p2p://127.0.0.1?ports=15000-17000")
+	s3, err := Open(ctx, "p2p://127.0.0.1?ports=15000-17000")
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer s3.Close()
-	_, port, _ := net.SplitHostPort(s3.(*Store).Name())
+	_, port, _ := net.SplitHostPort(s3.Name())
 	if n, _ := strconv.Atoi(port); n < 15000 || n > 17000 {
 		t.Fatalf("port %d outside 15000-17000", n)
 	}
-	s4, err := segment.Open(ctx, "p2p://0.0.0.0:0?advertise=192.0.2.7")
+	s4, err := Open(ctx, "p2p://0.0.0.0:0?advertise=192.0.2.7")
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer s4.Close()
-	if h, _, _ := net.SplitHostPort(s4.(*Store).Name()); h != "192.0.2.7" {
-		t.Fatalf("advertised name %s", s4.(*Store).Name())
+	if h, _, _ := net.SplitHostPort(s4.Name()); h != "192.0.2.7" {
+		t.Fatalf("advertised name %s", s4.Name())
 	}
 	for _, bad := range []string{"p2p://127.0.0.1:0?bogus=1", "p2p://127.0.0.1:0?poll=fast", "p2p://127.0.0.1?ports=9-1", "p2p://127.0.0.1:0/path", "p2p://256.0.0.1:0"} {
-		if s, err := segment.Open(ctx, bad); err == nil {
+		if s, err := Open(ctx, bad); err == nil {
 			s.Close()
 			t.Errorf("Open(%q) succeeded", bad)
 		} else {
@@ -742,12 +740,8 @@ func TestOpenFailureIsNil(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer busy.Close()
-	s, err := segment.Open(ctxT(t), "p2p://"+busy.Addr().String())
+	s, err := Open(ctxT(t), "p2p://"+busy.Addr().String())
 	if s != nil || err == nil || !strings.Contains(err.Error(), "address already in use") {
 		t.Fatalf("Open on a busy port = %#v, %v; want a nil Store and the cause", s, err)
-	}
-	st, err := openURI(ctxT(t), &url.URL{Scheme: "p2p", Host: busy.Addr().String()})
-	if st != nil || err == nil {
-		t.Fatalf("openURI on a busy port = %#v, %v; want a nil interface", st, err)
 	}
 }
