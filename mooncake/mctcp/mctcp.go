@@ -1,0 +1,331 @@
+// Package mctcp is Mooncake's TCP data protocol as a te transport, both
+// ways: its target accepts Mooncake initiators (and te ones) on the port
+// a descriptor advertises as tcp_data_port, checking every range against
+// registered memory; its initiator reads and writes Mooncake targets (and
+// te ones) over persistent, pipelined connections. The protocol is named
+// mooncake.TEProtoTCP ("mooncake") in te descriptors, so it is used only
+// where a program installs this transport.
+//
+// The wire has no authentication and no epochs: anyone who reaches the
+// data port may read and write the registered memory. The target
+// therefore listens on loopback by default, logs one warning when it
+// listens elsewhere, and keeps te's bounds: ranges checked, connections
+// bounded (in all and per source address, the longest-waiting one making
+// room), every payload and reply bounded by IOTimeout.
+package mctcp
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net"
+	"net/netip"
+	"strconv"
+	"sync"
+	"time"
+
+	"github.com/rdmago/te/engine/driver"
+	"github.com/rdmago/te/internal/acceptor"
+	"github.com/rdmago/te/mooncake"
+	"github.com/rdmago/te/segment"
+)
+
+// Defaults.
+const (
+	DefaultLanes             = 4
+	MaxLanes                 = 16 // Mooncake's MC_TCP_LANES_PER_PEER bound
+	DefaultSliceSize         = 1 << 20
+	DefaultDialTimeout       = 5 * time.Second
+	DefaultIOTimeout         = 30 * time.Second // Mooncake's status-frame timeout
+	DefaultMaxConns          = 4096
+	DefaultMaxConnsPerSource = 1024
+)
+
+// Config configures a Transport. Zero fields select defaults.
+type Config struct {
+	// Listen is the data listener's address. Default "127.0.0.1:0".
+	Listen string
+	// Advertise is the endpoint put into the local descriptor; default
+	// the listener's address (an unspecified IP replaced by the first
+	// non-loopback address).
+	Advertise string
+	// Version is the protocol version the target advertises (1 or 2).
+	// Default 2. The initiator speaks what each target advertises.
+	Version int
+	// Lanes is the number of connections per remote segment (1-16).
+	Lanes int
+	// SliceSize is the largest request the transport asks the engine for.
+	SliceSize uint64
+	// DialTimeout bounds connecting a lane.
+	DialTimeout time.Duration
+	// IOTimeout fails a lane whose oldest request saw no answer for this
+	// long; on the target it bounds reading one payload and writing one
+	// reply, so a stalled peer cannot keep memory pinned.
+	IOTimeout time.Duration
+	// MaxConns and MaxConnsPerSource bound the connections the target
+	// serves, in all and per source address; at a bound the connection
+	// that has waited longest for its initiator is closed to make room.
+	MaxConns, MaxConnsPerSource int
+}
+
+// Errors; compare with errors.Is.
+var (
+	// ErrConnection: a lane's connection could not be made or broke. It
+	// wraps driver.ErrTransient: the engine retries the slices on a fresh
+	// connection.
+	ErrConnection = fmt.Errorf("mctcp: connection lost: %w", driver.ErrTransient)
+	// ErrTimeout: no answer within IOTimeout.
+	ErrTimeout = errors.New("mctcp: no answer within the I/O timeout")
+	// ErrProtocol: the peer broke the protocol.
+	ErrProtocol = errors.New("mctcp: protocol violation")
+	// ErrNoEndpoint: the remote descriptor offers no Mooncake TCP endpoint.
+	ErrNoEndpoint = errors.New("mctcp: segment has no mooncake tcp endpoint")
+)
+
+var (
+	errRejected   = fmt.Errorf("mctcp: target rejected the range: %w", driver.ErrOutOfRange)
+	errPeerClosed = fmt.Errorf("mctcp: lanes closed (segment closed, gone or restarted, or engine closed): %w", driver.ErrClosed)
+)
+
+// Transport is the Mooncake TCP transport. Create it with New and hand it
+// to engine.Install.
+type Transport struct {
+	cfg  Config
+	host driver.Host
+	log  *slog.Logger
+
+	ln       net.Listener
+	endpoint string
+
+	ctx    context.Context // cancelled by Close
+	cancel context.CancelFunc
+	wg     sync.WaitGroup
+
+	closeOnce sync.Once
+	mu        sync.Mutex
+	closed    bool
+	conns     map[net.Conn]*sconn
+	perSource map[netip.Addr]int
+	peers     map[*peer]struct{}
+}
+
+var _ driver.Transport = (*Transport)(nil)
+
+// New returns a transport; it listens on Install.
+func New(cfg Config) *Transport {
+	if cfg.Listen == "" {
+		cfg.Listen = "127.0.0.1:0"
+	}
+	if cfg.Version != 1 {
+		cfg.Version = mooncake.DefaultTCPVersion
+	}
+	if cfg.Lanes <= 0 {
+		cfg.Lanes = DefaultLanes
+	}
+	cfg.Lanes = min(cfg.Lanes, MaxLanes)
+	if cfg.SliceSize == 0 {
+		cfg.SliceSize = DefaultSliceSize
+	}
+	if cfg.DialTimeout <= 0 {
+		cfg.DialTimeout = DefaultDialTimeout
+	}
+	if cfg.IOTimeout <= 0 {
+		cfg.IOTimeout = DefaultIOTimeout
+	}
+	if cfg.MaxConns <= 0 {
+		cfg.MaxConns = DefaultMaxConns
+	}
+	if cfg.MaxConnsPerSource <= 0 {
+		cfg.MaxConnsPerSource = DefaultMaxConnsPerSource
+	}
+	cfg.MaxConnsPerSource = min(cfg.MaxConnsPerSource, cfg.MaxConns)
+	t := &Transport{cfg: cfg, conns: map[net.Conn]*sconn{}, perSource: map[netip.Addr]int{}, peers: map[*peer]struct{}{}}
+	t.ctx, t.cancel = context.WithCancel(context.Background())
+	return t
+}
+
+// Name returns mooncake.TEProtoTCP.
+func (t *Transport) Name() string { return mooncake.TEProtoTCP }
+
+// SliceSize returns Config.SliceSize.
+func (t *Transport) SliceSize() uint64 { return t.cfg.SliceSize }
+
+// Endpoint is the advertised data address (after Install).
+func (t *Transport) Endpoint() string { return t.endpoint }
+
+// Install starts the data listener and the lane watchdog.
+func (t *Transport) Install(h driver.Host) error {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	if t.closed {
+		return driver.ErrClosed
+	}
+	if t.host != nil {
+		return errors.New("mctcp: already installed")
+	}
+	ln, err := net.Listen("tcp", t.cfg.Listen)
+	if err != nil {
+		return fmt.Errorf("mctcp: listen %s: %w", t.cfg.Listen, err)
+	}
+	ep := t.cfg.Advertise
+	if ep == "" {
+		ep = advertised(ln.Addr().(*net.TCPAddr))
+	}
+	t.host, t.log, t.ln, t.endpoint = h, h.Logger(), ln, ep
+	if t.log == nil {
+		t.log = slog.New(slog.DiscardHandler)
+	}
+	mooncake.WarnExposed(t.log, "the Mooncake TCP data port", ln.Addr())
+	t.wg.Add(2)
+	go func() {
+		defer t.wg.Done()
+		acceptor.Run(t.log, "mctcp", ln.Addr(), t.ctx.Done(), ln.Accept, t.admit)
+	}()
+	go t.watchdog()
+	return nil
+}
+
+func advertised(a *net.TCPAddr) string {
+	if !a.IP.IsUnspecified() {
+		return a.String()
+	}
+	if addrs, err := net.InterfaceAddrs(); err == nil {
+		for _, ad := range addrs {
+			if ipn, ok := ad.(*net.IPNet); ok && ipn.IP.To4() != nil && ipn.IP.IsGlobalUnicast() {
+				return net.JoinHostPort(ipn.IP.String(), strconv.Itoa(a.Port))
+			}
+		}
+	}
+	return net.JoinHostPort("127.0.0.1", strconv.Itoa(a.Port))
+}
+
+// Describe adds the protocol entry: the data endpoint and the version.
+func (t *Transport) Describe(d *segment.Descriptor) error {
+	if t.endpoint == "" {
+		return errors.New("mctcp: not installed")
+	}
+	d.Protocols = append(d.Protocols, segment.Protocol{
+		Name:     mooncake.TEProtoTCP,
+		Endpoint: t.endpoint,
+		Attrs:    map[string]string{mooncake.AttrVersion: strconv.Itoa(t.cfg.Version)},
+	})
+	return nil
+}
+
+// RegisterMemory has nothing to do: the target checks every range.
+func (t *Transport) RegisterMemory(driver.Region) (any, error) { return nil, nil }
+
+// UnregisterMemory has nothing to do.
+func (t *Transport) UnregisterMemory(driver.Region, any) error { return nil }
+
+// Connect prepares the lanes to a remote segment and dials the first, so
+// an unreachable peer is reported here.
+func (t *Transport) Connect(ctx context.Context, remote *segment.Descriptor) (driver.Peer, error) {
+	pr, ok := remote.Protocol(mooncake.TEProtoTCP)
+	if !ok || pr.Endpoint == "" {
+		return nil, fmt.Errorf("%w: %s", ErrNoEndpoint, remote.Name)
+	}
+	v := mooncake.DefaultTCPVersion
+	if s := pr.Attrs[mooncake.AttrVersion]; s != "" {
+		n, err := strconv.Atoi(s)
+		if err != nil || n < 1 {
+			return nil, fmt.Errorf("%w: %s advertises version %q", ErrProtocol, remote.Name, s)
+		}
+		v = min(n, mooncake.DefaultTCPVersion) // Mooncake speaks v2 to 3 and above
+	}
+	p := newPeer(t, remote.Name, pr.Endpoint, v == 2)
+	t.mu.Lock()
+	if t.closed {
+		t.mu.Unlock()
+		return nil, driver.ErrClosed
+	}
+	t.peers[p] = struct{}{}
+	t.mu.Unlock()
+	if err := p.lanes[0].connect(ctx); err != nil {
+		p.Close()
+		return nil, err
+	}
+	return p, nil
+}
+
+// Submit queues the slices on their peers' lanes.
+func (t *Transport) Submit(ss []*driver.Slice) {
+	for len(ss) > 0 {
+		p, _ := ss[0].Peer.(*peer)
+		n := 1
+		for n < len(ss) && ss[n].Peer == ss[0].Peer {
+			n++
+		}
+		if p == nil {
+			for _, s := range ss[:n] {
+				s.Done(0, fmt.Errorf("mctcp: slice for a foreign peer %T: %w", s.Peer, driver.ErrClosed))
+			}
+		} else {
+			p.submit(ss[:n])
+		}
+		ss = ss[n:]
+	}
+}
+
+// Close stops the listener, closes every connection and fails every slice
+// in flight. It is idempotent and safe before Install.
+func (t *Transport) Close() error {
+	if t == nil {
+		return nil
+	}
+	t.closeOnce.Do(func() {
+		t.mu.Lock()
+		t.closed = true
+		t.cancel()
+		if t.ln != nil {
+			t.ln.Close()
+		}
+		for c := range t.conns {
+			c.Close()
+		}
+		peers := make([]*peer, 0, len(t.peers))
+		for p := range t.peers {
+			peers = append(peers, p)
+		}
+		t.mu.Unlock()
+		for _, p := range peers {
+			p.Close()
+		}
+		t.wg.Wait()
+	})
+	return nil
+}
+
+func (t *Transport) forget(p *peer) {
+	t.mu.Lock()
+	delete(t.peers, p)
+	t.mu.Unlock()
+}
+
+// watchdog fails lanes whose oldest request has seen no answer for
+// IOTimeout, counting ticks without progress.
+func (t *Transport) watchdog() {
+	defer t.wg.Done()
+	tick := max(t.cfg.IOTimeout/4, time.Millisecond)
+	limit := int((t.cfg.IOTimeout + tick - 1) / tick)
+	tk := time.NewTicker(tick)
+	defer tk.Stop()
+	var lanes []*lane
+	for {
+		select {
+		case <-t.ctx.Done():
+			return
+		case <-tk.C:
+		}
+		lanes = lanes[:0]
+		t.mu.Lock()
+		for p := range t.peers {
+			lanes = append(lanes, p.lanes...)
+		}
+		t.mu.Unlock()
+		for _, l := range lanes {
+			l.checkStall(limit)
+		}
+	}
+}

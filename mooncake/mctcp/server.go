@@ -1,0 +1,200 @@
+package mctcp
+
+import (
+	"bufio"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"net/netip"
+	"sync/atomic"
+	"time"
+
+	"github.com/rdmago/te/engine/driver"
+)
+
+// connBufSize is the target's read buffer: pipelined small requests
+// arrive many per system call; payloads at least this large bypass it.
+const connBufSize = 64 << 10
+
+// sconn is one accepted connection as admission sees it.
+type sconn struct {
+	c   *net.TCPConn
+	src netip.Addr
+	// waiting is when the connection began to wait for its initiator
+	// (unix nanoseconds), 0 while the target works on a request.
+	waiting atomic.Int64
+
+	br   *bufio.Reader
+	hb   [headerLen]byte
+	st   [statusLen]byte
+	iov  [2][]byte
+	bufs net.Buffers
+}
+
+func (sc *sconn) wait() { sc.waiting.Store(time.Now().UnixNano()) }
+func (sc *sconn) work() { sc.waiting.Store(0) }
+
+// admit serves c unless the target is at a bound and no connection can
+// make room: then the one that has waited longest for its initiator is
+// closed instead, so held connections cannot lock initiators out.
+func (t *Transport) admit(c net.Conn) {
+	tc, ok := c.(*net.TCPConn)
+	if !ok {
+		c.Close()
+		return
+	}
+	var src netip.Addr
+	if a, ok := c.RemoteAddr().(*net.TCPAddr); ok {
+		src = a.AddrPort().Addr().Unmap()
+	}
+	t.mu.Lock()
+	if t.closed {
+		t.mu.Unlock()
+		c.Close()
+		return
+	}
+	var victim *sconn
+	full := len(t.conns) >= t.cfg.MaxConns
+	srcFull := t.perSource[src] >= t.cfg.MaxConnsPerSource
+	if full || srcFull {
+		oldest := int64(0)
+		for _, sc := range t.conns {
+			w := sc.waiting.Load()
+			if w == 0 || (srcFull && sc.src != src) {
+				continue
+			}
+			if victim == nil || w < oldest {
+				victim, oldest = sc, w
+			}
+		}
+		if victim == nil {
+			t.mu.Unlock()
+			c.Close()
+			t.log.Debug("mctcp: connection refused: every slot busy", "remote", c.RemoteAddr())
+			return
+		}
+		t.dropLocked(victim.c)
+	}
+	sc := &sconn{c: tc, src: src}
+	sc.wait()
+	t.conns[tc] = sc
+	t.perSource[src]++
+	t.wg.Add(1)
+	t.mu.Unlock()
+	if victim != nil {
+		victim.c.Close()
+	}
+	go t.serve(sc)
+}
+
+func (t *Transport) dropLocked(c net.Conn) {
+	sc, ok := t.conns[c]
+	if !ok {
+		return
+	}
+	delete(t.conns, c)
+	if t.perSource[sc.src]--; t.perSource[sc.src] <= 0 {
+		delete(t.perSource, sc.src)
+	}
+}
+
+func (t *Transport) serve(sc *sconn) {
+	defer t.wg.Done()
+	defer func() {
+		sc.c.Close()
+		t.mu.Lock()
+		t.dropLocked(sc.c)
+		t.mu.Unlock()
+	}()
+	sc.c.SetNoDelay(true)
+	sc.br = bufio.NewReaderSize(sc.c, connBufSize)
+	err := t.serveConn(sc)
+	if err != nil && !errors.Is(err, io.EOF) && !errors.Is(err, net.ErrClosed) {
+		t.log.Debug("mctcp: serve connection", "remote", sc.c.RemoteAddr(), "err", err)
+	}
+}
+
+var errUnknownOp = errors.New("mctcp: unknown opcode")
+
+// serveConn answers one connection's requests in order until it closes,
+// breaks the protocol or asks for memory it may not have. It allocates
+// nothing per request.
+func (t *Transport) serveConn(sc *sconn) error {
+	for {
+		sc.wait()
+		if sc.br.Buffered() == 0 {
+			sc.c.SetReadDeadline(time.Time{}) // idle lanes may wait for ever (admission evicts them)
+		}
+		if _, err := sc.br.Peek(1); err != nil {
+			return err
+		}
+		sc.c.SetReadDeadline(time.Now().Add(t.cfg.IOTimeout))
+		if _, err := io.ReadFull(sc.br, sc.hb[:]); err != nil {
+			return err
+		}
+		sc.work()
+		h := decodeHeader(sc.hb[:])
+		v2 := h.op&opV2 != 0
+		op := h.op &^ opV2
+		if op != opRead && op != opWrite {
+			// Mooncake serves unknown opcodes as READs; te refuses them.
+			return t.reject(sc, v2, fmt.Errorf("%w %#x", errUnknownOp, h.op))
+		}
+		if h.size == 0 {
+			return t.reject(sc, v2, errors.New("mctcp: request of 0 bytes"))
+		}
+		mem, r, err := t.host.AcquireLocal(h.addr, h.size)
+		if err != nil {
+			return t.reject(sc, v2, err)
+		}
+		if op == opWrite {
+			sc.wait()
+			_, err = io.ReadFull(sc.br, mem)
+			sc.work()
+			r.Release()
+			if err != nil {
+				return err
+			}
+			if v2 {
+				encodeStatus(sc.st[:], statusOK)
+				sc.c.SetWriteDeadline(time.Now().Add(t.cfg.IOTimeout))
+				if _, err := sc.c.Write(sc.st[:]); err != nil {
+					return err
+				}
+			}
+			continue
+		}
+		sc.iov[0], sc.iov[1] = nil, mem
+		if v2 {
+			encodeStatus(sc.st[:], statusOK)
+			sc.iov[0] = sc.st[:]
+		}
+		sc.bufs = sc.iov[:]
+		sc.c.SetWriteDeadline(time.Now().Add(t.cfg.IOTimeout))
+		sc.wait()
+		_, err = sc.bufs.WriteTo(sc.c)
+		sc.work()
+		r.Release()
+		sc.iov[1] = nil
+		if err != nil {
+			return err
+		}
+	}
+}
+
+// reject answers a refused request as Mooncake does (status 1 under v2,
+// nothing under v1) and ends the connection: a rejected WRITE's payload
+// is not read, so the stream cannot continue.
+func (t *Transport) reject(sc *sconn, v2 bool, why error) error {
+	if v2 {
+		encodeStatus(sc.st[:], statusBad)
+		sc.c.SetWriteDeadline(time.Now().Add(t.cfg.IOTimeout))
+		sc.c.Write(sc.st[:])
+	}
+	if errors.Is(why, driver.ErrOutOfRange) || errors.Is(why, driver.ErrMemoryBusy) {
+		t.log.Debug("mctcp: request rejected", "remote", sc.c.RemoteAddr(), "err", why)
+		return nil
+	}
+	return why
+}
