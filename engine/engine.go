@@ -31,6 +31,11 @@ type Config struct {
 	// means no metadata: only the local segment can be opened. The engine
 	// does not close it.
 	Store segment.Store
+	// Unlisted keeps the local descriptor out of the Store: the engine
+	// only resolves other segments through it. For an initiator that
+	// serves nothing, so that its registered memory is advertised to
+	// nobody.
+	Unlisted bool
 	// Logger receives diagnostics; nil discards them.
 	Logger *slog.Logger
 	// SliceSize caps the bytes of one slice for every transport; 0 uses
@@ -150,7 +155,8 @@ func (ts *transportSet) byName(name string) int {
 	return -1
 }
 
-// New creates an engine and publishes its (empty) local descriptor.
+// New creates an engine and publishes its (empty) local descriptor, unless
+// Config.Unlisted.
 func New(cfg Config) (*Engine, error) {
 	if cfg.Store != nil && cfg.Name == "" {
 		return nil, fmt.Errorf("engine: config: a Store needs a Name")
@@ -382,7 +388,7 @@ func (e *Engine) republish() error {
 		return fmt.Errorf("engine: local descriptor: %w", err)
 	}
 	e.local.Store(d)
-	if e.cfg.Store == nil || e.closed.Load() {
+	if e.cfg.Store == nil || e.cfg.Unlisted || e.closed.Load() {
 		return nil
 	}
 	ctx, cancel := context.WithTimeout(e.ctx, e.cfg.MetadataTimeout)

@@ -796,3 +796,33 @@ func TestMixedTargets(t *testing.T) {
 		}
 	}
 }
+
+// An unlisted engine publishes nothing, through any registration or
+// install, yet opens and transfers to segments of the store.
+func TestUnlisted(t *testing.T) {
+	st := enginetest.NewMemStore()
+	t.Cleanup(func() { st.Close() })
+	tgt := newNode(t, st, "target", 1<<20, tcp.Config{})
+	n := enginetest.NewNode(t, engine.Config{Name: "initiator", Store: st, Unlisted: true, MetadataTimeout: 2 * time.Second}, 1<<20, tcp.New(tcp.Config{}))
+	ctx := ctxT(t, 10*time.Second)
+	if d, err := st.Get(ctx, "initiator"); !errors.Is(err, segment.ErrNotFound) {
+		t.Fatalf("an unlisted engine's descriptor is in the store: %+v, %v", d, err)
+	}
+	if d := n.Engine.LocalDescriptor(); len(d.Buffers) != 1 {
+		t.Fatalf("local descriptor %+v: want its buffer, kept locally", d)
+	}
+	seg, err := n.Engine.OpenSegment(ctx, "target", nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	fill(t, n.Mem.Bytes()[:4096])
+	if err := n.Engine.Transfer(ctx, []engine.Request{{Op: engine.Write, Local: n.Mem.Bytes()[:4096], Target: seg, TargetAddr: tgt.base()}}); err != nil {
+		t.Fatal(err)
+	}
+	if sum(tgt.buf()[:4096]) != sum(n.Mem.Bytes()[:4096]) {
+		t.Fatal("data differs")
+	}
+	if err := n.Engine.Close(); err != nil {
+		t.Fatal(err)
+	}
+}

@@ -186,7 +186,7 @@ func setupBench(ctx context.Context, c *benchConfig, bufSize, localSize int64, s
 		env.segment = env.target.eng.Name()
 	}
 	stage("starting the initiator: " + c.size(localSize))
-	env.init, err = openNode(ctx, nodeConfig{metadata: c.Metadata, auth: c.secret, name: benchName("initiator"), protocols: c.Protocols, devices: c.Devices, bufSize: localSize})
+	env.init, err = openNode(ctx, nodeConfig{metadata: c.Metadata, auth: c.secret, name: benchName("initiator"), protocols: c.Protocols, devices: c.Devices, bufSize: localSize, initiator: true})
 	if err != nil {
 		return nil, fmt.Errorf("initiator: %w", err)
 	}

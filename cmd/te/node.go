@@ -40,6 +40,10 @@ type nodeConfig struct {
 	listen    string       // the transport's data listener; "" derives one
 	devices   []string     // rdma rails; empty: every device with an active port
 	bufSize   int64
+	// initiator: the node serves nothing. Its descriptor is not
+	// published (its buffer is advertised to nobody) and its transports
+	// listen on loopback only, whatever the store's address.
+	initiator bool
 }
 
 // openNode opens the store, starts the engine, installs the transport and
@@ -61,7 +65,7 @@ func openNode(ctx context.Context, cfg nodeConfig) (_ *node, err error) {
 		// The embedded store names the segment after its listener, and
 		// the data listener goes on the same interface.
 		name = ps.Name()
-		if listen == "" {
+		if listen == "" && !cfg.initiator {
 			host, _, _ := net.SplitHostPort(ps.ListenAddr().String())
 			listen = net.JoinHostPort(host, "0")
 		}
@@ -72,10 +76,14 @@ func openNode(ctx context.Context, cfg nodeConfig) (_ *node, err error) {
 		}
 		name = fmt.Sprintf("%s/%d", name, os.Getpid())
 	}
-	if listen == "" {
+	switch {
+	case listen != "":
+	case cfg.initiator:
+		listen = "127.0.0.1:0"
+	default:
 		listen = ":0"
 	}
-	n.eng, err = engine.New(engine.Config{Name: name, Store: n.store, Logger: log})
+	n.eng, err = engine.New(engine.Config{Name: name, Store: n.store, Logger: log, Unlisted: cfg.initiator})
 	if err != nil {
 		return nil, err
 	}
