@@ -46,6 +46,10 @@ type mapping struct {
 	reg       *dma.Region
 	mem       []byte
 	dead      atomic.Bool
+	// users counts this process's copies inside mem. The page's busy
+	// counter says the same to the target, but the target can write it:
+	// unmap waits on this one.
+	users atomic.Int32
 }
 
 func dialPeer(ctx context.Context, t *Transport, d *segment.Descriptor, endpoint string) (_ *peer, err error) {
@@ -226,10 +230,11 @@ func cmpU64(a, b uint64) int {
 	return 0
 }
 
-// unmap releases a mapping no longer in p.maps once no copy uses it.
+// unmap releases a mapping no longer in p.maps once no copy of this
+// process uses it (whatever the target wrote into the busy counter).
 func (p *peer) unmap(m *mapping) {
 	m.dead.Store(true)
-	for spins := 0; p.page.busy[m.slot].Load() > 0; spins++ {
+	for spins := 0; m.users.Load() > 0; spins++ {
 		if spins < 100 {
 			runtime.Gosched()
 		} else {
@@ -379,10 +384,13 @@ func (p *peer) copy(s *driver.Slice) (uint64, error) {
 		}
 	}
 	busy := &p.page.busy[m.slot]
+	m.users.Add(1)
 	busy.Add(1)
-	// Raise busy, then look: the target zeroes gen, then looks at busy.
+	// Raise busy, then look: the target zeroes gen, then looks at busy
+	// (and unmap sets dead, then looks at users).
 	if m.dead.Load() || p.page.gen[m.slot].Load() != m.gen {
 		busy.Add(-1)
+		m.users.Add(-1)
 		if p.dead.Load() {
 			return 0, errGone
 		}
@@ -395,6 +403,7 @@ func (p *peer) copy(s *driver.Slice) (uint64, error) {
 		copy(s.Local, m.mem[off:off+n])
 	}
 	busy.Add(-1)
+	m.users.Add(-1)
 	return n, nil
 }
 

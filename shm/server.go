@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"net"
 	"runtime"
+	"slices"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -268,11 +269,11 @@ func (sc *serverConn) revoke(sr *sharedRegion) {
 
 // close drops the connection and the control page. The initiator's
 // mappings go with its end of the socket (it unmaps on EOF, or exits).
+// When the transport closes, fenceAll has stopped the peer's copies first.
 func (sc *serverConn) close() {
 	sc.dead.Store(true) // a revoke in progress stops waiting
 	if sc.t.closed.Load() {
 		sc.c.SetWriteDeadline(time.Now()) // a send in progress under mu gives up
-		sc.fence()
 	}
 	sc.c.Close()
 	sc.mu.Lock()
@@ -286,27 +287,66 @@ func (sc *serverConn) close() {
 	sc.t.mu.Unlock()
 }
 
-// fence stops the peer's copies into every region it mapped, as revoke
-// does for one, when the transport closes: the peer learns of the close
-// only when it reads the socket's EOF, and no copy may land after Close
-// returns (the memory is no longer registered).
-func (sc *serverConn) fence() {
+// fenceAll stops the copies of every peer in conns into every region it
+// mapped, as revoke does for one, when the transport closes: the peers
+// learn of the close only when they read the socket's EOF, and no copy may
+// land after Close returns (the memory is no longer registered). All
+// peers are fenced at once and waited for together, at most IOTimeout in
+// all whatever they do; the peers still inside a copy then (stuck, or
+// hostile: the busy counters live in memory they write) are logged and
+// dropped with the rest. It returns how many it gave up on.
+func (t *Transport) fenceAll(conns []*serverConn) int {
+	for _, sc := range conns {
+		sc.dead.Store(true)               // a revoke in progress stops waiting
+		sc.c.SetWriteDeadline(time.Now()) // a send in progress under mu gives up
+		sc.mu.Lock()
+		if sc.page != nil {
+			for slot := range sc.mapped {
+				sc.page.gen[slot].Store(0)
+			}
+		}
+		sc.mu.Unlock()
+	}
+	deadline := time.Now().Add(t.cfg.IOTimeout)
+	pending := slices.Clone(conns)
+	for spins := 0; ; spins++ {
+		pending = slices.DeleteFunc(pending, func(sc *serverConn) bool { return !sc.inCopy() })
+		if len(pending) == 0 {
+			return 0
+		}
+		if time.Now().After(deadline) {
+			break
+		}
+		switch {
+		case spins < 100:
+			runtime.Gosched()
+		case spins < 1000:
+			time.Sleep(50 * time.Microsecond)
+		default:
+			time.Sleep(time.Millisecond) // many stuck peers: do not burn a core
+		}
+	}
+	pids := make([]int32, 0, min(len(pending), 8))
+	for _, sc := range pending[:min(len(pending), 8)] {
+		pids = append(pids, sc.cred.PID)
+	}
+	t.log.Warn("shm: closing: gave up waiting for peers stuck inside a copy; disconnecting them",
+		"peers", len(pending), "pids", pids, "waited", t.cfg.IOTimeout)
+	return len(pending)
+}
+
+// inCopy reports whether the peer says it is inside a copy into one of the
+// regions it mapped.
+func (sc *serverConn) inCopy() bool {
 	sc.mu.Lock()
 	defer sc.mu.Unlock()
 	if sc.page == nil {
-		return
+		return false
 	}
 	for slot := range sc.mapped {
-		sc.page.gen[slot].Store(0)
-	}
-	deadline := time.Now().Add(sc.t.cfg.IOTimeout)
-	for slot := range sc.mapped {
-		for spins := 0; sc.page.busy[slot].Load() > 0 && time.Now().Before(deadline); spins++ {
-			if spins < 100 {
-				runtime.Gosched()
-			} else {
-				time.Sleep(50 * time.Microsecond)
-			}
+		if sc.page.busy[slot].Load() > 0 {
+			return true
 		}
 	}
+	return false
 }

@@ -600,6 +600,7 @@ func (t *Transport) close() {
 		peers = append(peers, p)
 	}
 	t.mu.Unlock()
+	t.fenceAll(conns)
 	for _, c := range conns {
 		c.close()
 	}
