@@ -1,6 +1,7 @@
 package mooncake
 
 import (
+	"errors"
 	"encoding/binary"
 	"encoding/json"
 	"fmt"
@@ -142,6 +143,12 @@ type FromOptions struct {
 	Timestamp string
 }
 
+// ErrNoProtocol: a te descriptor offers none of Mooncake's protocols, so
+// there is nothing a Mooncake peer could use (an engine publishes such a
+// descriptor before its transports are installed). It comes wrapped with
+// ErrInvalid.
+var ErrNoProtocol = errors.New("mooncake: no Mooncake protocol offered")
+
 // DefaultLocation names RDMA buffers whose te descriptor has no location.
 const DefaultLocation = "cpu:0"
 
@@ -166,7 +173,7 @@ func FromTE(d *segment.Descriptor, o FromOptions) (*Descriptor, error) {
 		case hasRDMA:
 			o.Protocol = ProtoRDMA
 		default:
-			return nil, fmt.Errorf("%w: %s offers neither %s nor %s; install the Mooncake transport", ErrInvalid, d.Name, TEProtoTCP, TEProtoRDMA)
+			return nil, fmt.Errorf("%w: %w: %s offers neither %s nor %s; install the Mooncake transport", ErrInvalid, ErrNoProtocol, d.Name, TEProtoTCP, TEProtoRDMA)
 		}
 	}
 	md := &Descriptor{Name: o.Name, Protocols: []string{o.Protocol}, TCPProtoVersion: DefaultTCPVersion, Timestamp: o.Timestamp}

@@ -131,7 +131,7 @@ func TestFromTE(t *testing.T) {
 	if _, err := FromTE(r, FromOptions{}); err == nil {
 		t.Fatal("1 rkey for 2 devices accepted")
 	}
-	if _, err := FromTE(&segment.Descriptor{Name: "x", Protocols: []segment.Protocol{{Name: "tcp"}}}, FromOptions{}); !errors.Is(err, ErrInvalid) || !strings.Contains(err.Error(), "install the Mooncake transport") {
+	if _, err := FromTE(&segment.Descriptor{Name: "x", Protocols: []segment.Protocol{{Name: "tcp"}}}, FromOptions{}); !errors.Is(err, ErrInvalid) || !errors.Is(err, ErrNoProtocol) || !strings.Contains(err.Error(), "install the Mooncake transport") {
 		t.Fatal(err)
 	}
 }

@@ -127,12 +127,28 @@ func New(_ context.Context, opts Options) (*Store, error) {
 func (s *Store) Client() *Client { return s.c }
 
 // Publish writes d as a Mooncake descriptor under its segment key, and the
-// rpc_meta of d.Name.
+// rpc_meta of d.Name. A descriptor that offers no Mooncake protocol is
+// kept in List but not written.
 func (s *Store) Publish(ctx context.Context, d *segment.Descriptor) error {
 	if err := s.open(); err != nil {
 		return err
 	}
 	md, err := mooncake.FromTE(d, mooncake.FromOptions{})
+	if errors.Is(err, mooncake.ErrNoProtocol) {
+		// Nothing a Mooncake peer could use (an engine's first descriptor,
+		// before its transports are installed): keep it, publish nothing,
+		// and remove what an earlier descriptor published.
+		s.mu.Lock()
+		_, was := s.published[d.Name]
+		s.published[d.Name] = d.Clone()
+		s.mu.Unlock()
+		if was {
+			if err := s.remove(ctx, d.Name); err != nil && !errors.Is(err, segment.ErrNotFound) {
+				return err
+			}
+		}
+		return nil
+	}
 	if err != nil {
 		return fmt.Errorf("httpmeta: publish: %w", err)
 	}

@@ -218,7 +218,8 @@ func (s *Store) Name() string { return s.name }
 func (s *Store) ListenAddr() net.Addr { return s.ln.Addr() }
 
 // Publish serves d, translated to Mooncake's format, to Metadata requests.
-// d.Name must be Name().
+// d.Name must be Name(). A descriptor that offers no Mooncake protocol is
+// kept (Get returns it) but not served.
 func (s *Store) Publish(ctx context.Context, d *segment.Descriptor) error {
 	if err := ctx.Err(); err != nil {
 		return err
@@ -226,25 +227,33 @@ func (s *Store) Publish(ctx context.Context, d *segment.Descriptor) error {
 	if d == nil || d.Name != s.name {
 		return fmt.Errorf("%w: mooncake/p2p: publish: the segment name must be this store's address %s", segment.ErrInvalid, s.name)
 	}
+	// A descriptor without a Mooncake protocol (an engine's first, before
+	// its transports are installed) is kept but not served: Metadata
+	// requests are closed unanswered until one is published.
+	var frame *[]byte
 	md, err := mooncake.FromTE(d, mooncake.FromOptions{Name: s.name})
-	if err != nil {
+	switch {
+	case errors.Is(err, mooncake.ErrNoProtocol):
+	case err != nil:
 		return fmt.Errorf("mooncake/p2p: publish %s: %w", d.Name, err)
+	default:
+		body, err := mooncake.Encode(md)
+		if err != nil {
+			return fmt.Errorf("mooncake/p2p: publish %s: %w", d.Name, err)
+		}
+		if len(body)+1 > s.opts.MaxMessage {
+			return fmt.Errorf("%w: mooncake/p2p: publish %s: descriptor of %d bytes exceeds the %d-byte message bound", segment.ErrInvalid, d.Name, len(body), s.opts.MaxMessage)
+		}
+		f := AppendMessage(nil, Metadata, body)
+		frame = &f
 	}
-	body, err := mooncake.Encode(md)
-	if err != nil {
-		return fmt.Errorf("mooncake/p2p: publish %s: %w", d.Name, err)
-	}
-	if len(body)+1 > s.opts.MaxMessage {
-		return fmt.Errorf("%w: mooncake/p2p: publish %s: descriptor of %d bytes exceeds the %d-byte message bound", segment.ErrInvalid, d.Name, len(body), s.opts.MaxMessage)
-	}
-	frame := AppendMessage(nil, Metadata, body)
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if s.closed {
 		return segment.ErrClosed
 	}
 	s.local = d.Clone()
-	s.reply.Store(&frame)
+	s.reply.Store(frame)
 	return nil
 }
 

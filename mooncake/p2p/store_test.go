@@ -202,9 +202,16 @@ func TestTeToTe(t *testing.T) {
 	if err := init.Publish(ctx, teDesc("10.9.9.9:1", 1, b1)); !errors.Is(err, segment.ErrInvalid) {
 		t.Fatal(err)
 	}
+	// Without the Mooncake transport the descriptor is kept, not served.
 	plain := &segment.Descriptor{Name: init.Name(), Protocols: []segment.Protocol{{Name: "tcp", Endpoint: "127.0.0.1:1"}}}
-	if err := init.Publish(ctx, plain); err == nil || !strings.Contains(err.Error(), "install the Mooncake transport") {
+	if err := init.Publish(ctx, plain); err != nil {
 		t.Fatal(err)
+	}
+	if d, err := init.Get(ctx, init.Name()); err != nil || len(d.Protocols) != 1 {
+		t.Fatalf("local get %+v %v", d, err)
+	}
+	if out := rawExchange(t, init.Name(), AppendMessage(nil, Metadata, []byte("{}")), false); len(out) != 0 {
+		t.Fatalf("served a descriptor without a Mooncake protocol: %q", out)
 	}
 }
 
