@@ -1,9 +1,9 @@
 package mooncake
 
 import (
-	"errors"
 	"encoding/binary"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"hash/fnv"
 	"log/slog"
