@@ -6,19 +6,25 @@ import (
 	"log"
 
 	"github.com/rdmago/te/engine"
-	"github.com/rdmago/te/engine/enginetest"
+	"github.com/rdmago/te/segment/p2p"
 	"github.com/rdmago/te/tcp"
 )
 
-// Two engines on loopback: the initiator WRITEs 4 KiB into the target's
+// Two engines on loopback, as two processes would run them: each with its
+// own embedded metadata store (p2p, no server), which names the engine's
+// segment after its address. The initiator WRITEs 4 KiB into the target's
 // registered memory over TCP and READs it back.
 func Example() {
 	ctx := context.Background()
-	store := enginetest.NewMemStore() // in production: segment/p2p or segment/consul
-	defer store.Close()
-
-	start := func(name string) (*engine.Engine, *engine.Memory) {
-		e, err := engine.New(engine.Config{Name: name, Store: store})
+	start := func() (*engine.Engine, *engine.Memory, func()) {
+		// p2p://127.0.0.1:0: listen on loopback, any free port; across
+		// hosts, p2p://0.0.0.0:15001 or consul://host:8500 (stores.Open
+		// opens either).
+		store, err := p2p.Open(ctx, "p2p://127.0.0.1:0")
+		if err != nil {
+			log.Fatal(err)
+		}
+		e, err := engine.New(engine.Config{Name: store.Name(), Store: store})
 		if err != nil {
 			log.Fatal(err)
 		}
@@ -32,16 +38,15 @@ func Example() {
 		if err := e.RegisterLocalMemory(mem.Bytes(), "cpu:0"); err != nil {
 			log.Fatal(err)
 		}
-		return e, mem
+		return e, mem, func() { e.Close(); mem.Close(); store.Close() }
 	}
-	target, tmem := start("target")
-	defer tmem.Close()
-	defer target.Close()
-	ini, imem := start("initiator")
-	defer imem.Close()
-	defer ini.Close()
+	target, _, stopTarget := start()
+	defer stopTarget()
+	ini, imem, stopIni := start()
+	defer stopIni()
 
-	seg, err := ini.OpenSegment(ctx, "target", nil)
+	// The target's name (host:port) is all the initiator needs.
+	seg, err := ini.OpenSegment(ctx, target.Name(), nil)
 	if err != nil {
 		log.Fatal(err)
 	}

@@ -138,7 +138,12 @@ func (e *Engine) pickSlot(ts *transportSet, st *segState, hint, force string) (s
 			return -1, true, fmt.Errorf("%w: %s does not offer %q", ErrNoTransport, d.Name, hint)
 		}
 		if !ts.usable(slot, d, st, hint) {
-			return -1, true, fmt.Errorf("%w: %q cannot reach %s from here (another host or user)", ErrNoTransport, hint, d.Name)
+			if x, ok := ts.slots[slot].(driver.UnreachableExplainer); ok {
+				if why := x.Unreachable(d); why != nil {
+					return -1, true, fmt.Errorf("%w: %q cannot reach %s from here: %w", ErrNoTransport, hint, d.Name, why)
+				}
+			}
+			return -1, true, fmt.Errorf("%w: %q cannot reach %s from here", ErrNoTransport, hint, d.Name)
 		}
 		return slot, true, nil
 	}

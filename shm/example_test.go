@@ -6,7 +6,7 @@ import (
 	"log"
 
 	"github.com/rdmago/te/engine"
-	"github.com/rdmago/te/engine/enginetest"
+	"github.com/rdmago/te/segment/p2p"
 	"github.com/rdmago/te/shm"
 	"github.com/rdmago/te/tcp"
 )
@@ -17,11 +17,14 @@ import (
 // with no system call and no work by the target.
 func Example() {
 	ctx := context.Background()
-	store := enginetest.NewMemStore() // in production: segment/p2p or segment/consul
-	defer store.Close()
-
-	start := func(name string) (*engine.Engine, *shm.Transport, *engine.Memory) {
-		e, err := engine.New(engine.Config{Name: name, Store: store})
+	start := func() (*engine.Engine, *shm.Transport, *engine.Memory, func()) {
+		// Each engine has its own embedded metadata store, as each
+		// process would; it names the segment after its address.
+		store, err := p2p.Open(ctx, "p2p://127.0.0.1:0")
+		if err != nil {
+			log.Fatal(err)
+		}
+		e, err := engine.New(engine.Config{Name: store.Name(), Store: store})
 		if err != nil {
 			log.Fatal(err)
 		}
@@ -38,16 +41,14 @@ func Example() {
 		if err := e.RegisterLocalMemory(mem.Bytes(), "cpu:0"); err != nil {
 			log.Fatal(err)
 		}
-		return e, sh, mem
+		return e, sh, mem, func() { e.Close(); mem.Close(); store.Close() }
 	}
-	target, _, tmem := start("target")
-	defer tmem.Close()
-	defer target.Close()
-	ini, ish, imem := start("initiator")
-	defer imem.Close()
-	defer ini.Close()
+	target, _, tmem, stopTarget := start()
+	defer stopTarget()
+	ini, ish, imem, stopIni := start()
+	defer stopIni()
 
-	seg, err := ini.OpenSegment(ctx, "target", nil)
+	seg, err := ini.OpenSegment(ctx, target.Name(), nil)
 	if err != nil {
 		log.Fatal(err)
 	}

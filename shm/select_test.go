@@ -2,6 +2,7 @@ package shm
 
 import (
 	"errors"
+	"strings"
 	"testing"
 	"time"
 
@@ -56,7 +57,8 @@ func TestSelection(t *testing.T) {
 	for _, c := range []struct {
 		name string
 		shm  bool
-	}{{"near", true}, {"private-memory", false}, {"far", false}} {
+		why  string // what forcing shm says
+	}{{"near", true, ""}, {"private-memory", false, "must come from engine.AllocShared"}, {"far", false, "runs on another host"}} {
 		before := tr.Stats().Peers
 		seg, err := e.OpenSegment(ctx, c.name, nil)
 		if err != nil {
@@ -70,8 +72,8 @@ func TestSelection(t *testing.T) {
 		}
 		if !c.shm {
 			err := e.Transfer(ctx, []engine.Request{{Op: engine.Write, Local: mem.Bytes()[:4096], Target: seg, TargetAddr: addr[c.name], Transport: segment.ProtoSHM}})
-			if !errors.Is(err, engine.ErrNoTransport) {
-				t.Errorf("%s: shm forced: %v, want ErrNoTransport", c.name, err)
+			if !errors.Is(err, engine.ErrNoTransport) || !strings.Contains(err.Error(), c.why) {
+				t.Errorf("%s: shm forced: %v, want ErrNoTransport saying %q", c.name, err, c.why)
 			}
 			d, _ := e.SegmentDescriptor(seg)
 			if _, err := tr.Connect(ctx, d); !errors.Is(err, ErrNotReachable) {
@@ -81,5 +83,36 @@ func TestSelection(t *testing.T) {
 	}
 	if st := tr.Stats(); st.Peers != 1 {
 		t.Errorf("shm connected to %d targets, want 1 (near)", st.Peers)
+	}
+}
+
+// TestUnreachable: each reason Reaches refuses a segment has its own
+// explanation, and a reachable segment none.
+func TestUnreachable(t *testing.T) {
+	tr := New(Config{})
+	tr.hostID = "boot/ns"
+	attrs := func(kv ...string) *segment.Descriptor {
+		a := map[string]string{"wire": wireAttr, "host": "boot/ns", "uid": tr.uidStr}
+		for i := 0; i < len(kv); i += 2 {
+			a[kv[i]] = kv[i+1]
+		}
+		return &segment.Descriptor{Name: "seg", Protocols: []segment.Protocol{{Name: segment.ProtoSHM, Endpoint: "@x", Attrs: a}}}
+	}
+	if err := tr.Unreachable(attrs()); err != nil || !tr.Reaches(attrs()) {
+		t.Errorf("reachable segment: %v", err)
+	}
+	for _, c := range []struct {
+		d   *segment.Descriptor
+		why string
+	}{
+		{&segment.Descriptor{Name: "seg", Protocols: []segment.Protocol{{Name: segment.ProtoTCP, Endpoint: "h:1"}}}, "does not serve shm"},
+		{attrs("host", "other/ns"), "another host"},
+		{attrs("uid", "4242"), "uid 4242"},
+		{attrs("partial", "2"), "engine.AllocShared"},
+		{attrs("wire", "9"), "wire version"},
+	} {
+		if err := tr.Unreachable(c.d); tr.Reaches(c.d) || err == nil || !strings.Contains(err.Error(), c.why) {
+			t.Errorf("%v: Unreachable %v, want it to say %q", c.d.Protocols, err, c.why)
+		}
 	}
 }

@@ -129,8 +129,9 @@ type sharedRegion struct {
 }
 
 var (
-	_ driver.Transport = (*Transport)(nil)
-	_ driver.Reacher   = (*Transport)(nil)
+	_ driver.Transport            = (*Transport)(nil)
+	_ driver.Reacher              = (*Transport)(nil)
+	_ driver.UnreachableExplainer = (*Transport)(nil)
 )
 
 // New returns an shm transport; it listens once installed.
@@ -369,6 +370,26 @@ func (t *Transport) Reaches(d *segment.Descriptor) bool {
 			p.Attrs["partial"] == "" && p.Attrs["wire"] == wireAttr
 	}
 	return false
+}
+
+// Unreachable says why Reaches is false for d (nil when it is true): what
+// the user must change for shm to carry its bytes.
+func (t *Transport) Unreachable(d *segment.Descriptor) error {
+	p, ok := d.Protocol(segment.ProtoSHM)
+	switch {
+	case t.Reaches(d):
+		return nil
+	case !ok || p.Endpoint == "":
+		return fmt.Errorf("shm: %s does not serve shm", d.Name)
+	case t.hostID == "" || p.Attrs["host"] != t.hostID:
+		return fmt.Errorf("shm: %s runs on another host (or in another network namespace)", d.Name)
+	case p.Attrs["uid"] != t.uidStr:
+		return fmt.Errorf("shm: %s runs as uid %s and this process as uid %s; shm maps memory between processes of one user", d.Name, p.Attrs["uid"], t.uidStr)
+	case p.Attrs["partial"] != "":
+		return fmt.Errorf("shm: %s of %s's registered regions are not shared memory: a target's memory must come from engine.AllocShared to be reached by shm", p.Attrs["partial"], d.Name)
+	default:
+		return fmt.Errorf("shm: %s speaks shm wire version %q, this process %q", d.Name, p.Attrs["wire"], wireAttr)
+	}
 }
 
 // RegisterMemory gives a region in shared memory (engine.AllocShared) a

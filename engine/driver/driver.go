@@ -86,6 +86,16 @@ type Reacher interface {
 	Reaches(remote *segment.Descriptor) bool
 }
 
+// UnreachableExplainer is implemented by a Reacher that can say why it
+// does not reach a segment. The engine puts the reason into the error of a
+// request or OpenOptions that names the transport, so the user learns what
+// to change (shm: the target's memory is not from engine.AllocShared, it
+// runs on another host or as another user).
+type UnreachableExplainer interface {
+	// Unreachable returns why remote is not reached, nil when it is.
+	Unreachable(remote *segment.Descriptor) error
+}
+
 // Peer is a transport's state for one incarnation of a remote segment.
 // Closing it fails its slices still in flight (with an error wrapping
 // ErrPeerReset or ErrClosed) and releases its connections.
