@@ -90,7 +90,13 @@ func (sc *serverConn) serve() {
 	for {
 		typ, p, fds, err := recv(sc.c, buf, 0)
 		if err != nil {
-			if !sc.dead.Load() && !t.closed.Load() && !errors.Is(err, net.ErrClosed) {
+			switch {
+			case sc.dead.Load() || t.closed.Load():
+			case sc.inCopy():
+				// A well-behaved initiator leaves its copies before it
+				// closes: this one died (was killed) mid-transfer.
+				t.lost.Warn("shm: initiator went away inside a copy (it died or was killed mid-transfer)", "pid", sc.cred.PID, "err", err)
+			case !errors.Is(err, net.ErrClosed):
 				t.log.Info("shm: peer connection ends", "pid", sc.cred.PID, "err", err)
 			}
 			return

@@ -20,6 +20,7 @@ import (
 	"github.com/rdmago/te/engine"
 	"github.com/rdmago/te/engine/driver"
 	"github.com/rdmago/te/internal/hostid"
+	"github.com/rdmago/te/internal/ratelog"
 	"github.com/rdmago/te/segment"
 )
 
@@ -97,6 +98,7 @@ type Transport struct {
 	host   driver.Host
 	log    *slog.Logger
 	fails  *auth.FailureLog
+	lost   *ratelog.Log // initiators gone mid-copy
 	hostID string
 	uid    uint32
 	uidStr string
@@ -189,6 +191,7 @@ func (t *Transport) Install(h driver.Host) error {
 	}
 	t.host, t.log, t.hostID, t.ln, t.endpoint = h, h.Logger(), id, ln, name
 	t.fails = auth.NewFailureLog(t.log, segment.ProtoSHM, 0)
+	t.lost = ratelog.New(t.log, 0)
 	t.wg.Add(1)
 	go t.acceptLoop()
 	for range t.cfg.Copiers {

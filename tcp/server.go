@@ -2,9 +2,11 @@ package tcp
 
 import (
 	"errors"
+	"fmt"
 	"io"
 	"net"
 	"net/netip"
+	"os"
 	"sync/atomic"
 	"time"
 
@@ -107,9 +109,38 @@ func (t *Transport) serve(sc *sconn) {
 		t.mu.Unlock()
 	}()
 	err := t.serveConn(sc)
-	if err != nil && !errors.Is(err, io.EOF) && !errors.Is(err, net.ErrClosed) {
-		t.log.Debug("tcp: serve connection", "remote", c.RemoteAddr(), "err", err)
+	switch {
+	case err == nil, errors.Is(err, errHandshake):
+		// Handshake failures are logged by authLog.
+	case errors.Is(err, io.EOF), errors.Is(err, net.ErrClosed):
+		// The initiator closed between requests, or this side closed
+		// the connection (Close, eviction).
+		t.log.Debug("tcp: initiator connection closed", "remote", c.RemoteAddr())
+	default:
+		// Mid-request: the initiator died (a killed process), reset the
+		// connection, stalled past IOTimeout or broke the framing.
+		t.lost(c.RemoteAddr(), err)
 	}
+}
+
+// errHandshake marks a connection that ended in its handshake.
+var errHandshake = errors.New("tcp: handshake")
+
+// lost warns of an initiator connection lost mid-request, with the
+// peer's address and what happened (rate-limited: a killed initiator's
+// lanes, or a flood of bad ones, cost one line a second).
+func (t *Transport) lost(peer net.Addr, err error) {
+	what := "connection lost mid-request (reset, or the initiator died)"
+	switch {
+	case errors.Is(err, os.ErrDeadlineExceeded):
+		what = "initiator stalled mid-request past the I/O timeout; disconnected"
+	case errors.Is(err, io.ErrUnexpectedEOF):
+		what = "initiator closed its connection mid-request (it died, or gave up)"
+	case errors.Is(err, errProtocolOp), errors.Is(err, errMagic), errors.Is(err, errVersion), errors.Is(err, errOp),
+		errors.Is(err, errFlags), errors.Is(err, errLength), errors.Is(err, errStatus):
+		what = "initiator broke the framing; disconnected"
+	}
+	t.lostLog.Warn("tcp: "+what, "peer", peer.String(), "err", err)
 }
 
 // flushBytes bounds the reply bytes gathered before a write.
@@ -132,7 +163,7 @@ func (t *Transport) serveConn(sc *sconn) error {
 	// No request is read, and no byte of memory exposed, before the
 	// handshake has succeeded.
 	if err := t.handshake(c); err != nil {
-		return err
+		return fmt.Errorf("%w: %w", errHandshake, err)
 	}
 	fr := newFrameReader(c)
 	fr.timeout = t.cfg.IOTimeout

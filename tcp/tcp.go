@@ -14,6 +14,7 @@ import (
 	"github.com/rdmago/te/auth"
 	"github.com/rdmago/te/engine"
 	"github.com/rdmago/te/engine/driver"
+	"github.com/rdmago/te/internal/ratelog"
 	"github.com/rdmago/te/segment"
 )
 
@@ -142,6 +143,7 @@ type Transport struct {
 	perSource map[netip.Addr]int  // accepted connections per source address
 	peers     map[*peer]struct{}
 	authLog   *auth.FailureLog
+	lostLog   *ratelog.Log
 }
 
 var _ driver.Transport = (*Transport)(nil)
@@ -209,6 +211,7 @@ func (t *Transport) Install(h driver.Host) error {
 	}
 	t.host, t.log, t.ln, t.endpoint = h, h.Logger(), ln, ep
 	t.authLog = auth.NewFailureLog(t.log, "tcp", 0)
+	t.lostLog = ratelog.New(t.log, 0)
 	auth.WarnUnauthenticated(t.log, "tcp", ln.Addr(), t.cfg.Auth)
 	t.wg.Add(2)
 	go t.acceptLoop()
