@@ -7,6 +7,7 @@ import (
 	"net"
 	"net/netip"
 	"os"
+	"runtime/debug"
 	"sync/atomic"
 	"time"
 
@@ -76,6 +77,7 @@ func (t *Transport) admit(c *net.TCPConn) {
 	sc := &sconn{c: c, src: src}
 	sc.wait()
 	t.conns[c] = sc
+	t.peak = max(t.peak, len(t.conns))
 	t.perSource[src]++
 	t.wg.Add(1)
 	t.mu.Unlock()
@@ -96,6 +98,44 @@ func (t *Transport) dropLocked(c net.Conn) {
 	if t.perSource[sc.src]--; t.perSource[sc.src] <= 0 {
 		delete(t.perSource, sc.src)
 	}
+	t.maybeReleaseLocked()
+}
+
+// releaseMin is the smallest burst of connections whose memory is worth
+// a release (about 90 KiB each: read buffer, reply gather, stack).
+const releaseMin = 256
+
+// maybeReleaseLocked schedules a release of memory once the connections
+// served have fallen to a quarter of their peak (of at least releaseMin);
+// t.mu is held.
+func (t *Transport) maybeReleaseLocked() {
+	n := len(t.conns)
+	if t.peak < releaseMin || n > t.peak/4 || t.releasing || t.closed {
+		return
+	}
+	t.peak, t.releasing = n, true
+	t.wg.Add(1) // the caller holds a count (serve, accept loop): Close waits for this too
+	go t.release()
+}
+
+// release gives the memory of a burst of closed connections back to the
+// system, once the burst has settled: their buffers are garbage, but an
+// idle server runs no collection for minutes, and until one runs (and
+// the scavenger then works through the pages) they stay resident, which a
+// host full of held-then-dropped connections cannot afford.
+// debug.FreeOSMemory collects and returns the free pages at once; it runs
+// only after a burst of releaseMin or more, so never on the data path.
+func (t *Transport) release() {
+	defer t.wg.Done()
+	select {
+	case <-time.After(100 * time.Millisecond):
+	case <-t.ctx.Done():
+		return
+	}
+	debug.FreeOSMemory()
+	t.mu.Lock()
+	t.releasing = false
+	t.mu.Unlock()
 }
 
 // serve answers one initiator connection's requests, in order.

@@ -144,6 +144,10 @@ type Transport struct {
 	peers     map[*peer]struct{}
 	authLog   *auth.FailureLog
 	lostLog   *ratelog.Log
+	// peak is the most connections served since the last release of
+	// their memory; releasing: a release is pending.
+	peak      int
+	releasing bool
 }
 
 var _ driver.Transport = (*Transport)(nil)
