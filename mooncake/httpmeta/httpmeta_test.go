@@ -282,3 +282,11 @@ func TestServerBounds(t *testing.T) {
 		time.Sleep(10 * time.Millisecond)
 	}
 }
+
+func TestNilClose(t *testing.T) {
+	var s *Store
+	var srv *Server
+	if s.Close() != nil || srv.Close() != nil {
+		t.Fatal("nil Close failed")
+	}
+}

@@ -265,8 +265,12 @@ func (s *Server) URL(path string) string {
 	return "http://" + s.ln.Addr().String() + path
 }
 
-// Close stops the server at once. It is idempotent.
+// Close stops the server at once. It is idempotent and safe on a nil
+// Server.
 func (s *Server) Close() error {
+	if s == nil {
+		return nil
+	}
 	s.srv.Close()
 	err := <-s.done
 	s.done <- err

@@ -321,8 +321,11 @@ func (s *Store) Watch(ctx context.Context, name string) (<-chan *segment.Descrip
 }
 
 // Close removes what this Store published (within DefaultTimeout each)
-// and ends every Watch. It is idempotent.
+// and ends every Watch. It is idempotent and safe on a nil Store.
 func (s *Store) Close() error {
+	if s == nil {
+		return nil
+	}
 	var err error
 	s.once.Do(func() {
 		s.mu.Lock()

@@ -387,8 +387,11 @@ func (s *Store) Watch(ctx context.Context, name string) (<-chan *segment.Descrip
 }
 
 // Close stops the listener, drops every connection and ends every Watch.
-// It is idempotent.
+// It is idempotent and safe on a nil Store.
 func (s *Store) Close() error {
+	if s == nil {
+		return nil
+	}
 	s.once.Do(func() {
 		close(s.closing)
 		s.kill()

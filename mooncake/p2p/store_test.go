@@ -372,3 +372,10 @@ func TestExposedWarning(t *testing.T) {
 		t.Fatal(err)
 	}
 }
+
+func TestNilClose(t *testing.T) {
+	var s *Store
+	if err := s.Close(); err != nil {
+		t.Fatal(err)
+	}
+}
