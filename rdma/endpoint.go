@@ -34,7 +34,7 @@ type pend struct {
 }
 
 type qpState struct {
-	qp      *uverbs.QP
+	qp      railQP
 	credits int
 	ep      *endpoint
 }
@@ -224,22 +224,17 @@ func (p *peer) handshake(ep *endpoint) error {
 	t, r := p.t, ep.r
 	ctx, cancel := context.WithTimeout(p.ctx, t.cfg.HandshakeTimeout)
 	defer cancel()
-	access := uverbs.AccessLocalWrite | uverbs.AccessRemoteWrite | uverbs.AccessRemoteRead
 	m := connectMsg{Initiator: t.host.LocalName(), InitEpoch: t.host.Epoch(), TargetEpoch: p.epoch, ID: ep.id,
 		LocalRail: uint16(r.idx), RemoteRail: uint16(ep.rrail),
 		Port: portInfo{GID: r.port.GID.GID, LID: lidOf(r.port), MTU: r.port.Attr.ActiveMTU}}
 	psns := make([]uverbs.PSN, t.cfg.QPsPerPath)
 	for i := range t.cfg.QPsPerPath {
-		qp, err := r.pd.CreateQP(uverbs.QPConfig{SendCQ: r.cq, RecvCQ: r.cq,
-			Caps: uverbs.QPCaps{MaxSendWR: uint32(r.sendDepth), MaxRecvWR: 1, MaxSendSGE: 1, MaxRecvSGE: 1}})
+		qp, err := r.v.CreateQP(r.sendDepth)
 		if err != nil {
-			return fmt.Errorf("rdma: create QP on %s: %w", r.dev.Name, err)
-		}
-		credits := min(r.sendDepth, int(qp.Caps().MaxSendWR))
-		ep.qps = append(ep.qps, &qpState{qp: qp, ep: ep, credits: credits})
-		if err := qp.ToInit(r.port.Num, access); err != nil {
 			return err
 		}
+		credits := min(r.sendDepth, qp.SendDepth())
+		ep.qps = append(ep.qps, &qpState{qp: qp, ep: ep, credits: credits})
 		psns[i] = randPSN()
 		m.QPs = append(m.QPs, qpInfo{QPN: qp.QPN(), PSN: psns[i]})
 	}
@@ -284,7 +279,7 @@ func (p *peer) handshake(ep *endpoint) error {
 	}
 	for i, q := range ep.qps {
 		remote := uverbs.Endpoint{QPN: a.QPs[i].QPN, PSN: a.QPs[i].PSN, GID: a.Port.GID, MTU: a.Port.MTU, LID: a.Port.LID}
-		if err := r.port.Connect(q.qp, psns[i], remote, t.tune()); err != nil {
+		if err := q.qp.Connect(psns[i], remote, t.tune()); err != nil {
 			return fmt.Errorf("rdma: connect QP %#x to %s rail %d: %w", uint32(q.qp.QPN()), p.name, ep.rrail, err)
 		}
 	}

@@ -1,7 +1,6 @@
 package rdma
 
 import (
-	"context"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -24,6 +23,7 @@ const (
 	itemReady                 // ep's handshake ended (ready or failed)
 	itemClose                 // ep's peer closed or ep was evicted
 	itemDown                  // the rail's port went down
+	itemCall                  // run fn on the owner, then close done
 )
 
 // item is what submitters and control goroutines hand a rail's owner.
@@ -33,6 +33,8 @@ type item struct {
 	ep   *endpoint
 	rkey uint32
 	err  error
+	fn   func()
+	done chan struct{}
 }
 
 // slot is a posted work request; wr_id is gen<<32 | index.
@@ -64,11 +66,9 @@ type RailStats struct {
 type rail struct {
 	t         *Transport
 	idx       int
-	dev       uverbs.Device
-	ctx       *uverbs.Context
-	pd        *uverbs.PD
-	ch        *uverbs.CompChannel
-	cq        *uverbs.CQ
+	v         railVerbs
+	name      string
+	numa      int
 	port      uverbs.RCPort
 	sendDepth int
 	log       *slog.Logger
@@ -117,45 +117,17 @@ const (
 	rateMemory = 2 * time.Second
 )
 
-func openRail(t *Transport, idx int, dev uverbs.Device) (_ *rail, err error) {
+func openRail(t *Transport, idx int, v railVerbs) *rail {
 	cfg := &t.cfg
-	r := &rail{t: t, idx: idx, dev: dev, wake: make(chan struct{}, 1), quit: make(chan struct{}), free: -1,
-		log: t.log.With("rail", dev.Name)}
-	if r.ctx, err = dev.Open(cfg.Options); err != nil {
-		return nil, fmt.Errorf("rdma: open %s: %w", dev.Name, err)
-	}
-	defer func() {
-		if err != nil {
-			r.closeVerbs()
-		}
-	}()
-	gidx := -1 // RCPort chooses
-	if cfg.GIDIndex != nil {
-		gidx = *cfg.GIDIndex
-	}
-	if r.port, err = r.ctx.RCPort(cfg.Port, gidx); err != nil {
-		return nil, fmt.Errorf("rdma: %s: %w", dev.Name, err)
-	}
-	if r.pd, err = r.ctx.AllocPD(); err != nil {
-		return nil, err
-	}
-	if r.ch, err = r.ctx.CreateCompChannel(); err != nil {
-		return nil, err
-	}
-	depth := cfg.CQDepth
-	if r.port.MaxCQE > 0 {
-		depth = min(depth, r.port.MaxCQE)
-	}
-	if r.cq, err = r.ctx.CreateCQ(uverbs.CQConfig{Entries: depth, Channel: r.ch}); err != nil {
-		return nil, err
-	}
+	r := &rail{t: t, idx: idx, v: v, name: v.Name(), numa: v.NUMANode(), port: v.Port(),
+		wake: make(chan struct{}, 1), quit: make(chan struct{}), free: -1, log: t.log.With("rail", v.Name())}
 	r.sendDepth = cfg.SendDepth
 	if r.port.MaxQPWR > 0 {
 		r.sendDepth = min(r.sendDepth, r.port.MaxQPWR)
 	}
 	// One slot per CQE the CQ holds: a completion can never be lost to
 	// overflow, whatever the number of QPs.
-	r.slots = make([]slot, min(depth, r.cq.Entries()))
+	r.slots = make([]slot, min(cfg.CQDepth, v.CQEntries()))
 	for i := range r.slots {
 		r.slots[i].next = r.free
 		r.free = int32(i)
@@ -163,9 +135,9 @@ func openRail(t *Transport, idx int, dev uverbs.Device) (_ *rail, err error) {
 	r.wc = make([]uverbs.WC, 64)
 	r.wrs = make([]uverbs.SendWR, 0, maxChain)
 	r.sges = make([]uverbs.SGE, maxChain)
-	st, err := dev.PortState(int(r.port.Num))
+	st, err := v.PortState()
 	r.up.Store(err != nil || st == uverbs.PortActive)
-	return r, nil
+	return r
 }
 
 func (r *rail) start() {
@@ -176,15 +148,11 @@ func (r *rail) start() {
 	go r.watchPort()
 }
 
-// waitEvents turns completion events into owner wake-ups. It waits with a
-// context that is never done, because watching a cancellable one costs an
-// allocation per wait; closing the channel (closeVerbs) ends it.
+// waitEvents turns completion events into owner wake-ups until the verbs
+// are closed (closeVerbs).
 func (r *rail) waitEvents() {
 	defer r.helpWG.Done()
-	for {
-		if _, err := r.ch.Wait(context.Background()); err != nil {
-			return
-		}
+	for r.v.WaitEvent() == nil {
 		r.kick()
 	}
 }
@@ -192,7 +160,7 @@ func (r *rail) waitEvents() {
 // watchPort follows the port's state through async events.
 func (r *rail) watchPort() {
 	defer r.helpWG.Done()
-	for ev := range r.ctx.Events() {
+	for ev := range r.v.Events() {
 		switch ev.Type {
 		case uverbs.EventPortErr:
 			if ev.Port == int(r.port.Num) && r.up.Swap(false) {
@@ -275,7 +243,7 @@ func (r *rail) run() {
 		if r.inflight > 0 {
 			// Arm, then poll once more: a completion that landed before
 			// the arm raises no event.
-			if err := r.cq.ReqNotify(false); err != nil {
+			if err := r.v.Arm(); err != nil {
 				r.log.Error("rdma: arm CQ", "err", err)
 			}
 			if r.poll() > 0 {
@@ -382,7 +350,7 @@ func (r *rail) flushChain() {
 	if err != nil {
 		// The first n are on the queue (rxe: even when its doorbell
 		// failed); the rest never reached it.
-		perr := fmt.Errorf("rdma: post on QP %#x (%s): %v: %w", uint32(q.qp.QPN()), r.dev.Name, err, driver.ErrTransient)
+		perr := fmt.Errorf("rdma: post on QP %#x (%s): %v: %w", uint32(q.qp.QPN()), r.name, err, driver.ErrTransient)
 		for i := n; i < len(r.wrs); i++ {
 			idx := int32(uint32(r.wrs[i].ID))
 			sl := &r.slots[idx]
@@ -425,7 +393,7 @@ func (r *rail) finish(s *driver.Slice, ep *endpoint, n uint64, err error) {
 }
 
 func (r *rail) poll() int {
-	n, err := r.cq.Poll(r.wc)
+	n, err := r.v.Poll(r.wc)
 	if err != nil && !errors.Is(err, uverbs.ErrClosed) {
 		r.log.Error("rdma: poll CQ", "err", err)
 	}
@@ -504,17 +472,17 @@ func (r *rail) classify(wc *uverbs.WC, s *driver.Slice, rkey uint32, ep *endpoin
 	// timeout: worth another try on a fresh endpoint, maybe another rail.
 	if errors.Is(werr, uverbs.ErrCompletionTransient) || wc.Status == uverbs.WCLocQPOpErr || wc.Status == uverbs.WCRespTimeoutErr {
 		r.checkPort()
-		return fmt.Errorf("rdma: %s on %s to %s rail %d: %w: %w", s.Op, r.dev.Name, ep.p.name, ep.rrail, werr, driver.ErrTransient)
+		return fmt.Errorf("rdma: %s on %s to %s rail %d: %w: %w", s.Op, r.name, ep.p.name, ep.rrail, werr, driver.ErrTransient)
 	}
 	// Access errors and the rest are permanent; werr names the rkey and
 	// the range (errors.Is(err, uverbs.ErrCompletionAccess) for the first).
-	return fmt.Errorf("rdma: %s on %s to %s rail %d: %w", s.Op, r.dev.Name, ep.p.name, ep.rrail, werr)
+	return fmt.Errorf("rdma: %s on %s to %s rail %d: %w", s.Op, r.name, ep.p.name, ep.rrail, werr)
 }
 
 // checkPort reads the port's state after a failure that a dead link
 // explains, so new slices avoid the rail before its async event arrives.
 func (r *rail) checkPort() {
-	if st, err := r.dev.PortState(int(r.port.Num)); err == nil && st != uverbs.PortActive && r.up.Swap(false) {
+	if st, err := r.v.PortState(); err == nil && st != uverbs.PortActive && r.up.Swap(false) {
 		r.log.Warn("rdma: rail down", "state", st.String())
 		r.breakAll()
 	}
@@ -522,7 +490,7 @@ func (r *rail) checkPort() {
 
 // breakAll breaks every endpoint of the rail (its port went down).
 func (r *rail) breakAll() {
-	err := fmt.Errorf("rdma: rail %s down: %w", r.dev.Name, driver.ErrTransient)
+	err := fmt.Errorf("rdma: rail %s down: %w", r.name, driver.ErrTransient)
 	// Backwards: teardown moves the last endpoint into the freed place.
 	for i := len(r.eps) - 1; i >= 0; i-- {
 		if i < len(r.eps) {
@@ -697,24 +665,9 @@ func (r *rail) stop() {
 	r.ownerWG.Wait()
 }
 
-func (r *rail) closeVerbs() error {
-	var errs []error
-	if r.cq != nil {
-		errs = append(errs, r.cq.Close())
-	}
-	if r.ch != nil {
-		errs = append(errs, r.ch.Close())
-	}
-	if r.pd != nil {
-		errs = append(errs, r.pd.Close())
-	}
-	if r.ctx != nil {
-		errs = append(errs, r.ctx.Close())
-	}
-	return errors.Join(errs...)
-}
+func (r *rail) closeVerbs() error { return r.v.Close() }
 
 func (r *rail) stats() RailStats {
-	return RailStats{Device: r.dev.Name, Up: r.up.Load(), Bytes: r.bytes.Load(), Slices: r.slices.Load(),
+	return RailStats{Device: r.name, Up: r.up.Load(), Bytes: r.bytes.Load(), Slices: r.slices.Load(),
 		Errors: r.errs.Load(), Outstanding: r.outstanding.Load(), Rate: r.rate.Load()}
 }

@@ -34,7 +34,7 @@ type session struct {
 	conn      net.Conn
 	initiator string
 	epoch     uint64
-	eps       map[uint32][]*uverbs.QP
+	eps       map[uint32][]railQP
 	nqps      int
 }
 
@@ -48,7 +48,7 @@ func (ts *targetState) init(t *Transport) {
 func (t *Transport) accept() {
 	defer t.wg.Done()
 	acceptor.Run(t.log, "rdma", t.ln.Addr(), t.ctx.Done(), t.ln.Accept, func(c net.Conn) {
-		s := &session{conn: c, eps: map[uint32][]*uverbs.QP{}}
+		s := &session{conn: c, eps: map[uint32][]railQP{}}
 		if !t.tgt.add(s) {
 			t.log.Warn("rdma: control connection refused: session limit", "peer", c.RemoteAddr().String(), "limit", t.cfg.MaxSessions)
 			c.Close()
@@ -217,7 +217,7 @@ func (ts *targetState) open(s *session, m *connectMsg) (rejectCode, []byte, erro
 	}
 	r := t.rails[m.RemoteRail]
 	if !r.up.Load() {
-		return rejectBadRail, nil, fmt.Errorf("rail %d (%s) is down", m.RemoteRail, r.dev.Name)
+		return rejectBadRail, nil, fmt.Errorf("rail %d (%s) is down", m.RemoteRail, r.name)
 	}
 	n := len(m.QPs)
 	if !ts.reserve(s.initiator, n) {
@@ -237,7 +237,7 @@ func (ts *targetState) open(s *session, m *connectMsg) (rejectCode, []byte, erro
 }
 
 // respond creates responder QPs on r connected to the initiator's.
-func (t *Transport) respond(r *rail, m *connectMsg) (qps []*uverbs.QP, a acceptMsg, err error) {
+func (t *Transport) respond(r *rail, m *connectMsg) (qps []railQP, a acceptMsg, err error) {
 	defer func() {
 		if err != nil {
 			for _, qp := range qps {
@@ -246,23 +246,18 @@ func (t *Transport) respond(r *rail, m *connectMsg) (qps []*uverbs.QP, a acceptM
 			qps = nil
 		}
 	}()
-	access := uverbs.AccessLocalWrite | uverbs.AccessRemoteWrite | uverbs.AccessRemoteRead
 	a.Port = portInfo{GID: r.port.GID.GID, LID: lidOf(r.port), MTU: r.port.Attr.ActiveMTU}
 	for _, q := range m.QPs {
 		// A responder posts nothing: the smallest queues do.
-		qp, err := r.pd.CreateQP(uverbs.QPConfig{SendCQ: r.cq, RecvCQ: r.cq,
-			Caps: uverbs.QPCaps{MaxSendWR: 1, MaxRecvWR: 1, MaxSendSGE: 1, MaxRecvSGE: 1}})
+		qp, err := r.v.CreateQP(1)
 		if err != nil {
-			return qps, a, fmt.Errorf("create QP on %s: %w", r.dev.Name, err)
-		}
-		qps = append(qps, qp)
-		if err := qp.ToInit(r.port.Num, access); err != nil {
 			return qps, a, err
 		}
+		qps = append(qps, qp)
 		psn := randPSN()
 		remote := uverbs.Endpoint{QPN: q.QPN, PSN: q.PSN, GID: m.Port.GID, MTU: m.Port.MTU, LID: m.Port.LID}
-		if err := r.port.Connect(qp, psn, remote, t.tune()); err != nil {
-			return qps, a, fmt.Errorf("connect QP on %s to %s: %w", r.dev.Name, m.Port.GID, err)
+		if err := qp.Connect(psn, remote, t.tune()); err != nil {
+			return qps, a, fmt.Errorf("connect QP on %s to %s: %w", r.name, m.Port.GID, err)
 		}
 		a.QPs = append(a.QPs, qpInfo{QPN: qp.QPN(), PSN: psn})
 	}
@@ -322,7 +317,7 @@ func (ts *targetState) end(s *session) {
 	ts.mu.Lock()
 	delete(ts.sessions, s)
 	eps := s.eps
-	s.eps = map[uint32][]*uverbs.QP{}
+	s.eps = map[uint32][]railQP{}
 	if s.initiator != "" {
 		ts.unreserveLocked(s.initiator, s.nqps)
 	}

@@ -26,6 +26,8 @@ type Transport struct {
 	host driver.Host
 	log  *slog.Logger
 
+	// open opens the rails' verbs: openVerbs, or fakes in unit tests.
+	open  func(*Config) ([]railVerbs, error)
 	rails []*rail
 	ln    net.Listener
 	addr  string // advertised control address
@@ -48,7 +50,7 @@ type Transport struct {
 
 // regKey is a region's registration on every rail.
 type regKey struct {
-	mrs   []*uverbs.MR
+	mrs   []memReg
 	lkeys []uint32
 	rkeys []uint32
 	// prefer is the mask of rails the region's location prefers.
@@ -58,7 +60,7 @@ type regKey struct {
 // New returns a transport; devices are opened by Install.
 func New(cfg Config) *Transport {
 	cfg.defaults()
-	t := &Transport{cfg: cfg, regs: map[uint64]*regKey{}, peers: map[*peer]struct{}{}}
+	t := &Transport{cfg: cfg, open: openVerbs, regs: map[uint64]*regKey{}, peers: map[*peer]struct{}{}}
 	t.store.max = cfg.MaxEndpoints
 	return t
 }
@@ -89,16 +91,15 @@ func (t *Transport) Install(h driver.Host) (err error) {
 			t.rails, t.host = nil, nil
 		}
 	}()
-	devs, err := t.devices()
+	vs, err := t.open(&t.cfg)
 	if err != nil {
 		return err
 	}
-	for i, d := range devs {
-		r, err := openRail(t, i, d)
-		if err != nil {
-			return err
-		}
-		t.rails = append(t.rails, r)
+	if len(vs) == 0 {
+		return fmt.Errorf("rdma: no rails")
+	}
+	for i, v := range vs {
+		t.rails = append(t.rails, openRail(t, i, v))
 	}
 	listen := t.cfg.Listen
 	if listen == "" {
@@ -129,39 +130,9 @@ func (t *Transport) Install(h driver.Host) (err error) {
 func (t *Transport) railNames() []string {
 	names := make([]string, len(t.rails))
 	for i, r := range t.rails {
-		names[i] = r.dev.Name
+		names[i] = r.name
 	}
 	return names
-}
-
-// devices resolves Config.Devices, or finds every device with an active
-// port.
-func (t *Transport) devices() ([]uverbs.Device, error) {
-	if len(t.cfg.Devices) > 0 {
-		var out []uverbs.Device
-		for _, n := range t.cfg.Devices {
-			d, err := uverbs.LookupDevice(n)
-			if err != nil {
-				return nil, fmt.Errorf("rdma: device %q: %w", n, err)
-			}
-			out = append(out, d)
-		}
-		return out, nil
-	}
-	all, err := uverbs.Devices()
-	if err != nil {
-		return nil, fmt.Errorf("rdma: list devices: %w", err)
-	}
-	var out []uverbs.Device
-	for _, d := range all {
-		if st, err := d.PortState(int(t.cfg.Port)); err == nil && st == uverbs.PortActive {
-			out = append(out, d)
-		}
-	}
-	if len(out) == 0 {
-		return nil, fmt.Errorf("rdma: no RDMA device with an active port %d (found %d devices; `te devices` says why)", t.cfg.Port, len(all))
-	}
-	return out, nil
 }
 
 // Describe publishes the rails, the control endpoint and every buffer's
@@ -170,7 +141,7 @@ func (t *Transport) Describe(d *segment.Descriptor) error {
 	d.Protocols = append(d.Protocols, segment.Protocol{Name: segment.ProtoRDMA, Endpoint: t.addr})
 	d.Devices = d.Devices[:0]
 	for _, r := range t.rails {
-		d.Devices = append(d.Devices, segment.Device{Name: r.dev.Name, Port: r.port.Num, GID: r.port.GID.GID.String(),
+		d.Devices = append(d.Devices, segment.Device{Name: r.name, Port: r.port.Num, GID: r.port.GID.GID.String(),
 			LID: lidOf(r.port), MTU: uint32(r.port.Attr.ActiveMTU.Bytes())})
 	}
 	t.mu.Lock()
@@ -188,19 +159,18 @@ func (t *Transport) Describe(d *segment.Descriptor) error {
 // RegisterMemory registers the region on every rail: local write, remote
 // read and write.
 func (t *Transport) RegisterMemory(reg driver.Region) (any, error) {
-	access := uverbs.AccessLocalWrite | uverbs.AccessRemoteWrite | uverbs.AccessRemoteRead
 	k := &regKey{prefer: t.preferred(reg.Location())}
 	for _, r := range t.rails {
-		mr, err := r.pd.RegMR(reg.Bytes(), access)
+		mr, err := r.v.RegMR(reg.Bytes())
 		if err != nil {
 			for _, m := range k.mrs {
 				m.Close()
 			}
-			return nil, fmt.Errorf("rdma: register %d bytes at %#x on %s: %w", reg.Len(), reg.Addr(), r.dev.Name, err)
+			return nil, fmt.Errorf("rdma: register %d bytes at %#x on %s: %w", reg.Len(), reg.Addr(), r.name, err)
 		}
 		k.mrs = append(k.mrs, mr)
-		k.lkeys = append(k.lkeys, uint32(mr.LKey()))
-		k.rkeys = append(k.rkeys, uint32(mr.RKey()))
+		k.lkeys = append(k.lkeys, mr.LKey())
+		k.rkeys = append(k.rkeys, mr.RKey())
 	}
 	t.mu.Lock()
 	t.regs[reg.Addr()] = k
@@ -314,7 +284,7 @@ func (t *Transport) preferred(location string) uint64 {
 	var mask uint64
 	if names, ok := t.cfg.Priority[location]; ok {
 		for _, r := range t.rails {
-			if slices.Contains(names, r.dev.Name) {
+			if slices.Contains(names, r.name) {
 				mask |= 1 << (r.idx % 64)
 			}
 		}
@@ -329,7 +299,7 @@ func (t *Transport) preferred(location string) uint64 {
 		return 0
 	}
 	for _, r := range t.rails {
-		if r.dev.NUMANode == n {
+		if r.numa == n {
 			mask |= 1 << (r.idx % 64)
 		}
 	}
