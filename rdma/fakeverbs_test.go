@@ -67,7 +67,7 @@ func (f *fabric) dev(name string, numa int) *fakeDev {
 	d := &fakeDev{f: f, name: name, numa: numa, events: make(chan uverbs.AsyncEvent, 16),
 		ev: make(chan struct{}, 1), closed: make(chan struct{}), entries: 4096}
 	d.port = uverbs.RCPort{Num: 1, GID: uverbs.GIDEntry{Port: 1, GID: uverbs.GIDFromAddr(netip.AddrFrom16([16]byte{0xfe, 0x80, 14: byte(n >> 8), 15: byte(n)}))},
-		Attr: uverbs.PortAttr{State: uverbs.PortActive, ActiveMTU: uverbs.MTU1024, MaxMTU: uverbs.MTU4096},
+		Attr:        uverbs.PortAttr{State: uverbs.PortActive, ActiveMTU: uverbs.MTU1024, MaxMTU: uverbs.MTU4096},
 		MaxRdAtomic: 16, MaxDestRdAtomic: 16, Defaults: uverbs.RCDefaults{Timeout: 14, RetryCnt: 6}}
 	d.up.Store(true)
 	return d

@@ -259,7 +259,9 @@ func TestFakeCredits(t *testing.T) {
 	f.onPost = holdAll
 	rand.Read(ini.Mem.Bytes())
 	errc := make(chan error, 1)
-	go func() { errc <- transfer(t, ini.Engine, fakeRequests(engine.Write, ini, tgt, seg, tasks, blk), 10*time.Second) }()
+	go func() {
+		errc <- transfer(t, ini.Engine, fakeRequests(engine.Write, ini, tgt, seg, tasks, blk), 10*time.Second)
+	}()
 	waitFor(t, "8 work requests held", func() bool { return f.nheld() == 8 })
 	time.Sleep(10 * time.Millisecond)
 	if n := f.nheld(); n != 8 {
@@ -394,7 +396,9 @@ func TestFakeEpochs(t *testing.T) {
 	old, _ := ini.Engine.SegmentDescriptor(seg)
 	f.onPost = holdAll
 	errc := make(chan error, 1)
-	go func() { errc <- transfer(t, ini.Engine, fakeRequests(engine.Write, ini, tgt, seg, tasks, blk), 10*time.Second) }()
+	go func() {
+		errc <- transfer(t, ini.Engine, fakeRequests(engine.Write, ini, tgt, seg, tasks, blk), 10*time.Second)
+	}()
 	waitFor(t, "work requests held", func() bool { return f.nheld() > 0 })
 	if err := tgt.Engine.Close(); err != nil {
 		t.Fatal(err)
