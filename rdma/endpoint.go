@@ -205,9 +205,11 @@ func (p *peer) endpoint(r *rail, rr int) (*endpoint, error) {
 func (p *peer) connect(ep *endpoint) {
 	defer p.wg.Done()
 	if err := p.handshake(ep); err != nil {
-		for _, q := range ep.qps {
-			q.qp.Close()
-		}
+		ep.r.call(func() {
+			for _, q := range ep.qps {
+				q.qp.Close()
+			}
+		})
 		ep.qps = nil
 		ep.setFailure(err)
 		ep.state.CompareAndSwap(epConnecting, epFailed)
@@ -220,7 +222,9 @@ func (p *peer) connect(ep *endpoint) {
 	ep.r.enqueue(item{kind: itemReady, ep: ep})
 }
 
-func (p *peer) handshake(ep *endpoint) error {
+// handshake creates ep's QPs, asks the target for its side and connects
+// them; the QPs are created and connected on the rail's owner (rail.call).
+func (p *peer) handshake(ep *endpoint) (err error) {
 	t, r := p.t, ep.r
 	ctx, cancel := context.WithTimeout(p.ctx, t.cfg.HandshakeTimeout)
 	defer cancel()
@@ -228,15 +232,20 @@ func (p *peer) handshake(ep *endpoint) error {
 		LocalRail: uint16(r.idx), RemoteRail: uint16(ep.rrail),
 		Port: portInfo{GID: r.port.GID.GID, LID: lidOf(r.port), MTU: r.port.Attr.ActiveMTU}}
 	psns := make([]uverbs.PSN, t.cfg.QPsPerPath)
-	for i := range t.cfg.QPsPerPath {
-		qp, err := r.v.CreateQP(r.sendDepth)
-		if err != nil {
-			return err
+	r.call(func() {
+		for i := range t.cfg.QPsPerPath {
+			var qp railQP
+			if qp, err = r.v.CreateQP(r.sendDepth); err != nil {
+				return
+			}
+			credits := min(r.sendDepth, qp.SendDepth())
+			ep.qps = append(ep.qps, &qpState{qp: qp, ep: ep, credits: credits})
+			psns[i] = randPSN()
+			m.QPs = append(m.QPs, qpInfo{QPN: qp.QPN(), PSN: psns[i]})
 		}
-		credits := min(r.sendDepth, qp.SendDepth())
-		ep.qps = append(ep.qps, &qpState{qp: qp, ep: ep, credits: credits})
-		psns[i] = randPSN()
-		m.QPs = append(m.QPs, qpInfo{QPN: qp.QPN(), PSN: psns[i]})
+	})
+	if err != nil {
+		return err
 	}
 	f, err := p.exchange(ctx, hsConnect, m.encode())
 	if err != nil {
@@ -277,13 +286,16 @@ func (p *peer) handshake(ep *endpoint) error {
 		return fmt.Errorf("rdma: handshake with %s: %w: accept for endpoint %d with %d QPs, want %d with %d",
 			p.name, wire.ErrFrame, a.ID, len(a.QPs), ep.id, len(ep.qps))
 	}
-	for i, q := range ep.qps {
-		remote := uverbs.Endpoint{QPN: a.QPs[i].QPN, PSN: a.QPs[i].PSN, GID: a.Port.GID, MTU: a.Port.MTU, LID: a.Port.LID}
-		if err := q.qp.Connect(psns[i], remote, t.tune()); err != nil {
-			return fmt.Errorf("rdma: connect QP %#x to %s rail %d: %w", uint32(q.qp.QPN()), p.name, ep.rrail, err)
+	r.call(func() {
+		for i, q := range ep.qps {
+			remote := uverbs.Endpoint{QPN: a.QPs[i].QPN, PSN: a.QPs[i].PSN, GID: a.Port.GID, MTU: a.Port.MTU, LID: a.Port.LID}
+			if err = q.qp.Connect(psns[i], remote, t.tune()); err != nil {
+				err = fmt.Errorf("rdma: connect QP %#x to %s rail %d: %w", uint32(q.qp.QPN()), p.name, ep.rrail, err)
+				return
+			}
 		}
-	}
-	return nil
+	})
+	return err
 }
 
 // exchange sends one request on the control connection (dialing it first

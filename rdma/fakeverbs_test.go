@@ -27,7 +27,7 @@ type fabric struct {
 	mrs     map[uint32]*fakeMR
 	held    []heldWR
 
-	// Scripts (set before traffic, or under mu).
+	// Scripts (set under mu; setPost sets onPost).
 	onPost    func(q *fakeQP, wr *uverbs.SendWR) (verdict, uverbs.WCStatus)
 	onCreate  func(d *fakeDev) error
 	onDestroy func(q *fakeQP) // runs with the CQ guard held
@@ -56,6 +56,13 @@ type heldWR struct {
 
 func newFabric() *fabric {
 	return &fabric{nextQPN: 0x100, nextKey: 0x1000, qps: map[uverbs.QPN]*fakeQP{}, mrs: map[uint32]*fakeMR{}}
+}
+
+// setPost sets the onPost script (nil: deliver everything).
+func (f *fabric) setPost(fn func(q *fakeQP, wr *uverbs.SendWR) (verdict, uverbs.WCStatus)) {
+	f.mu.Lock()
+	f.onPost = fn
+	f.mu.Unlock()
 }
 
 // dev returns a new device of the fabric, port up.
@@ -127,7 +134,6 @@ func (f *fabric) release(n int) int {
 	f.held = append(f.held[:0], f.held[n:]...)
 	f.mu.Unlock()
 	for _, h := range rel {
-		h.wr.SGL = []uverbs.SGE{h.sg}
 		h.q.complete(&h.wr, h.q.execute(&h.wr))
 	}
 	return len(rel)
@@ -193,8 +199,11 @@ func (d *fakeDev) RegMR(b []byte) (memReg, error) {
 
 func (d *fakeDev) CreateQP(depth int) (railQP, error) {
 	f := d.f
-	if f.onCreate != nil {
-		if err := f.onCreate(d); err != nil {
+	f.mu.Lock()
+	onCreate := f.onCreate
+	f.mu.Unlock()
+	if onCreate != nil {
+		if err := onCreate(d); err != nil {
 			return nil, err
 		}
 	}
@@ -366,8 +375,11 @@ func (q *fakeQP) PostSend(wrs []uverbs.SendWR) (int, error) {
 			continue
 		}
 		v, st := deliver, uverbs.WCSuccess
-		if f.onPost != nil {
-			v, st = f.onPost(q, wr)
+		f.mu.Lock()
+		onPost := f.onPost
+		f.mu.Unlock()
+		if onPost != nil {
+			v, st = onPost(q, wr)
 		}
 		switch v {
 		case deliver:
@@ -376,7 +388,9 @@ func (q *fakeQP) PostSend(wrs []uverbs.SendWR) (int, error) {
 			q.complete(wr, st)
 		case hold:
 			f.mu.Lock()
-			f.held = append(f.held, heldWR{q: q, wr: *wr, sg: wr.SGL[0]})
+			h := heldWR{q: q, wr: *wr, sg: wr.SGL[0]}
+			h.wr.SGL = []uverbs.SGE{h.sg} // the rail reuses its SGE array
+			f.held = append(f.held, h)
 			f.mu.Unlock()
 		case lose:
 		}
@@ -444,7 +458,6 @@ func (q *fakeQP) ToErr() error {
 	f.held = keep
 	f.mu.Unlock()
 	for _, h := range flush {
-		h.wr.SGL = []uverbs.SGE{h.sg}
 		q.complete(&h.wr, uverbs.WCWRFlushErr)
 	}
 	return nil
@@ -461,8 +474,11 @@ func (q *fakeQP) Close() error {
 	for !d.busy.CompareAndSwap(false, true) {
 		runtime.Gosched()
 	}
-	if f.onDestroy != nil {
-		f.onDestroy(q)
+	f.mu.Lock()
+	onDestroy := f.onDestroy
+	f.mu.Unlock()
+	if onDestroy != nil {
+		onDestroy(q)
 	}
 	d.cqMu.Lock()
 	keep := d.cq[:0]

@@ -207,6 +207,27 @@ func (r *rail) enqueue(it item) {
 	r.kick()
 }
 
+// call runs fn on the rail's owner goroutine and returns when fn has.
+// Every QP of the rail is created, connected, moved and destroyed on the
+// owner, directly or through call: destroying a QP takes the CQ's
+// single-owner guard (mlx5 cleans the CQ of the QP's completions under
+// it), and an owner whose Poll or Arm found the guard taken could go to
+// sleep on an unarmed CQ and miss a completion. Once the owner has
+// stopped, fn runs on the caller. Never call it from the owner.
+func (r *rail) call(fn func()) {
+	done := make(chan struct{})
+	r.inMu.Lock()
+	if r.stopped {
+		r.inMu.Unlock()
+		fn()
+		return
+	}
+	r.in = append(r.in, item{kind: itemCall, fn: fn, done: done})
+	r.inMu.Unlock()
+	r.kick()
+	<-done
+}
+
 // run is the owner goroutine: the only one to post on this rail's QPs and
 // to poll its CQ.
 func (r *rail) run() {
@@ -295,6 +316,9 @@ func (r *rail) handle(it item) {
 		r.closeEP(ep, it.err)
 	case itemDown:
 		r.breakAll()
+	case itemCall:
+		it.fn()
+		close(it.done)
 	}
 }
 
@@ -633,8 +657,18 @@ func (r *rail) shutdown() {
 	r.in = nil
 	r.inMu.Unlock()
 	for _, it := range rest {
-		if it.kind == itemSlice {
+		switch it.kind {
+		case itemSlice:
 			r.finish(it.s, it.ep, 0, closed)
+		case itemReady, itemClose:
+			if !it.ep.torn {
+				for _, q := range it.ep.qps {
+					q.qp.Close()
+				}
+			}
+		case itemCall:
+			it.fn()
+			close(it.done)
 		}
 	}
 	for _, ep := range r.eps {

@@ -34,7 +34,7 @@ type session struct {
 	conn      net.Conn
 	initiator string
 	epoch     uint64
-	eps       map[uint32][]railQP
+	eps       map[uint32]targetEP
 	nqps      int
 }
 
@@ -48,7 +48,7 @@ func (ts *targetState) init(t *Transport) {
 func (t *Transport) accept() {
 	defer t.wg.Done()
 	acceptor.Run(t.log, "rdma", t.ln.Addr(), t.ctx.Done(), t.ln.Accept, func(c net.Conn) {
-		s := &session{conn: c, eps: map[uint32][]railQP{}}
+		s := &session{conn: c, eps: map[uint32]targetEP{}}
 		if !t.tgt.add(s) {
 			t.log.Warn("rdma: control connection refused: session limit", "peer", c.RemoteAddr().String(), "limit", t.cfg.MaxSessions)
 			c.Close()
@@ -223,20 +223,39 @@ func (ts *targetState) open(s *session, m *connectMsg) (rejectCode, []byte, erro
 	if !ts.reserve(s.initiator, n) {
 		return rejectLimit, nil, fmt.Errorf("QP limit: %d per initiator, %d in all", t.cfg.MaxInitiatorQPs, t.cfg.MaxTargetQPs)
 	}
-	qps, a, err := t.respond(r, m)
+	var qps []railQP
+	var a acceptMsg
+	var err error
+	r.call(func() { qps, a, err = t.respond(r, m) })
 	if err != nil {
 		ts.unreserve(s.initiator, n)
 		return rejectInternal, nil, err
 	}
 	a.ID = m.ID
 	ts.mu.Lock()
-	s.eps[m.ID] = qps
+	s.eps[m.ID] = targetEP{r, qps}
 	s.nqps += n
 	ts.mu.Unlock()
 	return 0, a.encode(), nil
 }
 
-// respond creates responder QPs on r connected to the initiator's.
+// targetEP is the target's side of one endpoint: QPs on rail r.
+type targetEP struct {
+	r   *rail
+	qps []railQP
+}
+
+// close destroys the QPs on their rail's owner (rail.call).
+func (e targetEP) close() {
+	e.r.call(func() {
+		for _, qp := range e.qps {
+			qp.Close()
+		}
+	})
+}
+
+// respond creates responder QPs on r connected to the initiator's. It
+// runs on r's owner (rail.call).
 func (t *Transport) respond(r *rail, m *connectMsg) (qps []railQP, a acceptMsg, err error) {
 	defer func() {
 		if err != nil {
@@ -301,13 +320,13 @@ func (ts *targetState) dropOlderLocked(s *session) {
 
 func (ts *targetState) release(s *session, id uint32) {
 	ts.mu.Lock()
-	qps := s.eps[id]
+	e, ok := s.eps[id]
 	delete(s.eps, id)
-	s.nqps -= len(qps)
-	ts.unreserveLocked(s.initiator, len(qps))
+	s.nqps -= len(e.qps)
+	ts.unreserveLocked(s.initiator, len(e.qps))
 	ts.mu.Unlock()
-	for _, qp := range qps {
-		qp.Close()
+	if ok {
+		e.close()
 	}
 }
 
@@ -317,16 +336,14 @@ func (ts *targetState) end(s *session) {
 	ts.mu.Lock()
 	delete(ts.sessions, s)
 	eps := s.eps
-	s.eps = map[uint32][]railQP{}
+	s.eps = map[uint32]targetEP{}
 	if s.initiator != "" {
 		ts.unreserveLocked(s.initiator, s.nqps)
 	}
 	s.nqps = 0
 	ts.mu.Unlock()
-	for _, qps := range eps {
-		for _, qp := range qps {
-			qp.Close()
-		}
+	for _, e := range eps {
+		e.close()
 	}
 }
 

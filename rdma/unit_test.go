@@ -177,7 +177,7 @@ func TestFakeFailover(t *testing.T) {
 	ini, tgt, seg := fakePair(t, f, Config{}, tasks*blk, 2)
 	var mu sync.Mutex
 	failed := map[uint64]bool{} // by remote address: each slice fails once at most
-	f.onPost = func(q *fakeQP, wr *uverbs.SendWR) (verdict, uverbs.WCStatus) {
+	f.setPost(func(q *fakeQP, wr *uverbs.SendWR) (verdict, uverbs.WCStatus) {
 		mu.Lock()
 		defer mu.Unlock()
 		if q.d == ini.devs[0] && len(failed) < 8 && !failed[wr.RemoteAddr] {
@@ -185,7 +185,7 @@ func TestFakeFailover(t *testing.T) {
 			return fail, uverbs.WCRetryExcErr
 		}
 		return deliver, 0
-	}
+	})
 	rand.Read(ini.Mem.Bytes())
 	if err := transfer(t, ini.Engine, fakeRequests(engine.Write, ini, tgt, seg, tasks, blk), 10*time.Second); err != nil {
 		t.Fatal(err)
@@ -214,7 +214,7 @@ func TestFakeRailDown(t *testing.T) {
 	f := newFabric()
 	const tasks, blk = 128, 16 << 10
 	ini, tgt, seg := fakePair(t, f, Config{}, tasks*blk, 2)
-	f.onPost = holdAll
+	f.setPost(holdAll)
 	rand.Read(ini.Mem.Bytes())
 	reqs := fakeRequests(engine.Write, ini, tgt, seg, tasks, blk)
 	errc := make(chan error, 1)
@@ -237,7 +237,7 @@ func TestFakeRailDown(t *testing.T) {
 	if st[1].Errors == 0 || st[0].Bytes+st[1].Bytes != tasks*blk {
 		t.Errorf("after rail down: %+v", st)
 	}
-	f.onPost = nil
+	f.setPost(nil)
 	f.setPort(ini.devs[1], true)
 	waitFor(t, "rail a1 up again", func() bool { return ini.tr.Stats()[1].Up })
 	before := ini.tr.Stats()[1].Bytes
@@ -256,7 +256,7 @@ func TestFakeCredits(t *testing.T) {
 	f := newFabric()
 	const tasks, blk = 64, 4096
 	ini, tgt, seg := fakePair(t, f, Config{SendDepth: 4, QPsPerPath: 2}, tasks*blk, 1)
-	f.onPost = holdAll
+	f.setPost(holdAll)
 	rand.Read(ini.Mem.Bytes())
 	errc := make(chan error, 1)
 	go func() {
@@ -293,7 +293,7 @@ func TestFakeSlotReuse(t *testing.T) {
 	f := newFabric()
 	const tasks, blk = 64, 4096
 	ini, tgt, seg := fakePair(t, f, Config{CQDepth: 8, QPsPerPath: 2}, tasks*blk, 1)
-	f.onPost = holdAll
+	f.setPost(holdAll)
 	reqs := fakeRequests(engine.Write, ini, tgt, seg, tasks, blk)
 	errc := make(chan error, 1)
 	go func() { errc <- transfer(t, ini.Engine, reqs, 10*time.Second) }()
@@ -394,7 +394,7 @@ func TestFakeEpochs(t *testing.T) {
 		t.Fatal(err)
 	}
 	old, _ := ini.Engine.SegmentDescriptor(seg)
-	f.onPost = holdAll
+	f.setPost(holdAll)
 	errc := make(chan error, 1)
 	go func() {
 		errc <- transfer(t, ini.Engine, fakeRequests(engine.Write, ini, tgt, seg, tasks, blk), 10*time.Second)
@@ -408,7 +408,7 @@ func TestFakeEpochs(t *testing.T) {
 	if err != nil && !errors.Is(err, engine.ErrPeerReset) && !errors.Is(err, engine.ErrTransient) {
 		t.Errorf("batch in flight across the restart failed with %v, want a peer reset", err)
 	}
-	f.onPost = nil
+	f.setPost(nil)
 	tgt2 := newFakeNode(t, st, "target", Config{}, tasks*blk, f.dev("t0b", -1))
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
