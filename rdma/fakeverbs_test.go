@@ -1,7 +1,6 @@
 package rdma
 
 import (
-	"errors"
 	"fmt"
 	"net/netip"
 	"runtime"
@@ -512,5 +511,3 @@ func atomicMax(a *atomic.Int64, v int64) {
 		}
 	}
 }
-
-var errScripted = errors.New("scripted failure")
