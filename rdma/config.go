@@ -57,6 +57,15 @@ type Config struct {
 	// uverbs.RCDefaults). A dead peer fails slices after
 	// uverbs.RetryBound(QPTimeout, RetryCount).
 	QPTimeout, RetryCount uint8
+	// SliceTimeout bounds a slice's time on the wire: a work request not
+	// completed this long after it was posted fails its slice with an
+	// error wrapping ErrSliceTimeout (retried by the engine on a fresh
+	// endpoint, like any transient failure), and its endpoint is rebuilt.
+	// Default: 4 × uverbs.RetryBound of the QPs' ACK timeout and retry
+	// count (the provider's defaults where QPTimeout or RetryCount is
+	// zero; ~30 s on rxe, ~1.9 s on hardware defaults), so only a work
+	// request that the device never completes, not a slow one, hits it.
+	SliceTimeout time.Duration
 	// SpinPolls is how many empty CQ polls a rail owner spends, while work
 	// is in flight, before it sleeps on the completion channel (default 64).
 	SpinPolls int

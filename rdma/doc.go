@@ -4,7 +4,10 @@
 //
 // Per rail the transport owns one verbs context, PD, CQ and completion
 // channel, and one owner goroutine that alone posts to the rail's QPs and
-// polls its CQ: submitters only enqueue (no lock is shared between rails),
+// polls its CQ, and creates, connects and destroys every QP on the rail
+// (handshakes and target sessions ask it to), so nothing else ever holds
+// the CQ's single-owner guard: submitters only enqueue (no lock is shared
+// between rails),
 // the owner chains the queued slices of one QP into one post, busy-polls
 // while work is in flight and sleeps on the completion channel when idle. A
 // completion finds its slice through wr_id, an index into a per-rail slot
@@ -27,5 +30,7 @@
 // flushed, so their slices are retried on the other rails; it is used
 // again when the port comes back. A peer that dies fails its slices at
 // once when its control connection closes, or within the QP retry bound
-// (uverbs.RetryBound of QPTimeout and RetryCount) when its host is gone.
+// (uverbs.RetryBound of QPTimeout and RetryCount) when its host is gone. A
+// work request the device never completes fails its slice after
+// Config.SliceTimeout (ErrSliceTimeout) instead of hanging it.
 package rdma

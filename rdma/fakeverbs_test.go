@@ -44,13 +44,14 @@ const (
 	deliver verdict = iota // execute and complete now
 	hold                   // keep in flight until release
 	fail                   // complete with the given status
-	lose                   // never complete
+	lose                   // never complete, unless flushed (ToErr)
 )
 
 type heldWR struct {
-	q  *fakeQP
-	wr uverbs.SendWR
-	sg uverbs.SGE
+	q    *fakeQP
+	wr   uverbs.SendWR
+	sg   uverbs.SGE
+	lost bool // release passes it by
 }
 
 func newFabric() *fabric {
@@ -126,11 +127,16 @@ func (f *fabric) setPort(d *fakeDev, up bool) {
 // returns how many it released.
 func (f *fabric) release(n int) int {
 	f.mu.Lock()
-	if n < 0 || n > len(f.held) {
-		n = len(f.held)
+	var rel []heldWR
+	keep := f.held[:0]
+	for _, h := range f.held {
+		if !h.lost && (n < 0 || len(rel) < n) {
+			rel = append(rel, h)
+		} else {
+			keep = append(keep, h)
+		}
 	}
-	rel := append([]heldWR(nil), f.held[:n]...)
-	f.held = append(f.held[:0], f.held[n:]...)
+	f.held = keep
 	f.mu.Unlock()
 	for _, h := range rel {
 		h.q.complete(&h.wr, h.q.execute(&h.wr))
@@ -138,6 +144,7 @@ func (f *fabric) release(n int) int {
 	return len(rel)
 }
 
+// nheld counts the held work requests, lost ones included.
 func (f *fabric) nheld() int {
 	f.mu.Lock()
 	defer f.mu.Unlock()
@@ -391,7 +398,6 @@ func (q *fakeQP) PostSend(wrs []uverbs.SendWR) (int, error) {
 			h.wr.SGL = []uverbs.SGE{h.sg} // the rail reuses its SGE array
 			f.held = append(f.held, h)
 			f.mu.Unlock()
-		case lose:
 		}
 	}
 	return len(wrs), nil

@@ -39,13 +39,22 @@ type item struct {
 
 // slot is a posted work request; wr_id is gen<<32 | index.
 type slot struct {
-	s    *driver.Slice
-	q    *qpState
-	n    uint64
-	rkey uint32
-	gen  uint32
-	next int32 // free list
+	s      *driver.Slice // nil while free, or after its slice timed out
+	q      *qpState      // nil while free
+	posted time.Duration // rail clock at the post
+	n      uint64
+	rkey   uint32
+	gen    uint32
+	next   int32 // free list
 }
+
+// ErrSliceTimeout: a work request did not complete within
+// Config.SliceTimeout of its post.
+var ErrSliceTimeout = errors.New("rdma: work request not completed in time")
+
+// sliceTimeoutBounds is how many uverbs.RetryBounds the default
+// Config.SliceTimeout is.
+const sliceTimeoutBounds = 4
 
 // RailStats are one rail's counters.
 type RailStats struct {
@@ -91,7 +100,17 @@ type rail struct {
 	ownerWG sync.WaitGroup
 	helpWG  sync.WaitGroup
 
+	// sliceTimeout is Config.SliceTimeout or its default for this rail.
+	sliceTimeout time.Duration
+
 	// Owner goroutine only.
+	// clock is the time since born, read once per owner loop; nextScan
+	// is when the owner next looks for timed-out slots; timer wakes a
+	// sleeping owner for it.
+	born     time.Time
+	clock    time.Duration
+	nextScan time.Duration
+	timer    *time.Timer
 	work     []item
 	slots    []slot
 	free     int32
@@ -137,6 +156,20 @@ func openRail(t *Transport, idx int, v railVerbs) *rail {
 	r.sges = make([]uverbs.SGE, maxChain)
 	st, err := v.PortState()
 	r.up.Store(err != nil || st == uverbs.PortActive)
+	r.sliceTimeout = cfg.SliceTimeout
+	if r.sliceTimeout <= 0 {
+		to, rc := cfg.QPTimeout, cfg.RetryCount
+		if to == 0 {
+			to = r.port.Defaults.Timeout
+		}
+		if rc == 0 {
+			rc = r.port.Defaults.RetryCnt
+		}
+		r.sliceTimeout = sliceTimeoutBounds * uverbs.RetryBound(to, rc)
+	}
+	r.born = time.Now()
+	r.timer = time.NewTimer(time.Hour)
+	r.timer.Stop()
 	return r
 }
 
@@ -234,6 +267,10 @@ func (r *rail) run() {
 	defer r.ownerWG.Done()
 	idle := 0
 	for {
+		r.clock = time.Since(r.born)
+		if r.inflight > 0 && r.clock >= r.nextScan {
+			r.expire()
+		}
 		r.inMu.Lock()
 		r.work, r.in = r.in, r.work[:0]
 		r.inMu.Unlock()
@@ -261,20 +298,52 @@ func (r *rail) run() {
 			continue
 		}
 		idle = 0
-		if r.inflight > 0 {
-			// Arm, then poll once more: a completion that landed before
-			// the arm raises no event.
-			if err := r.v.Arm(); err != nil {
-				r.log.Error("rdma: arm CQ", "err", err)
+		if r.inflight == 0 {
+			select {
+			case <-r.wake:
+			case <-r.quit:
 			}
-			if r.poll() > 0 {
-				continue
-			}
+			continue
 		}
+		// Arm, then poll once more: a completion that landed before the
+		// arm raises no event. Asleep, wake for the next timeout scan
+		// (or soon, if the CQ could not be armed).
+		wait := max(r.nextScan-r.clock, time.Millisecond)
+		if err := r.v.Arm(); err != nil {
+			r.log.Error("rdma: arm CQ", "err", err)
+			wait = time.Millisecond
+		}
+		if r.poll() > 0 {
+			continue
+		}
+		r.timer.Reset(wait)
 		select {
 		case <-r.wake:
 		case <-r.quit:
+		case <-r.timer.C:
 		}
+		r.timer.Stop()
+	}
+}
+
+// expire fails the slices whose work requests have been posted for
+// longer than the rail's slice timeout, and breaks their endpoints (what
+// else is posted there flushes; the endpoint is rebuilt on next use). An
+// expired slot stays taken, with its credit, until its work request
+// completes or flushes: the device may still write its memory until then.
+func (r *rail) expire() {
+	r.nextScan = r.clock + r.sliceTimeout/4
+	for i := range r.slots {
+		sl := &r.slots[i]
+		if sl.s == nil || r.clock-sl.posted < r.sliceTimeout {
+			continue
+		}
+		s, ep := sl.s, sl.q.ep
+		sl.s = nil
+		err := fmt.Errorf("rdma: %s of %d bytes on %s to %s rail %d: %w: none %v after the post (Config.SliceTimeout): %w",
+			s.Op, sl.n, r.name, ep.p.name, ep.rrail, ErrSliceTimeout, r.sliceTimeout, driver.ErrTransient)
+		r.finish(s, ep, 0, err)
+		r.breakEP(ep, err)
 	}
 }
 
@@ -345,7 +414,7 @@ func (r *rail) post(ep *endpoint, s *driver.Slice, rkey uint32) bool {
 	sl := &r.slots[idx]
 	r.free = sl.next
 	n := uint64(len(s.Local))
-	sl.s, sl.q, sl.n, sl.rkey = s, q, n, rkey
+	sl.s, sl.q, sl.n, sl.rkey, sl.posted = s, q, n, rkey, r.clock
 	sl.gen++
 	q.credits--
 	ep.inflight++
@@ -459,11 +528,20 @@ func (r *rail) measure() {
 
 func (r *rail) complete(wc *uverbs.WC) {
 	idx, gen := uint32(wc.ID), uint32(wc.ID>>32)
-	if int(idx) >= len(r.slots) || r.slots[idx].gen != gen || r.slots[idx].s == nil {
+	if int(idx) >= len(r.slots) || r.slots[idx].gen != gen || r.slots[idx].q == nil {
 		r.log.Error("rdma: completion for no posted slice", "wr_id", wc.ID, "status", wc.Status.String())
 		return
 	}
 	sl := &r.slots[idx]
+	if sl.s == nil {
+		// Its slice timed out (expire); the slot was kept until now.
+		ep := sl.q.ep
+		r.release(int32(idx), sl)
+		if ep.state.Load() >= epBroken && ep.inflight == 0 {
+			r.teardown(ep)
+		}
+		return
+	}
 	s, q, n, rkey := sl.s, sl.q, sl.n, sl.rkey
 	ep := q.ep
 	r.release(int32(idx), sl)

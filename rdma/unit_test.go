@@ -560,3 +560,47 @@ func TestFakeAllocs(t *testing.T) {
 		t.Fatalf("%v allocations per batch of %d", allocs, tasks)
 	}
 }
+
+// TestFakeSliceTimeout: work requests the device never completes fail
+// their slices after Config.SliceTimeout with ErrSliceTimeout (after the
+// engine's retries) instead of hanging; their endpoint is flushed and
+// rebuilt, and the next batch goes through. The default timeout is
+// 4 × uverbs.RetryBound of the provider's defaults.
+func TestFakeSliceTimeout(t *testing.T) {
+	f := newFabric()
+	const tasks, blk = 4, 4096
+	const timeout = 40 * time.Millisecond
+	ini, tgt, seg := fakePair(t, f, Config{SliceTimeout: timeout}, tasks*blk, 1)
+	if got := tgt.tr.rails[0].sliceTimeout; got != timeout {
+		t.Fatalf("slice timeout %v, want %v as configured", got, timeout)
+	}
+	f.setPost(func(*fakeQP, *uverbs.SendWR) (verdict, uverbs.WCStatus) { return lose, 0 })
+	reqs := fakeRequests(engine.Write, ini, tgt, seg, tasks, blk)
+	start := time.Now()
+	err := transfer(t, ini.Engine, reqs, 10*time.Second)
+	took := time.Since(start)
+	t.Logf("after %v: %v", took, err)
+	if !errors.Is(err, ErrSliceTimeout) {
+		t.Fatalf("a batch the device never completes: %v, want ErrSliceTimeout", err)
+	}
+	// Each of 1+3 tries waits out the timeout, found within a quarter of it.
+	if took < 4*timeout || took > 4*timeout*5/4+2*time.Second {
+		t.Errorf("failed after %v; 4 tries of %v", took, timeout)
+	}
+	waitFor(t, "the lost work requests flushed", func() bool { return f.nheld() == 0 })
+	waitFor(t, "every slot free", func() bool { return ini.tr.rails[0].outstanding.Load() == 0 })
+	f.setPost(nil)
+	rand.Read(ini.Mem.Bytes())
+	if err := transfer(t, ini.Engine, reqs, 10*time.Second); err != nil {
+		t.Fatal(err)
+	}
+	if !bytes.Equal(ini.Mem.Bytes(), tgt.Mem.Bytes()) {
+		t.Fatal("target memory differs")
+	}
+	st := enginetest.NewMemStore()
+	t.Cleanup(func() { st.Close() })
+	n := newFakeNode(t, st, "x", Config{}, 0, f.dev("x", -1))
+	if got, want := n.tr.rails[0].sliceTimeout, 4*uverbs.RetryBound(14, 6); got != want {
+		t.Errorf("default slice timeout %v, want %v (4 retry bounds of the provider's defaults)", got, want)
+	}
+}
