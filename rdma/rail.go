@@ -261,6 +261,36 @@ func (r *rail) call(fn func()) {
 	<-done
 }
 
+// enqueueSlices hands the owner those of rs routed to this rail, under one
+// lock and with one wake-up. After the owner stopped, they fail at once
+// with ErrClosed.
+func (r *rail) enqueueSlices(rs []routed) {
+	i := 0
+	for i < len(rs) && rs[i].ep.r != r {
+		i++
+	}
+	if i == len(rs) {
+		return
+	}
+	r.inMu.Lock()
+	if r.stopped {
+		r.inMu.Unlock()
+		for _, rt := range rs[i:] {
+			if rt.ep.r == r {
+				r.finish(rt.s, rt.ep, 0, fmt.Errorf("rdma: %w", driver.ErrClosed))
+			}
+		}
+		return
+	}
+	for _, rt := range rs[i:] {
+		if rt.ep.r == r {
+			r.in = append(r.in, item{kind: itemSlice, s: rt.s, ep: rt.ep, rkey: rt.rkey})
+		}
+	}
+	r.inMu.Unlock()
+	r.kick()
+}
+
 // run is the owner goroutine: the only one to post on this rail's QPs and
 // to poll its CQ.
 func (r *rail) run() {

@@ -310,46 +310,82 @@ func (t *Transport) preferred(location string) uint64 {
 // peer has that many, so rail k of one host talks to rail k of the other.
 func remoteRail(local, nRemote int) int { return local % nRemote }
 
-// Submit hands each slice to a rail's owner; it never blocks on a peer and
-// may be re-entered from Slice.Done on a retry.
+// routed is a slice on its way to a rail's owner.
+type routed struct {
+	s    *driver.Slice
+	ep   *endpoint
+	rkey uint32
+}
+
+// submitChunk is how many slices Submit routes before it hands them to
+// the rails' owners (on its stack: no allocation).
+const submitChunk = 128
+
+// Submit hands the slices to the rails' owners, taking each rail's queue
+// lock and waking its owner once per call (per submitChunk slices); it
+// never blocks on a peer and may be re-entered from Slice.Done on a retry.
 func (t *Transport) Submit(ss []*driver.Slice) {
-	for _, s := range ss {
-		t.submit(s)
+	var buf [submitChunk]routed
+	for len(ss) > 0 {
+		n := min(len(ss), submitChunk)
+		k := 0
+		for _, s := range ss[:n] {
+			if rt, ok := t.route(s); ok {
+				buf[k] = rt
+				k++
+			}
+		}
+		if k > 0 {
+			for _, r := range t.rails {
+				r.enqueueSlices(buf[:k])
+			}
+			clear(buf[:k])
+		}
+		ss = ss[n:]
 	}
 }
 
+// submit hands one slice to a rail's owner.
 func (t *Transport) submit(s *driver.Slice) {
+	if rt, ok := t.route(s); ok {
+		rt.ep.r.enqueue(item{kind: itemSlice, s: rt.s, ep: rt.ep, rkey: rt.rkey})
+	}
+}
+
+// route picks the slice's rail and endpoint and counts it there; a slice
+// that cannot go anywhere fails at once (false).
+func (t *Transport) route(s *driver.Slice) (routed, bool) {
 	p, ok := s.Peer.(*peer)
 	if !ok {
 		s.Done(0, fmt.Errorf("rdma: slice with a foreign peer %T", s.Peer))
-		return
+		return routed{}, false
 	}
 	if t.closed.Load() {
 		s.Done(0, fmt.Errorf("rdma: %w", driver.ErrClosed))
-		return
+		return routed{}, false
 	}
 	if p.closed.Load() {
 		s.Done(0, fmt.Errorf("rdma: peer %s closed: %w", p.name, driver.ErrPeerReset))
-		return
+		return routed{}, false
 	}
 	r := t.pickRail(s.LocalKey.(*regKey).prefer, p.usable(len(t.rails)), int64(len(s.Local)), s.Attempt())
 	if r == nil {
 		s.Done(0, fmt.Errorf("rdma: no rail is up (%d rails)", len(t.rails)))
-		return
+		return routed{}, false
 	}
 	rr := remoteRail(r.idx, p.nRemote)
 	if rr >= len(s.RemoteBuffer.RKeys) {
 		s.Done(0, fmt.Errorf("rdma: %s buffer at %#x has no rkey for rail %d", p.name, s.RemoteBuffer.Addr, rr))
-		return
+		return routed{}, false
 	}
 	ep, err := p.endpoint(r, rr)
 	if err != nil {
 		s.Done(0, err)
-		return
+		return routed{}, false
 	}
 	ep.busy.Add(1)
 	r.outstanding.Add(int64(len(s.Local)))
-	r.enqueue(item{kind: itemSlice, s: s, ep: ep, rkey: s.RemoteBuffer.RKeys[rr]})
+	return routed{s: s, ep: ep, rkey: s.RemoteBuffer.RKeys[rr]}, true
 }
 
 // Stats returns per-rail counters.
