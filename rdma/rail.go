@@ -272,6 +272,9 @@ func (r *rail) enqueueSlices(rs []routed) {
 	if i == len(rs) {
 		return
 	}
+	if enqueueHook != nil {
+		enqueueHook(r.idx)
+	}
 	r.inMu.Lock()
 	if r.stopped {
 		r.inMu.Unlock()
@@ -420,6 +423,10 @@ func (r *rail) handle(it item) {
 		close(it.done)
 	}
 }
+
+// enqueueHook, set only by tests, sees each time Submit takes a rail's
+// queue lock.
+var enqueueHook func(rail int)
 
 // postHook, set only by tests, sees every work request as it is built:
 // the epoch of the peer incarnation its QP is connected to, and the rkey

@@ -604,3 +604,31 @@ func TestFakeSliceTimeout(t *testing.T) {
 		t.Errorf("default slice timeout %v, want %v (4 retry bounds of the provider's defaults)", got, want)
 	}
 }
+
+// TestFakeSubmitOncePerRail: a batch of 128 slices over two rails takes
+// each rail's queue lock once, not once per slice.
+func TestFakeSubmitOncePerRail(t *testing.T) {
+	f := newFabric()
+	const tasks, blk = 128, 4096
+	ini, tgt, seg := fakePair(t, f, Config{}, tasks*blk, 2)
+	reqs := fakeRequests(engine.Write, ini, tgt, seg, tasks, blk)
+	if err := transfer(t, ini.Engine, reqs, 10*time.Second); err != nil { // endpoints up
+		t.Fatal(err)
+	}
+	var mu sync.Mutex
+	var locks [2]int
+	enqueueHook = func(r int) {
+		mu.Lock()
+		locks[r]++
+		mu.Unlock()
+	}
+	t.Cleanup(func() { enqueueHook = nil })
+	if err := transfer(t, ini.Engine, reqs, 10*time.Second); err != nil {
+		t.Fatal(err)
+	}
+	mu.Lock()
+	defer mu.Unlock()
+	if locks != [2]int{1, 1} {
+		t.Fatalf("a batch of %d over 2 rails took the rails' queue locks %v times, want once each", tasks, locks)
+	}
+}
