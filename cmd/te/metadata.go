@@ -9,7 +9,7 @@ import (
 	"time"
 
 	"github.com/rdmago/te/internal/cli"
-	"github.com/rdmago/te/mooncake/httpmeta" // also: http(s):// metadata URIs (Mooncake's HTTP metadata)
+	"github.com/rdmago/te/mooncake/httpmeta"
 )
 
 func init() {

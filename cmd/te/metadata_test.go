@@ -11,6 +11,7 @@ import (
 
 	"github.com/rdmago/te/internal/testenv"
 	"github.com/rdmago/te/segment"
+	"github.com/rdmago/te/segment/stores"
 	"github.com/rdmago/te/test/consul/consulagent"
 )
 
@@ -68,7 +69,7 @@ func metadataRoundTrip(t *testing.T, u string) {
 	}
 	// te's own http:// store reads through it: the value is not a valid
 	// descriptor, which it says.
-	st, err := segment.Open(context.Background(), u)
+	st, err := stores.Open(context.Background(), u)
 	if err != nil {
 		t.Fatal(err)
 	}

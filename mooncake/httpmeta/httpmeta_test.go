@@ -128,7 +128,7 @@ func TestStoreRoundTrip(t *testing.T) {
 	mem := &Memory{}
 	srv := serve(t, ServerOptions{Backend: mem})
 	ctx := context.Background()
-	st, err := segment.Open(ctx, srv.URL("")+"?cluster_id=c1")
+	st, err := Open(ctx, srv.URL("")+"?cluster_id=c1")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -229,7 +229,7 @@ func TestBadURLs(t *testing.T) {
 			t.Errorf("%q accepted", u)
 		}
 	}
-	if _, err := segment.Open(context.Background(), "http://127.0.0.1:1/m?bogus=1"); err == nil || !strings.Contains(err.Error(), "cluster_id") {
+	if _, err := Open(context.Background(), "http://127.0.0.1:1/m?bogus=1"); err == nil || !strings.Contains(err.Error(), "cluster_id") {
 		t.Fatal(err)
 	}
 }

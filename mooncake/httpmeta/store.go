@@ -71,18 +71,17 @@ type cachedDesc struct {
 
 var _ segment.Store = (*Store)(nil)
 
-func init() {
-	segment.RegisterScheme("http", openURI)
-	segment.RegisterScheme("https", openURI)
-}
-
-// openURI opens http(s)://host:port/path[?cluster_id=ID]: Mooncake's
+// Open opens http(s)://host:port/path[?cluster_id=ID]: Mooncake's
 // metadata URL, with the cluster id (default $MC_METADATA_CLUSTER_ID) as a
-// query parameter that is not sent to the server.
-func openURI(ctx context.Context, u *url.URL) (segment.Store, error) {
+// query parameter that is not sent to the server. segment/stores opens
+// http:// and https:// URIs with it.
+func Open(ctx context.Context, uri string) (*Store, error) {
+	u, err := url.Parse(uri)
+	if err != nil {
+		return nil, fmt.Errorf("httpmeta: metadata %q: %w", uri, err)
+	}
 	o := Options{ClusterID: os.Getenv(EnvClusterID)}
-	q := u.Query()
-	for k, v := range q {
+	for k, v := range u.Query() {
 		switch k {
 		case "cluster_id":
 			o.ClusterID = v[len(v)-1]
@@ -93,11 +92,7 @@ func openURI(ctx context.Context, u *url.URL) (segment.Store, error) {
 	c := *u
 	c.RawQuery = ""
 	o.URL = c.String()
-	s, err := New(ctx, o)
-	if err != nil {
-		return nil, err
-	}
-	return s, nil
+	return New(ctx, o)
 }
 
 // New returns a Store for opts.URL. It does not contact the server.

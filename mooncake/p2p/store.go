@@ -11,6 +11,7 @@ import (
 	mrand "math/rand/v2"
 	"net"
 	"net/netip"
+	"net/url"
 	"slices"
 	"strconv"
 	"strings"
@@ -577,4 +578,51 @@ func ctxErr(ctx context.Context, err error) error {
 		return err
 	}
 	return fmt.Errorf("%w (%w)", cerr, err)
+}
+
+// Open opens p2phandshake://[host[:port]][?ports=lo-hi&advertise=H&timeout=D]:
+// a Store listening on host (default 127.0.0.1) and port; without a port,
+// one drawn from 15000-17000 as Mooncake does (ports= changes the range).
+// segment/stores opens p2phandshake:// URIs with it.
+func Open(ctx context.Context, uri string) (*Store, error) {
+	u, err := url.Parse(uri)
+	if err != nil || u.Scheme != "p2phandshake" {
+		return nil, fmt.Errorf("mooncake/p2p: metadata %q is not a p2phandshake:// URI", uri)
+	}
+	if u.Path != "" && u.Path != "/" {
+		return nil, fmt.Errorf("mooncake/p2p: metadata %q: unexpected path %q", uri, u.Path)
+	}
+	o := Options{PortMin: 15000, PortMax: 17000}
+	host, port := u.Hostname(), u.Port()
+	if host == "" {
+		host = "127.0.0.1"
+	}
+	if port == "" {
+		port = "0"
+	}
+	o.Listen = net.JoinHostPort(host, port)
+	for key, vals := range u.Query() {
+		v := vals[len(vals)-1]
+		switch key {
+		case "ports":
+			lo, hi, ok := strings.Cut(v, "-")
+			a, err1 := strconv.Atoi(lo)
+			b, err2 := strconv.Atoi(hi)
+			if !ok || err1 != nil || err2 != nil || a < 1 || b > 65535 || a > b {
+				return nil, fmt.Errorf("mooncake/p2p: metadata %q: ports=%q is not a range lo-hi within 1-65535", uri, v)
+			}
+			o.PortMin, o.PortMax = a, b
+		case "advertise":
+			o.Advertise = v
+		case "timeout":
+			d, err := time.ParseDuration(v)
+			if err != nil || d <= 0 {
+				return nil, fmt.Errorf("mooncake/p2p: metadata %q: timeout=%q is not a positive duration", uri, v)
+			}
+			o.Timeout = d
+		default:
+			return nil, fmt.Errorf("mooncake/p2p: metadata %q: unknown parameter %q (known: ports, advertise, timeout)", uri, key)
+		}
+	}
+	return New(ctx, o)
 }

@@ -379,3 +379,29 @@ func TestNilClose(t *testing.T) {
 		t.Fatal(err)
 	}
 }
+
+func TestOpenURI(t *testing.T) {
+	s, err := Open(context.Background(), "p2phandshake://")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	a := s.ListenAddr().(*net.TCPAddr)
+	if !a.IP.IsLoopback() || a.Port < 15000 || a.Port > 17000 || s.Name() != a.String() {
+		t.Fatalf("listening on %v as %s", a, s.Name())
+	}
+	s2, err := Open(context.Background(), "p2phandshake://127.0.0.1:0?ports=20000-20100&advertise=127.0.0.1&timeout=1s")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s2.Close()
+	if p := s2.ListenAddr().(*net.TCPAddr).Port; p < 20000 || p > 20100 {
+		t.Fatalf("port %d", p)
+	}
+	for _, bad := range []string{"p2p://", "p2phandshake://h/x", "p2phandshake://?ports=9-1", "p2phandshake://?timeout=-1s", "p2phandshake://?x=1"} {
+		if s, err := Open(context.Background(), bad); err == nil {
+			s.Close()
+			t.Errorf("%q accepted", bad)
+		}
+	}
+}

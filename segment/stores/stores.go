@@ -3,6 +3,8 @@
 //
 //	st, err := stores.Open(ctx, "p2p://")                        // embedded, no server
 //	st, err := stores.Open(ctx, "consul://127.0.0.1:8500/te")    // Consul
+//	st, err := stores.Open(ctx, "http://10.0.0.1:8080/metadata") // Mooncake's HTTP metadata
+//	st, err := stores.Open(ctx, "p2phandshake://")               // Mooncake's P2PHANDSHAKE
 //
 // Schemes registered with segment.RegisterScheme (stores outside te) are
 // opened as well.
@@ -14,6 +16,8 @@ import (
 	"net/url"
 	"slices"
 
+	"github.com/rdmago/te/mooncake/httpmeta"
+	mcp2p "github.com/rdmago/te/mooncake/p2p"
 	"github.com/rdmago/te/segment"
 	"github.com/rdmago/te/segment/consul"
 	"github.com/rdmago/te/segment/p2p"
@@ -35,11 +39,32 @@ var builtin = map[string]func(ctx context.Context, uri string) (segment.Store, e
 		}
 		return s, nil
 	},
+	// Mooncake's metadata: its HTTP server's URL, and its P2PHANDSHAKE
+	// socket (package mooncake).
+	"http":         openHTTPMeta,
+	"https":        openHTTPMeta,
+	"p2phandshake": openP2PHandshake,
+}
+
+func openHTTPMeta(ctx context.Context, uri string) (segment.Store, error) {
+	s, err := httpmeta.Open(ctx, uri)
+	if err != nil {
+		return nil, err
+	}
+	return s, nil
+}
+
+func openP2PHandshake(ctx context.Context, uri string) (segment.Store, error) {
+	s, err := mcp2p.Open(ctx, uri)
+	if err != nil {
+		return nil, err
+	}
+	return s, nil
 }
 
 // Schemes lists the schemes Open knows: te's own and the registered ones.
 func Schemes() []string {
-	out := append([]string{"consul", "p2p"}, segment.Schemes()...)
+	out := append([]string{"consul", "http", "https", "p2p", "p2phandshake"}, segment.Schemes()...)
 	slices.Sort(out)
 	return slices.Compact(out)
 }
