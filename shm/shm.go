@@ -57,6 +57,10 @@ type Config struct {
 	IOTimeout time.Duration
 	// MaxConns bounds the initiators served at once.
 	MaxConns int
+	// DialOnly: no listener. The transport only maps other segments'
+	// memory (an initiator that serves nothing) and adds no entry to the
+	// local descriptor.
+	DialOnly bool
 	// Secret turns cluster authentication on (auth.FromEnv loads it);
 	// nil means off. With it, only peers holding the same secret get any
 	// memory; without it, a peer that has one refuses this one.
@@ -182,18 +186,22 @@ func (t *Transport) Install(h driver.Host) error {
 	if err != nil {
 		return fmt.Errorf("shm: %w", err)
 	}
-	var rb [12]byte
-	rand.Read(rb[:])
-	name := "@te-shm-" + hex.EncodeToString(rb[:])
-	ln, err := net.ListenUnix("unixpacket", &net.UnixAddr{Name: name, Net: "unixpacket"})
-	if err != nil {
-		return fmt.Errorf("shm: listen %s: %w", name, err)
-	}
-	t.host, t.log, t.hostID, t.ln, t.endpoint = h, h.Logger(), id, ln, name
+	t.host, t.log, t.hostID = h, h.Logger(), id
 	t.fails = auth.NewFailureLog(t.log, segment.ProtoSHM, 0)
 	t.lost = ratelog.New(t.log, 0)
-	t.wg.Add(1)
-	go t.acceptLoop()
+	if !t.cfg.DialOnly {
+		var rb [12]byte
+		rand.Read(rb[:])
+		name := "@te-shm-" + hex.EncodeToString(rb[:])
+		ln, err := net.ListenUnix("unixpacket", &net.UnixAddr{Name: name, Net: "unixpacket"})
+		if err != nil {
+			t.host = nil
+			return fmt.Errorf("shm: listen %s: %w", name, err)
+		}
+		t.ln, t.endpoint = ln, name
+		t.wg.Add(1)
+		go t.acceptLoop()
+	}
 	for range t.cfg.Copiers {
 		c := &copier{wake: make(chan struct{}, 1), stop: make(chan struct{})}
 		t.copiers = append(t.copiers, c)
@@ -348,6 +356,9 @@ func (c *copier) linger() bool {
 // identity, and "partial" when some registered memory is not shareable
 // (then initiators do not choose shm for this segment).
 func (t *Transport) Describe(d *segment.Descriptor) error {
+	if t.cfg.DialOnly && t.host != nil {
+		return nil // serves nothing
+	}
 	if t.endpoint == "" {
 		return fmt.Errorf("shm: not installed")
 	}

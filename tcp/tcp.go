@@ -46,6 +46,10 @@ const (
 type Config struct {
 	// Listen is the data listener's address. Default "127.0.0.1:0".
 	Listen string
+	// DialOnly: no listener. The transport only connects to other
+	// segments (an initiator that serves nothing) and adds no entry to
+	// the local descriptor.
+	DialOnly bool
 	// Advertise is the endpoint put into the local descriptor; default
 	// the listener's address (with an unspecified IP replaced by the
 	// first non-loopback address of the host).
@@ -201,6 +205,14 @@ func (t *Transport) Install(h driver.Host) error {
 	if t.host != nil {
 		return fmt.Errorf("tcp: already installed")
 	}
+	if t.cfg.DialOnly {
+		t.host, t.log = h, h.Logger()
+		t.authLog = auth.NewFailureLog(t.log, "tcp", 0)
+		t.lostLog = ratelog.New(t.log, 0)
+		t.wg.Add(1)
+		go t.watchdog()
+		return nil
+	}
 	ln, err := net.Listen("tcp", t.cfg.Listen)
 	if err != nil {
 		return fmt.Errorf("tcp: listen %s: %w", t.cfg.Listen, err)
@@ -240,8 +252,11 @@ func advertised(a *net.TCPAddr) (string, error) {
 	return net.JoinHostPort("127.0.0.1", strconv.Itoa(a.Port)), nil
 }
 
-// Describe adds the tcp protocol entry.
+// Describe adds the tcp protocol entry (none with DialOnly).
 func (t *Transport) Describe(d *segment.Descriptor) error {
+	if t.cfg.DialOnly && t.host != nil {
+		return nil
+	}
 	if t.endpoint == "" {
 		return fmt.Errorf("tcp: not installed")
 	}

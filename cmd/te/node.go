@@ -41,8 +41,9 @@ type nodeConfig struct {
 	devices   []string     // rdma rails; empty: every device with an active port
 	bufSize   int64
 	// initiator: the node serves nothing. Its descriptor is not
-	// published (its buffer is advertised to nobody) and its transports
-	// listen on loopback only, whatever the store's address.
+	// published (its buffer is advertised to nobody), its tcp and shm
+	// listen nowhere and its rdma control listener is on loopback,
+	// whatever the store's address.
 	initiator bool
 }
 
@@ -88,7 +89,7 @@ func openNode(ctx context.Context, cfg nodeConfig) (_ *node, err error) {
 		return nil, err
 	}
 	for _, p := range cfg.protocols {
-		tr, err := newTransport(p, listen, cfg.auth, cfg.devices)
+		tr, err := newTransport(p, listen, cfg.auth, cfg.devices, cfg.initiator)
 		if err != nil {
 			return nil, err
 		}
@@ -149,13 +150,15 @@ func loadAuth(path string) (*auth.Secret, error) {
 	return auth.Load(path)
 }
 
-// newTransport builds the transport for --protocol.
-func newTransport(protocol, listen string, secret *auth.Secret, devices []string) (engine.Transport, error) {
+// newTransport builds the transport for --protocol. An initiator's tcp
+// and shm listen nowhere (dialOnly); its rdma control listener is on
+// listen's host (loopback).
+func newTransport(protocol, listen string, secret *auth.Secret, devices []string, dialOnly bool) (engine.Transport, error) {
 	switch protocol {
 	case "tcp":
-		return tcp.New(tcp.Config{Listen: listen, Auth: secret}), nil
+		return tcp.New(tcp.Config{Listen: listen, Auth: secret, DialOnly: dialOnly}), nil
 	case "shm":
-		return shm.New(shm.Config{Secret: secret}), nil
+		return shm.New(shm.Config{Secret: secret, DialOnly: dialOnly}), nil
 	case "rdma":
 		// The control listener goes on the data listener's host; with
 		// none given (all interfaces) the transport picks its first
