@@ -103,8 +103,13 @@ func runBench(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 			if err != nil {
 				return fmt.Errorf("%s: %w", label, err)
 			}
+			rounds, turn := bc.Rounds()
 			for _, r := range rs {
 				r.Segment, r.InProcess, r.Auth = env.segment, env.target != nil, c.Auth
+				if share := (turn * time.Duration(rounds)).Seconds(); r.Seconds > 2*share && r.Seconds-share > 1 {
+					fmt.Fprintf(progress, "te bench: %s over %s measured %.1fs, not its %.1fs: each turn ends when every thread's batch in flight (%s in all) is done; lower --threads, --batch-size or --block-size for a shorter run\n",
+						label, r.Protocol, r.Seconds, share, c.size(bc.Footprint()))
+				}
 				if c.Verify {
 					ok, err := bench.Verify(ctx, &env.Env, bc, r.Protocol)
 					if err != nil {

@@ -98,6 +98,9 @@ func si(v float64) string {
 }
 
 func latency(us float64) string {
+	if us >= 1e6 {
+		return fmt.Sprintf("%.2f s", us/1e6)
+	}
 	if us >= 1000 {
 		return fmt.Sprintf("%.2f ms", us/1000)
 	}

@@ -187,7 +187,7 @@ func Run(ctx context.Context, env *Env, c Config) ([]*Result, error) {
 		// One untimed batch per thread, all threads at once, connects
 		// the transport and faults in the pages of both buffers.
 		if c.Stage != nil {
-			c.Stage(fmt.Sprintf("warming up %s: one batch per thread (%d threads)", name(proto), c.Threads))
+			c.Stage(fmt.Sprintf("warming up %s: one batch per thread at once (%d × %d requests)", name(proto), c.Threads, c.Batch))
 		}
 		if err := runAll(ctx, loops[pi]); err != nil {
 			return nil, fmt.Errorf("warm-up over %s: %w", name(proto), err)
