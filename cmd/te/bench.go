@@ -32,6 +32,9 @@ func runBench(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	if err != nil {
 		return err
 	}
+	if c.Mode == "target" {
+		return runServe(ctx, c.serveArgs(), stdout, stderr)
+	}
 	var rep *cli.Report[*benchResult]
 	if c.JSON {
 		rep = cli.NewReport[*benchResult](c.fs)

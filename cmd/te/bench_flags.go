@@ -2,6 +2,7 @@ package main
 
 import (
 	"errors"
+	"net"
 	"flag"
 	"io"
 	"os"
@@ -38,6 +39,9 @@ type benchConfig struct {
 	secret     *auth.Secret // loaded from AuthFile
 	Trace      bool
 	Devices    []string
+	// Mooncake's transfer_engine_bench flags.
+	Mode            string
+	LocalServerName string
 	// block prints sizes in the unit --block-size was given in.
 	block   *cli.Size
 	buf     *cli.Size
@@ -90,6 +94,9 @@ func benchFlags(c *benchConfig, help io.Writer) *cli.FlagSet {
 	fs.BoolVar(&c.Trace, "trace", false, "trace the TCP lanes with eBPF (root) while measuring and print a per-lane table (untraced, from TCP_INFO, where eBPF is unavailable)")
 	devices := &cli.List{}
 	fs.Var(devices, "devices", "RDMA `devices` of the initiator (and of an in-process target), one rail each (rxe0,rxe2); default: every device with an active port")
+	mode := cli.NewChoice("initiator", "initiator", "target")
+	fs.Var(mode, "mode", "Mooncake's --mode: initiator (what te bench does) or target (runs te serve with the flags that apply)")
+	fs.StringVar(&c.LocalServerName, "local-server-name", "", "Mooncake's `host[:port]`: with p2p metadata the host the stores listen on (with --mode target also the port), else the target's segment name")
 	fs.Alias("segment", "segment_id")
 	fs.Alias("metadata", "metadata_server")
 	fs.Alias("devices", "device_name")
@@ -97,7 +104,7 @@ func benchFlags(c *benchConfig, help io.Writer) *cli.FlagSet {
 	// Resolved after Parse.
 	c.resolve = func() {
 		c.Operation, c.Protocol, c.Protocols, c.protoSet, c.ReportUnit = op.V, proto.String(), proto.V, proto.Given, unit.V
-		c.Devices, c.AuthFile = devices.V, *authFile
+		c.Devices, c.AuthFile, c.Mode = devices.V, *authFile, mode.V
 		c.BlockSize, c.BufferSize, c.Duration = c.block.N, buf.N, dur.D
 	}
 	return fs
@@ -113,7 +120,22 @@ func parseBench(args []string, help io.Writer) (*benchConfig, error) {
 		return nil, fs.Usagef("unexpected arguments %q (te bench takes only flags)", strings.Join(fs.Args(), " "))
 	}
 	c.resolve()
+	if m := mooncakeMetadata(c.Metadata); m != "" {
+		return nil, fs.Usagef("--metadata %s: %s", cli.Printable(c.Metadata), m)
+	}
 	c.Metadata = metadataURI(c.Metadata)
+	if c.LocalServerName != "" && c.Mode != "target" && strings.HasPrefix(c.Metadata, "p2p://") {
+		// The initiator's store listens on that host; the port stays
+		// free (an in-process target needs one of its own).
+		host, _, err := net.SplitHostPort(c.LocalServerName)
+		if err != nil {
+			host = c.LocalServerName
+		}
+		c.Metadata = "p2p://" + net.JoinHostPort(host, "0")
+	}
+	if err := checkSegment(fs, c.Metadata, c.Segment); err != nil {
+		return nil, err
+	}
 	switch {
 	case c.BlockSize <= 0 || c.BlockSize > 1<<30:
 		return nil, fs.Usagef("--block-size %s: want 1 byte to 1GiB", c.block)
@@ -130,6 +152,19 @@ func parseBench(args []string, help io.Writer) (*benchConfig, error) {
 		return nil, fs.Usagef("block × batch × threads = %s: over 64GiB", c.size(fp))
 	}
 	return c, nil
+}
+
+// serveArgs are te serve's flags for Mooncake's --mode=target: the ones
+// that apply to a target, as given.
+func (c *benchConfig) serveArgs() []string {
+	var out []string
+	c.fs.Visit(func(f *flag.Flag) {
+		switch f.Name {
+		case "metadata", "protocol", "buffer-size", "devices", "auth-file", "local-server-name":
+			out = append(out, "--"+f.Name+"="+f.Value.String())
+		}
+	})
+	return out
 }
 
 // maxBlock is the largest block the run measures.
@@ -163,6 +198,29 @@ func defaultMetadata() string {
 		return v
 	}
 	return "p2p"
+}
+
+// localServerName applies Mooncake's --local_server_name host[:port]:
+// with p2p metadata the store listens there, else it names the segment.
+func localServerName(metadata, lsn, name string) (string, string, error) {
+	if !strings.HasPrefix(metadata, "p2p://") {
+		if name == "" {
+			name = lsn
+		}
+		return metadata, name, nil
+	}
+	host, port, err := net.SplitHostPort(lsn)
+	if err != nil {
+		host, port = lsn, "0"
+	}
+	if host == "" || strings.ContainsAny(host, "/?#@") {
+		return "", "", errors.New("want host or host:port")
+	}
+	u := "p2p://" + net.JoinHostPort(host, port)
+	if _, q, ok := strings.Cut(metadata, "?"); ok {
+		u += "?" + q
+	}
+	return u, name, nil
 }
 
 // metadataURI maps Mooncake's spellings of the embedded store to ours.

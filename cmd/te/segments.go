@@ -40,6 +40,9 @@ func runSegments(ctx context.Context, args []string) error {
 	if err := fs.Parse(args); err != nil {
 		return err
 	}
+	if m := mooncakeMetadata(*metadata); m != "" {
+		return fs.Usagef("--metadata %s: %s", cli.Printable(*metadata), m)
+	}
 	var names []string
 	for _, n := range strings.Split(*peers, ",") {
 		if n = strings.TrimSpace(n); n != "" {
@@ -105,7 +108,7 @@ func listSegments(ctx context.Context, w io.Writer, uri string, secret *auth.Sec
 		if err := rep.Write(w); err != nil {
 			return err
 		}
-	} else {
+	} else if len(descs) > 0 {
 		pa, _ := st.(publishedAt)
 		tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
 		fmt.Fprintln(tw, "NAME\tEPOCH\tVERSION\tPROTOCOLS\tRAILS\tBUFFERS\tAGE")
@@ -119,12 +122,13 @@ func listSegments(ctx context.Context, w io.Writer, uri string, secret *auth.Sec
 		if err := printRails(w, descs); err != nil {
 			return err
 		}
-		if len(descs) == 0 && len(failed) == 0 {
-			fmt.Fprintln(os.Stderr, "te segments: no segments")
-		}
+	} else if len(failed) == 0 {
+		fmt.Fprintln(os.Stderr, "te segments: no segments")
 	}
 	if len(failed) > 0 {
-		return fmt.Errorf("%d of %d segments could not be fetched: %w", len(failed), len(names), errors.Join(failed...))
+		// Each failure is printed above, with its name: the error says
+		// how many, and still wraps them for errors.Is.
+		return &summaryErr{fmt.Sprintf("%d of %d segments could not be fetched", len(failed), len(names)), errors.Join(failed...)}
 	}
 	return nil
 }
@@ -232,3 +236,12 @@ func ageCell(pa publishedAt, name string, now time.Time) string {
 	}
 	return age.Round(time.Second).String()
 }
+
+// summaryErr counts failures printed one by one, wrapping them.
+type summaryErr struct {
+	msg  string
+	errs error
+}
+
+func (e *summaryErr) Error() string { return e.msg }
+func (e *summaryErr) Unwrap() error { return e.errs }

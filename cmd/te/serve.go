@@ -19,6 +19,7 @@ func init() {
 }
 
 func runServe(ctx context.Context, args []string, stdout, stderr io.Writer) error {
+	var err0 error
 	fs := cli.NewFlagSet("te serve", "te serve [flags]",
 		"Registers a buffer, publishes it as a segment and serves transfers to it\n"+
 			"until SIGINT or SIGTERM. Prints the segment name for te bench --segment.\n"+
@@ -33,10 +34,24 @@ func runServe(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	listen := fs.String("listen", "", "the transport's data listener, host:port (default: the p2p store's host, else all interfaces, any port)")
 	name := fs.String("name", "", "segment name for stores that do not assign one (default hostname/pid; p2p names the segment host:port)")
 	authFile := authFlag(fs.FlagSet)
+	lsn := fs.String("local-server-name", "", "Mooncake's `host[:port]` of this server: with p2p metadata the address the store listens on, else the segment name")
+	mode := fs.String("mode", "target", "Mooncake's --mode: target (what te serve does); for initiator run te bench")
 	fs.Alias("metadata", "metadata_server")
 	fs.Alias("devices", "device_name")
 	if err := fs.Parse(args); err != nil {
 		return err
+	}
+	if !strings.EqualFold(*mode, "target") {
+		return fs.Usagef("--mode %s: te serve is the target; the initiator is te bench", cli.Printable(*mode))
+	}
+	if m := mooncakeMetadata(*metadata); m != "" {
+		return fs.Usagef("--metadata %s: %s", cli.Printable(*metadata), m)
+	}
+	*metadata = metadataURI(*metadata)
+	if *lsn != "" {
+		if *metadata, *name, err0 = localServerName(*metadata, *lsn, *name); err0 != nil {
+			return fs.Usagef("--local-server-name %s: %v", cli.Printable(*lsn), err0)
+		}
 	}
 	if fs.NArg() > 0 {
 		return fs.Usagef("unexpected arguments %q (te serve takes only flags)", strings.Join(fs.Args(), " "))
@@ -49,7 +64,7 @@ func runServe(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 		return err
 	}
 	n, err := openNode(ctx, nodeConfig{
-		metadata: metadataURI(*metadata), auth: secret, name: *name, protocols: protocol.V, listen: *listen, devices: devices.V, bufSize: bufSize.N,
+		metadata: *metadata, auth: secret, name: *name, protocols: protocol.V, listen: *listen, devices: devices.V, bufSize: bufSize.N,
 	})
 	if err != nil {
 		return err
@@ -64,7 +79,7 @@ func runServe(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	for _, b := range d.Buffers {
 		fmt.Fprintf(stderr, "te serve: buffer %#x, %s (%s)\n", b.Addr, bufSize.Format(int64(b.Length)), b.Location)
 	}
-	fmt.Fprintf(stderr, "te serve: metadata %s; run: te bench --segment %s --protocol %s\n", metadataURI(*metadata), d.Name, protocol)
+	fmt.Fprintf(stderr, "te serve: metadata %s; run: te bench --segment %s --protocol %s\n", n.metadataAddr(), d.Name, protocol)
 	if f, ok := stdout.(*os.File); ok {
 		f.Sync()
 	}

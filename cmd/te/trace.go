@@ -184,7 +184,7 @@ func printTraceTable(w io.Writer, rows []traceRow) {
 			st += " (gone)"
 		}
 		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\t%s\t%.1f\t%.1f\t%s\t%s\t%d\t%s\n",
-			r.Peer, r.Lane, st, r.Local, r.Remote, bytesLabel(r.BytesAcked), bytesLabel(r.BytesReceived),
+			cli.Printable(r.Peer), cli.Printable(r.Lane), st, r.Local, r.Remote, bytesLabel(r.BytesAcked), bytesLabel(r.BytesReceived),
 			r.TxBps/1e6, r.RxBps/1e6, usLabel(r.SRTTMicros), usLabel(r.MinRTTMicros), r.Retransmits,
 			(time.Duration(r.IdleMillis * float64(time.Millisecond))).Round(time.Millisecond))
 	}

@@ -251,7 +251,8 @@ func TestErrorLine(t *testing.T) {
 	for in, want := range map[string]string{
 		"dial: dial: connection refused":                         "dial: connection refused",
 		"open: handshake: handshake: refused: auth: wrong proof": "open: handshake: refused: auth: wrong proof",
-		"a: b: c: b: c":        "a: b: c",
+		"a: b: c: b: c": "a: b: c",
+		"engine: unknown segment: segment: not found: 10.0.0.1: segment: not found: p2p: bad name": "engine: unknown segment: segment: not found: 10.0.0.1: p2p: bad name",
 		"peer said \x1b[31mhi": `peer said \x1b[31mhi`,
 		"one\ntwo":             "one; two",
 	} {

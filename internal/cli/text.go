@@ -61,24 +61,16 @@ func ErrorLine(err error) string {
 	return s
 }
 
-// dedupChain drops a link of a "a: b: c" chain that repeats the one
-// before it, and a link that ends the chain and repeats an earlier one
-// ("handshake: refused: handshake: refused").
+// dedupChain drops each link of an "a: b: c" chain that repeats an
+// earlier one ("segment: not found: x: segment: not found: y" says
+// "segment: not found" once), so wrapping layers that each name the same
+// cause read as one line.
 func dedupChain(s string) string {
 	parts := strings.Split(s, ": ")
 	out := parts[:0:0]
 	for _, p := range parts {
-		if n := len(out); n > 0 && out[n-1] == p {
-			continue
-		}
-		out = append(out, p)
-	}
-	// A repeated tail: [x y x y] -> [x y].
-	for n := len(out) / 2; n >= 1; n-- {
-		l := len(out)
-		if slices.Equal(out[l-2*n:l-n], out[l-n:]) {
-			out = out[:l-n]
-			n = len(out)/2 + 1
+		if !slices.Contains(out, p) {
+			out = append(out, p)
 		}
 	}
 	return strings.Join(out, ": ")
