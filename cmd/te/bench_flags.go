@@ -2,9 +2,9 @@ package main
 
 import (
 	"errors"
-	"net"
 	"flag"
 	"io"
+	"net"
 	"os"
 	"strings"
 	"time"
