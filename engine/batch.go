@@ -4,7 +4,6 @@ import (
 	"context"
 	"fmt"
 	"runtime"
-	"slices"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -559,7 +558,7 @@ func (e *Engine) BatchStatus(id BatchID) (TaskStatus, error) {
 	for i := range b.tasks[:n] {
 		ts := b.tasks[i].status()
 		out.Transferred += ts.Transferred
-		if ts.Transport != "" && ts.Transport != out.Transport && !slices.Contains(strings.Split(out.Transport, ","), ts.Transport) {
+		if ts.Transport != "" && ts.Transport != out.Transport && !inList(out.Transport, ts.Transport) {
 			if out.Transport != "" {
 				out.Transport += ","
 			}
@@ -651,4 +650,17 @@ func (e *Engine) Transfer(ctx context.Context, reqs []Request) error {
 		e.bgMu.Unlock()
 	}
 	return werr
+}
+
+// inList says whether name is an item of the comma-separated list,
+// without allocating (BatchStatus runs once per batch on the data path).
+func inList(list, name string) bool {
+	for list != "" {
+		var item string
+		item, list, _ = strings.Cut(list, ",")
+		if item == name {
+			return true
+		}
+	}
+	return false
 }
