@@ -5,7 +5,6 @@ import (
 	"net"
 	"net/url"
 	"strings"
-	"syscall"
 
 	"github.com/rdmago/te/auth"
 	"github.com/rdmago/te/engine/driver"
@@ -30,18 +29,19 @@ func explain(err error) error {
 	if err == nil || errors.As(err, &h) || errors.As(err, &sum) {
 		return err
 	}
-	var ne net.Error
-	switch {
-	case errors.Is(err, auth.ErrDenied):
+	if errors.Is(err, auth.ErrDenied) {
 		return err
-	case errors.Is(err, syscall.ECONNREFUSED):
+	}
+	switch cli.NetCause(err) {
+	case "refused":
 		return &hinted{err, "nothing listens there: is `te serve` running on that host, and is that the port it printed?"}
-	case errors.Is(err, syscall.EHOSTUNREACH), errors.Is(err, syscall.ENETUNREACH):
+	case "unreachable":
 		return &hinted{err, "no route to that host: check the address and the network"}
-	case errors.Is(err, driver.ErrPeerReset):
-		return &hinted{err, "the target stopped or restarted"}
-	case errors.As(err, &ne) && ne.Timeout():
+	case "timeout":
 		return &hinted{err, "no answer in time: is the host up, is the port a te one, or does a firewall drop it?"}
+	}
+	if errors.Is(err, driver.ErrPeerReset) {
+		return &hinted{err, "the target stopped or restarted"}
 	}
 	return err
 }

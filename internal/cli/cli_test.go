@@ -5,6 +5,8 @@ import (
 	"encoding/json"
 	"errors"
 	"flag"
+	"fmt"
+	"net"
 	"strings"
 	"testing"
 	"time"
@@ -279,3 +281,31 @@ var _ flag.Getter = (*Size)(nil)
 var _ flag.Getter = (*Choice)(nil)
 var _ flag.Getter = (*List)(nil)
 var _ flag.Getter = (*Seconds)(nil)
+
+func TestNetCause(t *testing.T) {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	addr := ln.Addr().String()
+	ln.Close()
+	_, err = net.Dial("tcp", addr)
+	if got := NetCause(fmt.Errorf("open segment: %w", err)); got != "refused" {
+		t.Errorf("NetCause(%v) = %q", err, got)
+	}
+	ln, _ = net.Listen("tcp", "127.0.0.1:0")
+	defer ln.Close()
+	c, err := net.Dial("tcp", ln.Addr().String())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	c.SetReadDeadline(time.Now().Add(time.Millisecond))
+	_, err = c.Read(make([]byte, 1))
+	if got := NetCause(err); got != "timeout" {
+		t.Errorf("NetCause(%v) = %q", err, got)
+	}
+	if got := NetCause(errors.New("other")); got != "" {
+		t.Errorf("NetCause(other) = %q", got)
+	}
+}
