@@ -43,9 +43,10 @@ lint:
 	$(GO) mod tidy -diff
 	@bash .ci/check-generate
 
-## generate: the eBPF objects from ebpf/bpf/*.c (bpf2go: clang, llvm, libbpf-dev)
+## generate: the stringer tables (*_string.go) and the eBPF objects from
+## ebpf/bpf/*.c (bpf2go: clang, llvm, libbpf-dev)
 generate:
-	$(GO) generate ./ebpf
+	$(GO) generate ./...
 
 # -race needs cgo in the test binaries only; the product stays cgo-free.
 test-race:

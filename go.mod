@@ -39,5 +39,6 @@ require (
 
 tool (
 	github.com/cilium/ebpf/cmd/bpf2go
+	golang.org/x/tools/cmd/stringer
 	honnef.co/go/tools/cmd/staticcheck
 )

@@ -41,34 +41,26 @@ func (f Filter) all() bool {
 	return f.PID == 0 && f.Cgroup == "" && len(f.Ports) == 0 && len(f.Cookies) == 0
 }
 
+//go:generate go tool stringer -linecomment -type State,EventKind -output state_string.go
+
 // State is a TCP state (include/net/tcp_states.h).
 type State uint8
 
 // TCP states.
 const (
-	Established State = iota + 1
-	SynSent
-	SynRecv
-	FinWait1
-	FinWait2
-	TimeWait
-	Close
-	CloseWait
-	LastAck
-	Listen
-	Closing
-	NewSynRecv
+	Established State = iota + 1 // ESTABLISHED
+	SynSent                      // SYN_SENT
+	SynRecv                      // SYN_RECV
+	FinWait1                     // FIN_WAIT1
+	FinWait2                     // FIN_WAIT2
+	TimeWait                     // TIME_WAIT
+	Close                        // CLOSE
+	CloseWait                    // CLOSE_WAIT
+	LastAck                      // LAST_ACK
+	Listen                       // LISTEN
+	Closing                      // CLOSING
+	NewSynRecv                   // NEW_SYN_RECV
 )
-
-var stateNames = [...]string{"", "ESTABLISHED", "SYN_SENT", "SYN_RECV", "FIN_WAIT1", "FIN_WAIT2",
-	"TIME_WAIT", "CLOSE", "CLOSE_WAIT", "LAST_ACK", "LISTEN", "CLOSING", "NEW_SYN_RECV"}
-
-func (s State) String() string {
-	if s > 0 && int(s) < len(stateNames) {
-		return stateNames[s]
-	}
-	return fmt.Sprintf("State(%d)", uint8(s))
-}
 
 // Conn is one traced connection as of a Snapshot.
 type Conn struct {
@@ -105,19 +97,9 @@ type EventKind uint8
 
 // Event kinds.
 const (
-	StateChange EventKind = iota + 1
-	Retransmit
+	StateChange EventKind = iota + 1 // state
+	Retransmit                       // retransmit
 )
-
-func (k EventKind) String() string {
-	switch k {
-	case StateChange:
-		return "state"
-	case Retransmit:
-		return "retransmit"
-	}
-	return fmt.Sprintf("EventKind(%d)", uint8(k))
-}
 
 // Event is a state change or a retransmission of a traced connection.
 type Event struct {

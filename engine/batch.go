@@ -41,34 +41,22 @@ type Request struct {
 	Transport string
 }
 
+//go:generate go tool stringer -linecomment -type State
+
 // State is a task's (or batch's) progress.
 type State uint32
 
 // States.
 const (
 	// StateInvalid: no such task.
-	StateInvalid State = iota
+	StateInvalid State = iota // INVALID
 	// StatePending: submitted, not finished.
-	StatePending
+	StatePending // PENDING
 	// StateCompleted: every slice succeeded.
-	StateCompleted
+	StateCompleted // COMPLETED
 	// StateFailed: finished with at least one slice failed.
-	StateFailed
+	StateFailed // FAILED
 )
-
-func (s State) String() string {
-	switch s {
-	case StateInvalid:
-		return "INVALID"
-	case StatePending:
-		return "PENDING"
-	case StateCompleted:
-		return "COMPLETED"
-	case StateFailed:
-		return "FAILED"
-	}
-	return "State(?)"
-}
 
 // TaskStatus is a task's (or a batch's aggregated) state.
 type TaskStatus struct {

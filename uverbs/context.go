@@ -425,33 +425,27 @@ type AsyncEventType uint32
 
 // Async event types.
 const (
-	EventCQErr            AsyncEventType = 0
-	EventQPFatal          AsyncEventType = 1
-	EventQPReqErr         AsyncEventType = 2
-	EventQPAccessErr      AsyncEventType = 3
-	EventCommEst          AsyncEventType = 4
-	EventSQDrained        AsyncEventType = 5
-	EventPathMig          AsyncEventType = 6
-	EventPathMigErr       AsyncEventType = 7
-	EventDeviceFatal      AsyncEventType = 8
-	EventPortActive       AsyncEventType = 9
-	EventPortErr          AsyncEventType = 10
-	EventLIDChange        AsyncEventType = 11
-	EventPKeyChange       AsyncEventType = 12
-	EventSMChange         AsyncEventType = 13
-	EventSRQErr           AsyncEventType = 14
-	EventSRQLimitReached  AsyncEventType = 15
-	EventQPLastWQEReached AsyncEventType = 16
-	EventClientReregister AsyncEventType = 17
-	EventGIDChange        AsyncEventType = 18
-	EventWQFatal          AsyncEventType = 19
+	EventCQErr            AsyncEventType = 0  // CQ_ERR
+	EventQPFatal          AsyncEventType = 1  // QP_FATAL
+	EventQPReqErr         AsyncEventType = 2  // QP_REQ_ERR
+	EventQPAccessErr      AsyncEventType = 3  // QP_ACCESS_ERR
+	EventCommEst          AsyncEventType = 4  // COMM_EST
+	EventSQDrained        AsyncEventType = 5  // SQ_DRAINED
+	EventPathMig          AsyncEventType = 6  // PATH_MIG
+	EventPathMigErr       AsyncEventType = 7  // PATH_MIG_ERR
+	EventDeviceFatal      AsyncEventType = 8  // DEVICE_FATAL
+	EventPortActive       AsyncEventType = 9  // PORT_ACTIVE
+	EventPortErr          AsyncEventType = 10 // PORT_ERR
+	EventLIDChange        AsyncEventType = 11 // LID_CHANGE
+	EventPKeyChange       AsyncEventType = 12 // PKEY_CHANGE
+	EventSMChange         AsyncEventType = 13 // SM_CHANGE
+	EventSRQErr           AsyncEventType = 14 // SRQ_ERR
+	EventSRQLimitReached  AsyncEventType = 15 // SRQ_LIMIT_REACHED
+	EventQPLastWQEReached AsyncEventType = 16 // QP_LAST_WQE_REACHED
+	EventClientReregister AsyncEventType = 17 // CLIENT_REREGISTER
+	EventGIDChange        AsyncEventType = 18 // GID_CHANGE
+	EventWQFatal          AsyncEventType = 19 // WQ_FATAL
 )
-
-var asyncNames = [...]string{"CQ_ERR", "QP_FATAL", "QP_REQ_ERR", "QP_ACCESS_ERR", "COMM_EST", "SQ_DRAINED",
-	"PATH_MIG", "PATH_MIG_ERR", "DEVICE_FATAL", "PORT_ACTIVE", "PORT_ERR", "LID_CHANGE", "PKEY_CHANGE",
-	"SM_CHANGE", "SRQ_ERR", "SRQ_LIMIT_REACHED", "QP_LAST_WQE_REACHED", "CLIENT_REREGISTER", "GID_CHANGE", "WQ_FATAL"}
-
-func (t AsyncEventType) String() string { return enumString(asyncNames[:], t, "AsyncEvent") }
 
 // AsyncEvent is an asynchronous event of the device, a port, a QP or a CQ.
 type AsyncEvent struct {

@@ -141,22 +141,10 @@ type GIDType uint8
 
 // GID types.
 const (
-	GIDTypeIB     GIDType = 0
-	GIDTypeRoCEv1 GIDType = 1
-	GIDTypeRoCEv2 GIDType = 2
+	GIDTypeIB     GIDType = 0 // IB
+	GIDTypeRoCEv1 GIDType = 1 // RoCE v1
+	GIDTypeRoCEv2 GIDType = 2 // RoCE v2
 )
-
-func (t GIDType) String() string {
-	switch t {
-	case GIDTypeIB:
-		return "IB"
-	case GIDTypeRoCEv1:
-		return "RoCE v1"
-	case GIDTypeRoCEv2:
-		return "RoCE v2"
-	}
-	return fmt.Sprintf("GIDType(%d)", uint8(t))
-}
 
 // GIDEntry is one valid entry of a port's GID table.
 type GIDEntry struct {
@@ -263,28 +251,12 @@ type PortState uint8
 
 // Port states.
 const (
-	PortDown        PortState = 1
-	PortInit        PortState = 2
-	PortArmed       PortState = 3
-	PortActive      PortState = 4
-	PortActiveDefer PortState = 5
+	PortDown        PortState = 1 // DOWN
+	PortInit        PortState = 2 // INIT
+	PortArmed       PortState = 3 // ARMED
+	PortActive      PortState = 4 // ACTIVE
+	PortActiveDefer PortState = 5 // ACTIVE_DEFER
 )
-
-func (s PortState) String() string {
-	switch s {
-	case PortDown:
-		return "DOWN"
-	case PortInit:
-		return "INIT"
-	case PortArmed:
-		return "ARMED"
-	case PortActive:
-		return "ACTIVE"
-	case PortActiveDefer:
-		return "ACTIVE_DEFER"
-	}
-	return fmt.Sprintf("PortState(%d)", uint8(s))
-}
 
 // DeviceForAddr finds the device and port whose GID table holds the RoCE v2
 // GID of addr (e.g. the IP of a rail's netdev), by value.

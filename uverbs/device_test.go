@@ -140,7 +140,7 @@ func TestNames(t *testing.T) {
 		t.Error("names")
 	}
 	// Values without a name fall back to type(value).
-	if got := [...]string{WROpcode(200).String(), WCStatus(22).String(), WCStatus(1).String(), AsyncEventType(77).String(), EventWQFatal.String()}; got != [...]string{"WROpcode(200)", "WCStatus(22)", "local length error", "AsyncEvent(77)", "WQ_FATAL"} {
+	if got := [...]string{WROpcode(200).String(), WCStatus(22).String(), WCStatus(1).String(), AsyncEventType(77).String(), EventWQFatal.String()}; got != [...]string{"WROpcode(200)", "WCStatus(22)", "local length error", "AsyncEventType(77)", "WQ_FATAL"} {
 		t.Errorf("names %q", got)
 	}
 	wc := WC{ID: 3, Status: WCRemAccessErr, QPN: 0x11}

@@ -1,5 +1,8 @@
 package uverbs
 
+// The names of the enumerations below are their constants' line comments.
+//go:generate go tool stringer -linecomment -output enums_string.go -type DriverID,QPState,WROpcode,WCStatus,WCOpcode,GIDType,PortState,AsyncEventType
+
 import (
 	"fmt"
 	"net/netip"
@@ -23,20 +26,10 @@ type (
 
 // Driver IDs of the providers this module knows.
 const (
-	DriverUnknown DriverID = 0
-	DriverMLX5    DriverID = 1
-	DriverRXE     DriverID = 14
+	DriverUnknown DriverID = 0  // unknown
+	DriverMLX5    DriverID = 1  // mlx5
+	DriverRXE     DriverID = 14 // rxe
 )
-
-func (d DriverID) String() string {
-	switch d {
-	case DriverMLX5:
-		return "mlx5"
-	case DriverRXE:
-		return "rxe"
-	}
-	return fmt.Sprintf("driver(%d)", uint32(d))
-}
 
 // GID is a 16-byte global identifier (an IPv6 address; RoCE v2 uses the
 // IPv4-mapped form ::ffff:a.b.c.d for IPv4).
@@ -99,27 +92,14 @@ type QPState uint8
 
 // QP states.
 const (
-	QPStateReset QPState = 0
-	QPStateInit  QPState = 1
-	QPStateRTR   QPState = 2
-	QPStateRTS   QPState = 3
-	QPStateSQD   QPState = 4
-	QPStateSQE   QPState = 5
-	QPStateErr   QPState = 6
+	QPStateReset QPState = 0 // RESET
+	QPStateInit  QPState = 1 // INIT
+	QPStateRTR   QPState = 2 // RTR
+	QPStateRTS   QPState = 3 // RTS
+	QPStateSQD   QPState = 4 // SQD
+	QPStateSQE   QPState = 5 // SQE
+	QPStateErr   QPState = 6 // ERR
 )
-
-var qpStateNames = [...]string{"RESET", "INIT", "RTR", "RTS", "SQD", "SQE", "ERR"}
-
-func (s QPState) String() string { return enumString(qpStateNames[:], s, "QPState") }
-
-// enumString names v by names (indexed by value), or kind(v) when it has
-// no name.
-func enumString[T ~uint8 | ~uint32](names []string, v T, kind string) string {
-	if uint64(v) < uint64(len(names)) {
-		return names[v]
-	}
-	return fmt.Sprintf("%s(%d)", kind, uint64(v))
-}
 
 // QPCaps are the queue sizes of a QP.
 type QPCaps struct {
@@ -142,18 +122,14 @@ type WROpcode uint8
 
 // Send opcodes.
 const (
-	WRRDMAWrite         WROpcode = 0
-	WRRDMAWriteWithImm  WROpcode = 1
-	WRSend              WROpcode = 2
-	WRSendWithImm       WROpcode = 3
-	WRRDMARead          WROpcode = 4
-	WRAtomicCmpAndSwp   WROpcode = 5
-	WRAtomicFetchAndAdd WROpcode = 6
+	WRRDMAWrite         WROpcode = 0 // RDMA_WRITE
+	WRRDMAWriteWithImm  WROpcode = 1 // RDMA_WRITE_WITH_IMM
+	WRSend              WROpcode = 2 // SEND
+	WRSendWithImm       WROpcode = 3 // SEND_WITH_IMM
+	WRRDMARead          WROpcode = 4 // RDMA_READ
+	WRAtomicCmpAndSwp   WROpcode = 5 // ATOMIC_CMP_AND_SWP
+	WRAtomicFetchAndAdd WROpcode = 6 // ATOMIC_FETCH_AND_ADD
 )
-
-var wrOpNames = [...]string{"RDMA_WRITE", "RDMA_WRITE_WITH_IMM", "SEND", "SEND_WITH_IMM", "RDMA_READ", "ATOMIC_CMP_AND_SWP", "ATOMIC_FETCH_AND_ADD"}
-
-func (o WROpcode) String() string { return enumString(wrOpNames[:], o, "WROpcode") }
 
 // SendFlags modify a send work request (values of IB_UVERBS_SEND_*).
 type SendFlags uint8
@@ -207,81 +183,45 @@ type WCStatus uint8
 
 // Completion statuses.
 const (
-	WCSuccess        WCStatus = 0
-	WCLocLenErr      WCStatus = 1
-	WCLocQPOpErr     WCStatus = 2
-	WCLocEECOpErr    WCStatus = 3
-	WCLocProtErr     WCStatus = 4
-	WCWRFlushErr     WCStatus = 5
-	WCMWBindErr      WCStatus = 6
-	WCBadRespErr     WCStatus = 7
-	WCLocAccessErr   WCStatus = 8
-	WCRemInvReqErr   WCStatus = 9
-	WCRemAccessErr   WCStatus = 10
-	WCRemOpErr       WCStatus = 11
-	WCRetryExcErr    WCStatus = 12
-	WCRNRRetryExcErr WCStatus = 13
-	WCLocRDDViolErr  WCStatus = 14
-	WCRemInvRDReqErr WCStatus = 15
-	WCRemAbortErr    WCStatus = 16
-	WCInvEECNErr     WCStatus = 17
-	WCInvEECStateErr WCStatus = 18
-	WCFatalErr       WCStatus = 19
-	WCRespTimeoutErr WCStatus = 20
-	WCGeneralErr     WCStatus = 21
-	numWCStatus               = 22
+	WCSuccess        WCStatus = 0  // success
+	WCLocLenErr      WCStatus = 1  // local length error
+	WCLocQPOpErr     WCStatus = 2  // local QP operation error
+	WCLocEECOpErr    WCStatus = 3  // local EE context operation error
+	WCLocProtErr     WCStatus = 4  // local protection error
+	WCWRFlushErr     WCStatus = 5  // WR flushed
+	WCMWBindErr      WCStatus = 6  // memory window bind error
+	WCBadRespErr     WCStatus = 7  // bad response error
+	WCLocAccessErr   WCStatus = 8  // local access error
+	WCRemInvReqErr   WCStatus = 9  // remote invalid request error
+	WCRemAccessErr   WCStatus = 10 // remote access error
+	WCRemOpErr       WCStatus = 11 // remote operation error
+	WCRetryExcErr    WCStatus = 12 // transport retry counter exceeded
+	WCRNRRetryExcErr WCStatus = 13 // RNR retry counter exceeded
+	WCLocRDDViolErr  WCStatus = 14 // local RDD violation error
+	WCRemInvRDReqErr WCStatus = 15 // remote invalid RD request
+	WCRemAbortErr    WCStatus = 16 // remote aborted error
+	WCInvEECNErr     WCStatus = 17 // invalid EE context number
+	WCInvEECStateErr WCStatus = 18 // invalid EE context state
+	WCFatalErr       WCStatus = 19 // fatal error
+	WCRespTimeoutErr WCStatus = 20 // response timeout error
+	WCGeneralErr     WCStatus = 21 // general error
 )
-
-var wcStatusNames = [numWCStatus]string{
-	"success", "local length error", "local QP operation error", "local EE context operation error",
-	"local protection error", "WR flushed", "memory window bind error", "bad response error",
-	"local access error", "remote invalid request error", "remote access error", "remote operation error",
-	"transport retry counter exceeded", "RNR retry counter exceeded", "local RDD violation error",
-	"remote invalid RD request", "remote aborted error", "invalid EE context number",
-	"invalid EE context state", "fatal error", "response timeout error", "general error",
-}
-
-func (s WCStatus) String() string { return enumString(wcStatusNames[:], s, "WCStatus") }
 
 // WCOpcode says what completed (IB_WC_* opcodes).
 type WCOpcode uint8
 
 // Completion opcodes.
 const (
-	WCSend            WCOpcode = 0
-	WCRDMAWrite       WCOpcode = 1
-	WCRDMARead        WCOpcode = 2
-	WCCompSwap        WCOpcode = 3
-	WCFetchAdd        WCOpcode = 4
-	WCBindMW          WCOpcode = 5
-	WCLocalInv        WCOpcode = 6
-	WCRecv            WCOpcode = 128
-	WCRecvRDMAWithImm WCOpcode = 129
+	WCSend            WCOpcode = 0   // SEND
+	WCRDMAWrite       WCOpcode = 1   // RDMA_WRITE
+	WCRDMARead        WCOpcode = 2   // RDMA_READ
+	WCCompSwap        WCOpcode = 3   // COMP_SWAP
+	WCFetchAdd        WCOpcode = 4   // FETCH_ADD
+	WCBindMW          WCOpcode = 5   // BIND_MW
+	WCLocalInv        WCOpcode = 6   // LOCAL_INV
+	WCRecv            WCOpcode = 128 // RECV
+	WCRecvRDMAWithImm WCOpcode = 129 // RECV_RDMA_WITH_IMM
 )
-
-func (o WCOpcode) String() string {
-	switch o {
-	case WCSend:
-		return "SEND"
-	case WCRDMAWrite:
-		return "RDMA_WRITE"
-	case WCRDMARead:
-		return "RDMA_READ"
-	case WCCompSwap:
-		return "COMP_SWAP"
-	case WCFetchAdd:
-		return "FETCH_ADD"
-	case WCBindMW:
-		return "BIND_MW"
-	case WCLocalInv:
-		return "LOCAL_INV"
-	case WCRecv:
-		return "RECV"
-	case WCRecvRDMAWithImm:
-		return "RECV_RDMA_WITH_IMM"
-	}
-	return fmt.Sprintf("WCOpcode(%d)", uint8(o))
-}
 
 // WCFlags qualify a completion. The values are the kernel's (ib_wc_flags).
 type WCFlags uint8

@@ -2,26 +2,18 @@ package driver
 
 import "github.com/rdmago/te/segment"
 
+//go:generate go tool stringer -linecomment -type Op
+
 // Op is a transfer direction, seen from the initiator.
 type Op uint8
 
 // Ops.
 const (
 	// Read copies from the target segment into local memory.
-	Read Op = 1
+	Read Op = 1 // READ
 	// Write copies from local memory into the target segment.
-	Write Op = 2
+	Write Op = 2 // WRITE
 )
-
-func (o Op) String() string {
-	switch o {
-	case Read:
-		return "READ"
-	case Write:
-		return "WRITE"
-	}
-	return "Op(?)"
-}
 
 // Slice is one piece of a task, resolved for one transport. Transports
 // read its fields and call Done exactly once; they must not keep the
