@@ -3,6 +3,7 @@
 package engine
 
 import (
+	"cmp"
 	"errors"
 	"fmt"
 	"slices"
@@ -149,7 +150,7 @@ type allocTable struct {
 func (t *allocTable) add(m *Memory) {
 	t.mu.Lock()
 	defer t.mu.Unlock()
-	i, _ := slices.BinarySearchFunc(t.ms, addrOf(m.b), func(x *Memory, a uint64) int { return cmpU64(addrOf(x.b), a) })
+	i, _ := slices.BinarySearchFunc(t.ms, addrOf(m.b), func(x *Memory, a uint64) int { return cmp.Compare(addrOf(x.b), a) })
 	t.ms = slices.Insert(t.ms, i, m)
 }
 
@@ -163,7 +164,7 @@ func (t *allocTable) remove(m *Memory) {
 func (t *allocTable) find(addr, n uint64) *Memory {
 	t.mu.Lock()
 	defer t.mu.Unlock()
-	i, found := slices.BinarySearchFunc(t.ms, addr, func(x *Memory, a uint64) int { return cmpU64(addrOf(x.b), a) })
+	i, found := slices.BinarySearchFunc(t.ms, addr, func(x *Memory, a uint64) int { return cmp.Compare(addrOf(x.b), a) })
 	if !found {
 		i--
 	}
@@ -176,14 +177,4 @@ func (t *allocTable) find(addr, n uint64) *Memory {
 		return m
 	}
 	return nil
-}
-
-func cmpU64(a, b uint64) int {
-	switch {
-	case a < b:
-		return -1
-	case a > b:
-		return 1
-	}
-	return 0
 }

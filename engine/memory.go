@@ -1,6 +1,7 @@
 package engine
 
 import (
+	"cmp"
 	"fmt"
 	"slices"
 	"sync/atomic"
@@ -196,12 +197,7 @@ func (e *Engine) register(addr uint64, mem []byte, location string) error {
 	nrs := make([]*region, 0, len(rs)+1)
 	nrs = append(nrs, rs...)
 	nrs = append(nrs, r)
-	slices.SortFunc(nrs, func(a, b *region) int {
-		if a.addr < b.addr {
-			return -1
-		}
-		return 1
-	})
+	slices.SortFunc(nrs, func(a, b *region) int { return cmp.Compare(a.addr, b.addr) })
 	e.mem.snap.Store(&nrs)
 	if err := e.republish(); err != nil {
 		e.mem.snap.Store(&rs)

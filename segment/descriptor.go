@@ -12,6 +12,7 @@
 package segment
 
 import (
+	"cmp"
 	"errors"
 	"fmt"
 	"slices"
@@ -122,15 +123,7 @@ func (d *Descriptor) Validate() error {
 		seen[p.Name] = true
 	}
 	bufs := slices.Clone(d.Buffers)
-	slices.SortFunc(bufs, func(a, b Buffer) int {
-		switch {
-		case a.Addr < b.Addr:
-			return -1
-		case a.Addr > b.Addr:
-			return 1
-		}
-		return 0
-	})
+	slices.SortFunc(bufs, func(a, b Buffer) int { return cmp.Compare(a.Addr, b.Addr) })
 	for i, b := range bufs {
 		if b.Length == 0 {
 			return fmt.Errorf("%w: %s: empty buffer at %#x", ErrInvalid, d.Name, b.Addr)

@@ -1,6 +1,7 @@
 package shm
 
 import (
+	"cmp"
 	"context"
 	"fmt"
 	"net"
@@ -212,22 +213,12 @@ func (p *peer) addMap(pl []byte, fds []int) error {
 		next = append(next, x)
 	}
 	next = append(next, nm)
-	slices.SortFunc(next, func(a, b *mapping) int { return cmpU64(a.addr, b.addr) })
+	slices.SortFunc(next, func(a, b *mapping) int { return cmp.Compare(a.addr, b.addr) })
 	p.maps.Store(&next)
 	for _, x := range stale {
 		p.unmap(x)
 	}
 	return nil
-}
-
-func cmpU64(a, b uint64) int {
-	switch {
-	case a < b:
-		return -1
-	case a > b:
-		return 1
-	}
-	return 0
 }
 
 // unmap releases a mapping no longer in p.maps once no copy of this
