@@ -73,7 +73,7 @@ func TestStaleBatchIDWhileReused(t *testing.T) {
 
 // counted is a tcp transport that counts the peers it has open.
 type counted struct {
-	*tcp.Transport
+	driver.Transport
 	live *atomic.Int64
 }
 
@@ -96,6 +96,8 @@ func (c counted) Connect(ctx context.Context, remote *segment.Descriptor) (drive
 	c.live.Add(1)
 	return &countedPeer{Peer: p, live: c.live}, nil
 }
+
+func (c counted) Driver() driver.Transport { return c }
 
 func (c counted) Submit(ss []*driver.Slice) {
 	for _, s := range ss {
@@ -124,7 +126,7 @@ func TestCloseSegmentRacesSubmit(t *testing.T) {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { e.Close(); mem.Close() })
-	if err := e.Install(counted{Transport: tcp.New(tcp.Config{Lanes: 1}), live: live}); err != nil {
+	if err := e.Install(counted{Transport: tcp.New(tcp.Config{Lanes: 1}).Driver(), live: live}); err != nil {
 		t.Fatal(err)
 	}
 	if err := e.RegisterLocalMemory(mem.Bytes(), ""); err != nil {
@@ -140,7 +142,7 @@ func TestCloseSegmentRacesSubmit(t *testing.T) {
 		if err := e.Uninstall("tcp"); err != nil {
 			t.Fatal(err)
 		}
-		if err := e.Install(counted{Transport: tcp.New(tcp.Config{Lanes: 1}), live: live}); err != nil {
+		if err := e.Install(counted{Transport: tcp.New(tcp.Config{Lanes: 1}).Driver(), live: live}); err != nil {
 			t.Fatal(err)
 		}
 		req := []engine.Request{{Op: engine.Write, Local: mem.Bytes()[:4096], Target: seg, TargetAddr: tgt.base()}}
@@ -231,7 +233,9 @@ func TestUninstallRacesSubmit(t *testing.T) {
 // keyed is a tcp transport whose memory registrations return a key, and
 // which refuses slices that arrive without one (as an RDMA transport
 // could not send them).
-type keyed struct{ *tcp.Transport }
+type keyed struct{ driver.Transport }
+
+func (k keyed) Driver() driver.Transport { return k }
 
 func (k keyed) RegisterMemory(r driver.Region) (any, error) { return r.Addr(), nil }
 
@@ -257,7 +261,7 @@ func TestRefusedUninstallDisturbsNothing(t *testing.T) {
 	hole, stop := blackhole(t, st, "hole")
 	defer stop()
 	tgt := newNode(t, st, "tgt", 1<<16, tcp.Config{})
-	n := enginetest.NewNode(t, engine.Config{Name: "ini", Store: st}, 1<<16, keyed{tcp.New(tcp.Config{IOTimeout: time.Minute})})
+	n := enginetest.NewNode(t, engine.Config{Name: "ini", Store: st}, 1<<16, keyed{tcp.New(tcp.Config{IOTimeout: time.Minute}).Driver()})
 	ctx := ctxT(t, 2*time.Minute)
 	holeSeg, err := n.Engine.OpenSegment(ctx, "hole", nil)
 	if err != nil {

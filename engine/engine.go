@@ -92,7 +92,7 @@ type Engine struct {
 
 // transportSet is an immutable snapshot of the installed transports.
 type transportSet struct {
-	slots [maxTransports]Transport
+	slots [maxTransports]driver.Transport
 	names [maxTransports]string // the slots' Name()
 	// reach holds the slots' Reacher, nil for transports that reach every
 	// segment offering their protocol.
@@ -256,10 +256,18 @@ func (e *Engine) Close() error {
 // Install adds a transport: it is installed (its listener starts), every
 // registered region is registered with it, and the local descriptor is
 // republished with its protocol entry. Transports installed earlier are
-// preferred in the local descriptor's protocol list.
-func (e *Engine) Install(t Transport) error {
+// preferred in the local descriptor's protocol list. A transport that
+// fails to register memory is closed.
+func (e *Engine) Install(tr Transport) error {
 	if e.closed.Load() {
 		return ErrClosed
+	}
+	if tr == nil {
+		return fmt.Errorf("%w: install: nil transport", ErrInvalidRequest)
+	}
+	t := tr.Driver()
+	if t == nil {
+		return fmt.Errorf("%w: install: %T has no driver", ErrInvalidRequest, tr)
 	}
 	e.tmu.Lock()
 	defer e.tmu.Unlock()

@@ -29,7 +29,8 @@ type fakePeer struct{}
 
 func (fakePeer) Close() error { return nil }
 
-func (f *fake) Name() string { return f.name }
+func (f *fake) Driver() driver.Transport { return f }
+func (f *fake) Name() string             { return f.name }
 func (f *fake) Install(h driver.Host) error {
 	f.host = h
 	return nil
@@ -58,5 +59,7 @@ func (f *fake) Submit(ss []*driver.Slice) {
 
 // reacher is a fake that serves only the segments reaches accepts.
 type reacher struct{ *fake }
+
+func (r reacher) Driver() driver.Transport { return r }
 
 func (r reacher) Reaches(d *segment.Descriptor) bool { return r.reaches(d) }

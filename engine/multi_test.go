@@ -17,16 +17,18 @@ import (
 // named is a tcp transport under another protocol name, counting the
 // slices it carries, so tests can see which transport the engine chose.
 type named struct {
-	*tcp.Transport
+	driver.Transport
 	name   string
 	slices *atomic.Int64
 }
 
 func newNamed(name string) named {
-	return named{Transport: tcp.New(tcp.Config{}), name: name, slices: new(atomic.Int64)}
+	return named{Transport: tcp.New(tcp.Config{}).Driver(), name: name, slices: new(atomic.Int64)}
 }
 
 func (n named) Name() string { return n.name }
+
+func (n named) Driver() driver.Transport { return n }
 
 func (n named) Describe(d *segment.Descriptor) error {
 	if err := n.Transport.Describe(d); err != nil {

@@ -27,6 +27,8 @@ type keyFake struct {
 	}
 }
 
+func (f *keyFake) Driver() driver.Transport { return f }
+
 type keyPeer struct {
 	desc   *segment.Descriptor
 	closed atomic.Bool

@@ -7,9 +7,15 @@ import (
 	"github.com/rdmago/te/engine/driver"
 )
 
-// Transport is a protocol the engine can install (tcp.New, rdma.New,
-// shm.New): an implementation of the contract in package engine/driver.
-type Transport = driver.Transport
+// Transport is a transport as a program holds it: what tcp.New, rdma.New
+// and shm.New return, to hand to Install. Driver is how the engine reaches
+// the transport's implementation of the contract in package engine/driver
+// (after database/sql's driver.Connector); a program has no need to call
+// it. A transport written against that contract alone becomes a Transport
+// with Driver returning itself.
+type Transport interface {
+	Driver() driver.Transport
+}
 
 // Op is a transfer direction, seen from the initiator.
 type Op = driver.Op

@@ -26,7 +26,7 @@ func TestCloseAfterFailedInstall(t *testing.T) {
 	}
 	t.Logf("Install: %v", err)
 	for i := 0; i < 2; i++ {
-		if err := tr.Close(); err != nil {
+		if err := tr.Driver().Close(); err != nil {
 			t.Fatalf("Close #%d after a failed Install: %v", i+1, err)
 		}
 	}
@@ -38,10 +38,10 @@ func TestCloseAfterFailedInstall(t *testing.T) {
 // TestCloseWithoutInstall: Close of a transport never installed is a no-op.
 func TestCloseWithoutInstall(t *testing.T) {
 	tr := rdma.New(rdma.Config{})
-	if err := tr.Close(); err != nil {
+	if err := tr.Driver().Close(); err != nil {
 		t.Fatal(err)
 	}
-	if err := tr.Close(); err != nil {
+	if err := tr.Driver().Close(); err != nil {
 		t.Fatal(err)
 	}
 }

@@ -19,8 +19,9 @@ import (
 	"github.com/rdmago/te/uverbs"
 )
 
-// Transport is the RDMA engine.Transport. Create it with New and hand it
-// to Engine.Install.
+// Transport is the RDMA transport. Create it with New and hand it to
+// engine.Install, which drives it through Driver (the engine/driver
+// contract); its own methods are for inspection.
 type Transport struct {
 	cfg  Config
 	host driver.Host
@@ -65,15 +66,12 @@ func New(cfg Config) *Transport {
 	return t
 }
 
-// Name is segment.ProtoRDMA.
-func (t *Transport) Name() string { return segment.ProtoRDMA }
+// sliceSize is Config.SliceSize.
+func (t *Transport) sliceSize() uint64 { return t.cfg.SliceSize }
 
-// SliceSize is Config.SliceSize.
-func (t *Transport) SliceSize() uint64 { return t.cfg.SliceSize }
-
-// Install opens a context, PD, CQ and owner goroutine per rail and starts
+// install opens a context, PD, CQ and owner goroutine per rail and starts
 // the control listener.
-func (t *Transport) Install(h driver.Host) (err error) {
+func (t *Transport) install(h driver.Host) (err error) {
 	if t.closed.Load() {
 		return fmt.Errorf("rdma: install after Close: %w", driver.ErrClosed)
 	}
@@ -135,9 +133,9 @@ func (t *Transport) railNames() []string {
 	return names
 }
 
-// Describe publishes the rails, the control endpoint and every buffer's
+// describe publishes the rails, the control endpoint and every buffer's
 // per-rail rkeys.
-func (t *Transport) Describe(d *segment.Descriptor) error {
+func (t *Transport) describe(d *segment.Descriptor) error {
 	d.Protocols = append(d.Protocols, segment.Protocol{Name: segment.ProtoRDMA, Endpoint: t.addr})
 	d.Devices = d.Devices[:0]
 	for _, r := range t.rails {
@@ -156,9 +154,9 @@ func (t *Transport) Describe(d *segment.Descriptor) error {
 	return nil
 }
 
-// RegisterMemory registers the region on every rail: local write, remote
+// registerMemory registers the region on every rail: local write, remote
 // read and write.
-func (t *Transport) RegisterMemory(reg driver.Region) (any, error) {
+func (t *Transport) registerMemory(reg driver.Region) (any, error) {
 	k := &regKey{prefer: t.preferred(reg.Location())}
 	for _, r := range t.rails {
 		mr, err := r.v.RegMR(reg.Bytes())
@@ -178,8 +176,8 @@ func (t *Transport) RegisterMemory(reg driver.Region) (any, error) {
 	return k, nil
 }
 
-// UnregisterMemory deregisters the region on every rail.
-func (t *Transport) UnregisterMemory(reg driver.Region, key any) error {
+// unregisterMemory deregisters the region on every rail.
+func (t *Transport) unregisterMemory(reg driver.Region, key any) error {
 	k, ok := key.(*regKey)
 	if !ok {
 		return fmt.Errorf("rdma: unregister: foreign key %T", key)
@@ -197,9 +195,9 @@ func (t *Transport) UnregisterMemory(reg driver.Region, key any) error {
 	return errors.Join(errs...)
 }
 
-// Connect returns the state for one incarnation of a remote segment.
+// connect returns the state for one incarnation of a remote segment.
 // Endpoints are set up lazily, on the first slice for each rail pair.
-func (t *Transport) Connect(ctx context.Context, d *segment.Descriptor) (driver.Peer, error) {
+func (t *Transport) connect(ctx context.Context, d *segment.Descriptor) (driver.Peer, error) {
 	if t.closed.Load() {
 		return nil, fmt.Errorf("rdma: %w", driver.ErrClosed)
 	}
@@ -321,10 +319,10 @@ type routed struct {
 // the rails' owners (on its stack: no allocation).
 const submitChunk = 128
 
-// Submit hands the slices to the rails' owners, taking each rail's queue
+// submitSlices hands the slices to the rails' owners, taking each rail's queue
 // lock and waking its owner once per call (per submitChunk slices); it
 // never blocks on a peer and may be re-entered from Slice.Done on a retry.
-func (t *Transport) Submit(ss []*driver.Slice) {
+func (t *Transport) submitSlices(ss []*driver.Slice) {
 	var buf [submitChunk]routed
 	for len(ss) > 0 {
 		n := min(len(ss), submitChunk)
@@ -401,9 +399,9 @@ func (t *Transport) tune() uverbs.ConnectConfig {
 	return uverbs.ConnectConfig{Timeout: t.cfg.QPTimeout, RetryCnt: t.cfg.RetryCount}
 }
 
-// Close fails every slice in flight with ErrClosed, destroys every QP and
+// shutdown fails every slice in flight with ErrClosed, destroys every QP and
 // registration and stops every goroutine. Idempotent.
-func (t *Transport) Close() error {
+func (t *Transport) shutdown() error {
 	if t.closed.Swap(true) || !t.running {
 		return nil
 	}

@@ -76,7 +76,7 @@ func TestSelection(t *testing.T) {
 				t.Errorf("%s: shm forced: %v, want ErrNoTransport saying %q", c.name, err, c.why)
 			}
 			d, _ := e.SegmentDescriptor(seg)
-			if _, err := tr.Connect(ctx, d); !errors.Is(err, ErrNotReachable) {
+			if _, err := tr.Driver().Connect(ctx, d); !errors.Is(err, ErrNotReachable) {
 				t.Errorf("%s: Connect: %v, want ErrNotReachable", c.name, err)
 			}
 		}
@@ -98,7 +98,7 @@ func TestUnreachable(t *testing.T) {
 		}
 		return &segment.Descriptor{Name: "seg", Protocols: []segment.Protocol{{Name: segment.ProtoSHM, Endpoint: "@x", Attrs: a}}}
 	}
-	if err := tr.Unreachable(attrs()); err != nil || !tr.Reaches(attrs()) {
+	if err := tr.unreachable(attrs()); err != nil || !tr.reaches(attrs()) {
 		t.Errorf("reachable segment: %v", err)
 	}
 	for _, c := range []struct {
@@ -111,7 +111,7 @@ func TestUnreachable(t *testing.T) {
 		{attrs("partial", "2"), "engine.AllocShared"},
 		{attrs("wire", "9"), "wire version"},
 	} {
-		if err := tr.Unreachable(c.d); tr.Reaches(c.d) || err == nil || !strings.Contains(err.Error(), c.why) {
+		if err := tr.unreachable(c.d); tr.reaches(c.d) || err == nil || !strings.Contains(err.Error(), c.why) {
 			t.Errorf("%v: Unreachable %v, want it to say %q", c.d.Protocols, err, c.why)
 		}
 	}

@@ -94,9 +94,10 @@ var hostID = defaultHostID
 
 var defaultHostID = hostid.ID
 
-// Transport is the shm transport. Create it with New and install it in an
-// engine; it is both target (serving its registered memory) and
-// initiator.
+// Transport is the shm transport. Create it with New and hand it to
+// engine.Install, which drives it through Driver (the engine/driver
+// contract); its own methods are for inspection. It is both target
+// (serving its registered memory) and initiator.
 type Transport struct {
 	cfg    Config
 	host   driver.Host
@@ -134,12 +135,6 @@ type sharedRegion struct {
 	off       uint64
 }
 
-var (
-	_ driver.Transport            = (*Transport)(nil)
-	_ driver.Reacher              = (*Transport)(nil)
-	_ driver.UnreachableExplainer = (*Transport)(nil)
-)
-
 // New returns an shm transport; it listens once installed.
 func New(cfg Config) *Transport {
 	if cfg.SliceSize == 0 {
@@ -163,17 +158,14 @@ func New(cfg Config) *Transport {
 		conns: map[*serverConn]struct{}{}, peers: map[*peer]struct{}{}}
 }
 
-// Name returns segment.ProtoSHM.
-func (t *Transport) Name() string { return segment.ProtoSHM }
-
-// SliceSize returns Config.SliceSize.
-func (t *Transport) SliceSize() uint64 { return t.cfg.SliceSize }
+// sliceSize returns Config.SliceSize.
+func (t *Transport) sliceSize() uint64 { return t.cfg.SliceSize }
 
 // Endpoint is the abstract socket name peers connect to (after Install).
 func (t *Transport) Endpoint() string { return t.endpoint }
 
-// Install listens on a fresh abstract unix socket and starts the copiers.
-func (t *Transport) Install(h driver.Host) error {
+// install listens on a fresh abstract unix socket and starts the copiers.
+func (t *Transport) install(h driver.Host) error {
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	if t.closed.Load() {
@@ -352,10 +344,10 @@ func (c *copier) linger() bool {
 	return false
 }
 
-// Describe adds the shm protocol entry: the socket, the host and user
+// describe adds the shm protocol entry: the socket, the host and user
 // identity, and "partial" when some registered memory is not shareable
 // (then initiators do not choose shm for this segment).
-func (t *Transport) Describe(d *segment.Descriptor) error {
+func (t *Transport) describe(d *segment.Descriptor) error {
 	if t.cfg.DialOnly && t.host != nil {
 		return nil // serves nothing
 	}
@@ -372,9 +364,9 @@ func (t *Transport) Describe(d *segment.Descriptor) error {
 	return nil
 }
 
-// Reaches reports whether d is a segment on this host, of this user, all
+// reaches reports whether d is a segment on this host, of this user, all
 // of whose memory is shared. It does not allocate.
-func (t *Transport) Reaches(d *segment.Descriptor) bool {
+func (t *Transport) reaches(d *segment.Descriptor) bool {
 	for i := range d.Protocols {
 		p := &d.Protocols[i]
 		if p.Name != segment.ProtoSHM {
@@ -386,12 +378,12 @@ func (t *Transport) Reaches(d *segment.Descriptor) bool {
 	return false
 }
 
-// Unreachable says why Reaches is false for d (nil when it is true): what
+// unreachable says why reaches is false for d (nil when it is true): what
 // the user must change for shm to carry its bytes.
-func (t *Transport) Unreachable(d *segment.Descriptor) error {
+func (t *Transport) unreachable(d *segment.Descriptor) error {
 	p, ok := d.Protocol(segment.ProtoSHM)
 	switch {
-	case t.Reaches(d):
+	case t.reaches(d):
 		return nil
 	case !ok || p.Endpoint == "":
 		return fmt.Errorf("shm: %s does not serve shm", d.Name)
@@ -406,9 +398,9 @@ func (t *Transport) Unreachable(d *segment.Descriptor) error {
 	}
 }
 
-// RegisterMemory gives a region in shared memory (engine.AllocShared) a
+// registerMemory gives a region in shared memory (engine.AllocShared) a
 // slot; other memory is counted as not shareable.
-func (t *Transport) RegisterMemory(r driver.Region) (any, error) {
+func (t *Transport) registerMemory(r driver.Region) (any, error) {
 	fd, off, ok := r.SharedFD()
 	t.mu.Lock()
 	defer t.mu.Unlock()
@@ -432,9 +424,9 @@ func (t *Transport) RegisterMemory(r driver.Region) (any, error) {
 	return nil, nil
 }
 
-// UnregisterMemory revokes the region from every peer: once it returns, no
+// unregisterMemory revokes the region from every peer: once it returns, no
 // peer copy into it is in progress and none can start.
-func (t *Transport) UnregisterMemory(r driver.Region, key any) error {
+func (t *Transport) unregisterMemory(r driver.Region, key any) error {
 	sr, _ := key.(*sharedRegion)
 	t.mu.Lock()
 	if sr == nil {
@@ -485,11 +477,11 @@ func (t *Transport) isLive(sr *sharedRegion) bool {
 	return t.slots[sr.slot] == sr
 }
 
-// Submit copies the slices. Small submissions are copied by the calling
+// submitSlices copies the slices. Small submissions are copied by the calling
 // goroutine before Submit returns; large ones are shared with the copiers
 // (each goroutine takes the next slice until none is left), and each slice
 // completes on the goroutine that copied it.
-func (t *Transport) Submit(ss []*driver.Slice) {
+func (t *Transport) submitSlices(ss []*driver.Slice) {
 	t.submitting.Add(1)
 	defer t.submitting.Add(-1)
 	if t.closed.Load() {
@@ -538,14 +530,14 @@ func copySlice(s *driver.Slice) {
 	s.Done(n, err)
 }
 
-// Connect hands the target's memory to this process: it checks that the
+// connect hands the target's memory to this process: it checks that the
 // segment is reachable, connects, authenticates and maps every region the
 // target shares.
-func (t *Transport) Connect(ctx context.Context, remote *segment.Descriptor) (driver.Peer, error) {
+func (t *Transport) connect(ctx context.Context, remote *segment.Descriptor) (driver.Peer, error) {
 	if t.host == nil {
 		return nil, fmt.Errorf("shm: not installed")
 	}
-	if !t.Reaches(remote) {
+	if !t.reaches(remote) {
 		return nil, fmt.Errorf("%w: %s", ErrNotReachable, remote.Name)
 	}
 	pr, _ := remote.Protocol(segment.ProtoSHM)
@@ -599,10 +591,10 @@ func (t *Transport) Stats() Stats {
 	return st
 }
 
-// Close stops serving, disconnects every peer (their slices not yet
+// shutdown stops serving, disconnects every peer (their slices not yet
 // copied fail) and unmaps everything. It is idempotent and safe on a nil
 // Transport.
-func (t *Transport) Close() error {
+func (t *Transport) shutdown() error {
 	if t == nil {
 		return nil
 	}

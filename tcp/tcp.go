@@ -127,7 +127,8 @@ func statusErr(s status) error {
 }
 
 // Transport is the TCP transport. Create it with New and hand it to
-// engine.Install; the engine calls the rest.
+// engine.Install, which drives it through Driver (the engine/driver
+// contract); its own methods are for inspection.
 type Transport struct {
 	cfg  Config
 	host driver.Host
@@ -153,8 +154,6 @@ type Transport struct {
 	peak      int
 	releasing bool
 }
-
-var _ driver.Transport = (*Transport)(nil)
 
 // New returns a TCP transport; it starts listening on Install.
 func New(cfg Config) *Transport {
@@ -186,17 +185,14 @@ func New(cfg Config) *Transport {
 	return t
 }
 
-// Name returns segment.ProtoTCP.
-func (t *Transport) Name() string { return segment.ProtoTCP }
-
-// SliceSize returns Config.SliceSize.
-func (t *Transport) SliceSize() uint64 { return t.cfg.SliceSize }
+// sliceSize returns Config.SliceSize.
+func (t *Transport) sliceSize() uint64 { return t.cfg.SliceSize }
 
 // Endpoint is the advertised data address (after Install).
 func (t *Transport) Endpoint() string { return t.endpoint }
 
-// Install starts the listener and the lane watchdog.
-func (t *Transport) Install(h driver.Host) error {
+// install starts the listener and the lane watchdog.
+func (t *Transport) install(h driver.Host) error {
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	if t.closed {
@@ -252,8 +248,8 @@ func advertised(a *net.TCPAddr) (string, error) {
 	return net.JoinHostPort("127.0.0.1", strconv.Itoa(a.Port)), nil
 }
 
-// Describe adds the tcp protocol entry (none with DialOnly).
-func (t *Transport) Describe(d *segment.Descriptor) error {
+// describe adds the tcp protocol entry (none with DialOnly).
+func (t *Transport) describe(d *segment.Descriptor) error {
 	if t.cfg.DialOnly && t.host != nil {
 		return nil
 	}
@@ -268,16 +264,16 @@ func (t *Transport) Describe(d *segment.Descriptor) error {
 	return nil
 }
 
-// RegisterMemory has nothing to do: the receiver checks ranges against the
+// registerMemory has nothing to do: the receiver checks ranges against the
 // engine's registered memory on every access.
-func (t *Transport) RegisterMemory(driver.Region) (any, error) { return nil, nil }
+func (t *Transport) registerMemory(driver.Region) (any, error) { return nil, nil }
 
-// UnregisterMemory has nothing to do.
-func (t *Transport) UnregisterMemory(driver.Region, any) error { return nil }
+// unregisterMemory has nothing to do.
+func (t *Transport) unregisterMemory(driver.Region, any) error { return nil }
 
-// Connect prepares the lanes to a remote segment and dials the first one,
+// connect prepares the lanes to a remote segment and dials the first one,
 // so an unreachable peer is reported here.
-func (t *Transport) Connect(ctx context.Context, remote *segment.Descriptor) (driver.Peer, error) {
+func (t *Transport) connect(ctx context.Context, remote *segment.Descriptor) (driver.Peer, error) {
 	pr, ok := remote.Protocol(segment.ProtoTCP)
 	if !ok || pr.Endpoint == "" {
 		return nil, fmt.Errorf("%w: %s", ErrNoEndpoint, remote.Name)
@@ -300,8 +296,8 @@ func (t *Transport) Connect(ctx context.Context, remote *segment.Descriptor) (dr
 	return p, nil
 }
 
-// Submit queues the slices on their peers' lanes.
-func (t *Transport) Submit(ss []*driver.Slice) {
+// submitSlices queues the slices on their peers' lanes.
+func (t *Transport) submitSlices(ss []*driver.Slice) {
 	for len(ss) > 0 {
 		p, _ := ss[0].Peer.(*peer)
 		n := 1
@@ -319,10 +315,10 @@ func (t *Transport) Submit(ss []*driver.Slice) {
 	}
 }
 
-// Close stops the listener, closes every connection and fails every slice
+// shutdown stops the listener, closes every connection and fails every slice
 // in flight. It is idempotent and safe on a nil Transport; a Close that
 // finds another in progress returns when that one is done.
-func (t *Transport) Close() error {
+func (t *Transport) shutdown() error {
 	if t == nil {
 		return nil
 	}

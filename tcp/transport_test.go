@@ -642,7 +642,7 @@ func TestConcurrentClose(t *testing.T) {
 		var early atomic.Int32
 		for range 2 {
 			wg.Go(func() {
-				n.tr.Close()
+				n.tr.Driver().Close()
 				if bs, _ := n.e.BatchStatus(b); bs.State == engine.StatePending {
 					early.Add(1)
 				}

@@ -6,11 +6,11 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"slices"
 	"strings"
 	"time"
 
 	"github.com/rdmago/te/engine"
-	"github.com/rdmago/te/engine/driver"
 	"github.com/rdmago/te/internal/bench"
 	"github.com/rdmago/te/internal/cli"
 	"github.com/rdmago/te/segment"
@@ -213,10 +213,13 @@ func setupBench(ctx context.Context, c *benchConfig, bufSize, localSize int64, s
 		// By default, every transport of the list that reaches the
 		// target: a target on another host (or a te serve without shm)
 		// is measured over tcp alone.
+		usable, err := env.init.eng.SegmentTransports(env.Segment)
+		if err != nil {
+			return nil, err
+		}
 		env.protos = nil
-		for i, p := range c.Protocols {
-			_, offered := d.Protocol(p)
-			if r, ok := env.init.trs[i].(driver.Reacher); offered && (!ok || r.Reaches(d)) {
+		for _, p := range c.Protocols {
+			if slices.Contains(usable, p) {
 				env.protos = append(env.protos, p)
 			}
 		}

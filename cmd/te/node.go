@@ -94,7 +94,7 @@ func openNode(ctx context.Context, cfg nodeConfig) (_ *node, err error) {
 			return nil, err
 		}
 		if err = n.eng.Install(tr); err != nil {
-			tr.Close()
+			tr.Driver().Close()
 			return nil, fmt.Errorf("install %s: %w", p, err)
 		}
 		n.trs = append(n.trs, tr)
@@ -185,7 +185,7 @@ func (n *node) Close() error {
 		n.eng = nil
 	} else {
 		for _, tr := range n.trs {
-			errs = append(errs, tr.Close())
+			errs = append(errs, tr.Driver().Close())
 		}
 	}
 	n.trs = nil

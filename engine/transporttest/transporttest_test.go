@@ -51,12 +51,14 @@ func TestPattern(t *testing.T) {
 // cases themselves: a tcp transport whose slices are spread over two
 // counted "rails", rail 0 skipped while its link is down.
 type railed struct {
-	engine.Transport
+	driver.Transport
 	down  *atomic.Bool
 	next  atomic.Uint64
 	mu    sync.Mutex
 	bytes [2]uint64
 }
+
+func (r *railed) Driver() driver.Transport { return r }
 
 func (r *railed) Submit(ss []*driver.Slice) {
 	r.mu.Lock()
@@ -74,7 +76,7 @@ func (r *railed) Submit(ss []*driver.Slice) {
 func TestRailHooks(t *testing.T) {
 	var down atomic.Bool
 	f := func(testing.TB) engine.Transport {
-		return &railed{Transport: tcp.New(tcp.Config{IOTimeout: 2 * time.Second, SliceSize: 64 << 10}), down: &down}
+		return &railed{Transport: tcp.New(tcp.Config{IOTimeout: 2 * time.Second, SliceSize: 64 << 10}).Driver(), down: &down}
 	}
 	transporttest.Run(t, f, transporttest.Options{
 		MaxSize:  4 << 20,

@@ -148,6 +148,10 @@ func New(cfg Config) *Transport {
 // Name returns mooncake.TEProtoTCP.
 func (t *Transport) Name() string { return mooncake.TEProtoTCP }
 
+// Driver returns t itself: it implements the engine/driver contract
+// directly. engine.Install calls it.
+func (t *Transport) Driver() driver.Transport { return t }
+
 // SliceSize returns Config.SliceSize.
 func (t *Transport) SliceSize() uint64 { return t.cfg.SliceSize }
 

@@ -75,8 +75,9 @@ const hangAfter = 20 * time.Second
 
 // transport is one transport a program built and what it did with it.
 type transport struct {
-	tr     driver.Transport
-	closed bool // closed directly (Close)
+	user   engine.Transport // what New returned
+	tr     driver.Transport // its Driver
+	closed bool             // closed directly (Close)
 	// installed: Install succeeded (into the engine or directly).
 	installed bool
 }
@@ -125,7 +126,7 @@ func (fakeHost) AcquireLocal(uint64, uint64) ([]byte, driver.Region, error) {
 	return nil, nil, engine.ErrOutOfRange
 }
 
-func newTransport(i int) driver.Transport {
+func newTransport(i int) engine.Transport {
 	switch protocols[i] {
 	case segment.ProtoTCP:
 		return tcp.New(tcp.Config{DialTimeout: 200 * time.Millisecond, IOTimeout: time.Second})
@@ -199,14 +200,14 @@ func (w *world) step(op int, n, other *node, a, a2 int) {
 	case opNewTransport:
 		i := a % len(protocols)
 		tr := newTransport(i)
-		n.trs[i] = &transport{tr: tr}
-		n.every = append(n.every, tr.Close)
+		n.trs[i] = &transport{user: tr, tr: tr.Driver()}
+		n.every = append(n.every, tr.Driver().Close)
 	case opInstall:
 		tr := n.tr(a)
 		if tr == nil || n.eng == nil {
 			return
 		}
-		err := n.eng.Install(tr.tr)
+		err := n.eng.Install(tr.user)
 		if err == nil {
 			if tr.closed {
 				t.Errorf("engine.Install of a closed %s transport succeeded", tr.tr.Name())
@@ -525,7 +526,7 @@ func (n *node) descriptor() *segment.Descriptor {
 func (n *node) checkClosedEngine(t *testing.T) {
 	e := n.eng
 	for _, tr := range n.trs {
-		if tr != nil && e.Install(tr.tr) == nil {
+		if tr != nil && e.Install(tr.user) == nil {
 			t.Errorf("Install of %s into a closed engine succeeded", tr.tr.Name())
 		}
 	}
