@@ -19,7 +19,7 @@ import (
 // shm transport reaches (same host) goes over shm; one it does not reach
 // over rdma when the target has rdma, else over tcp; a request hint or
 // OpenOptions forces one, but never one that does not reach the target.
-// The choice does not allocate.
+// The choice, and the status naming it, do not allocate.
 func TestSelectionPriority(t *testing.T) {
 	st := enginetest.NewMemStore()
 	defer st.Close()
@@ -131,6 +131,9 @@ func TestSelectionPriority(t *testing.T) {
 			}
 			if err := e.Wait(ctx, b); err != nil {
 				t.Fatal(err)
+			}
+			if bs, _ := e.BatchStatus(b); bs.Transport == "" {
+				t.Fatal("batch status names no transport")
 			}
 			e.FreeBatch(b)
 			b, _ = e.AllocateBatch(1)
