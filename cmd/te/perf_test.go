@@ -1,137 +1,126 @@
 package main
 
 import (
-	"bufio"
 	"bytes"
 	"encoding/json"
 	"errors"
+	"flag"
+	"io"
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/rdmago/te/internal/perftest"
 )
 
-func TestPerfParamsCheck(t *testing.T) {
-	good := perfParams{Op: "write", Test: "bw"}
-	good.defaults()
-	if err := good.check(); err != nil || good.Size != 65536 || good.Iters != 5000 || good.Depth != 128 {
-		t.Fatalf("defaults %+v: %v", good, err)
-	}
-	lat := perfParams{Op: "send", Test: "lat"}
-	lat.defaults()
-	if lat.Size != 8 || lat.Iters != 1000 {
-		t.Errorf("latency defaults %+v", lat)
-	}
-	for _, c := range []struct {
-		p    perfParams
-		want int
-	}{
-		{perfParams{Op: "write", Test: "lat", Inline: -1}, 220},
-		{perfParams{Op: "send", Test: "lat", Inline: -1}, 236},
-		{perfParams{Op: "read", Test: "lat", Inline: -1}, 0},
-		{perfParams{Op: "write", Test: "bw", Inline: -1}, 0},
-		{perfParams{Op: "write", Test: "bw", Inline: 64}, 64},
-		{perfParams{Op: "send", Test: "lat", Inline: 0}, 0},
-	} {
-		if got := c.p.inlineSize(); got != c.want {
-			t.Errorf("%+v: inline %d, want %d", c.p, got, c.want)
-		}
-	}
-	for _, cq := range []string{"", "auto", "poll", "event"} {
-		ok := perfParams{Op: "write", Test: "bw", Size: 8, Iters: 1, Depth: 1, CQMod: 1, CQ: cq, Spin: 100}
-		if err := ok.check(); err != nil {
-			t.Errorf("check(%+v): %v", ok, err)
-		}
-	}
-	for _, bad := range []perfParams{
-		{Op: "atomic", Test: "bw", Size: 8, Iters: 1, Depth: 1},
-		{Op: "write", Test: "both", Size: 8, Iters: 1, Depth: 1},
-		{Op: "write", Test: "bw", Size: 4, Iters: 1, Depth: 1},
-		{Op: "write", Test: "bw", Size: 2 << 30, Iters: 1, Depth: 1},
-		{Op: "write", Test: "bw", Size: 8, Iters: 0, Depth: 1},
-		{Op: "write", Test: "bw", Size: 8, Iters: 1, Depth: 5000},
-		{Op: "write", Test: "bw", Size: 8, Iters: 1, Depth: 1, MTU: 1500},
-		{Op: "write", Test: "bw", Size: 8, Iters: 1, Depth: 1, CQ: "spin"},
-		{Op: "write", Test: "bw", Size: 8, Iters: 1, Depth: 1, CQ: "event", Spin: -1},
-		{Op: "write", Test: "bw", Size: 8, Iters: 1, Depth: 1, CQMod: -1},
-		{Op: "write", Test: "bw", Size: 8, Iters: 1, Depth: 1, QPTimeout: 32},
-		{Op: "write", Test: "bw", Size: 8, Iters: 1, Depth: 1, Warmup: -1},
-		{Op: "write", Test: "bw", Size: 8, Iters: 1, Depth: 1, Inline: -2},
-		{Op: "read", Test: "lat", Size: 8, Iters: 1, Depth: 1, Inline: 64},
-	} {
-		if bad.CQMod == 0 {
-			bad.CQMod = 1 // each case breaks one rule only
-		}
-		if err := bad.check(); err == nil {
-			t.Errorf("check(%+v) accepted", bad)
-		}
-	}
-}
-
-func TestLatStats(t *testing.T) {
-	var times []time.Duration
-	for i := 1; i <= 1000; i++ {
-		times = append(times, time.Duration(i)*time.Microsecond)
-	}
-	var r perfResult
-	latStats(&r, times, 2)
-	if r.MinUS != 0.5 || r.MaxUS != 500 || r.TypicalUS != 250.5 || r.AvgUS != 250.25 || r.P99US != 495 || r.P999US != 499.5 {
-		t.Errorf("stats %+v", r)
-	}
-}
-
-func TestReadJSONLine(t *testing.T) {
-	var h perfHello
-	if err := readJSONLine(bufio.NewReader(strings.NewReader(`{"params":{"op":"read"}}`+"\n")), &h); err != nil || h.Params.Op != "read" {
-		t.Errorf("good line: %+v %v", h, err)
-	}
-	for name, in := range map[string]string{
-		"eof":       `{"params":`,
-		"malformed": "not json\n",
-		"too long":  strings.Repeat("x", 70000) + "\n",
-	} {
-		if err := readJSONLine(bufio.NewReaderSize(strings.NewReader(in), 65536), &h); !errors.Is(err, errPerfPeer) {
-			t.Errorf("%s: %v, want errPerfPeer", name, err)
-		}
-	}
-}
-
-func FuzzReadJSONLine(f *testing.F) {
-	f.Add([]byte(`{"params":{"op":"write","test":"bw","size":65536,"iters":10,"depth":4},"info":{"qpn":17,"gid":[0,0,0,0,0,0,0,0,0,0,255,255,10,0,1,1]}}` + "\n"))
-	f.Fuzz(func(t *testing.T, b []byte) {
-		var h perfHello
-		if readJSONLine(bufio.NewReader(bytes.NewReader(b)), &h) != nil {
-			return
-		}
-		_ = h.Params.check() // must not panic on anything that decodes
-	})
-}
-
-func TestPrintPerf(t *testing.T) {
-	var b bytes.Buffer
-	r := perfResult{Device: "rxe0", Peer: "rxe1", Op: "write", Test: "bw", Bytes: 65536, Iters: 10, MTU: 1024, MBps: 12.5, Mpps: 0.0002}
-	if err := printPerf(&b, r, false); err != nil || !strings.Contains(b.String(), "BW average[MB/sec]") || !strings.Contains(b.String(), "12.50") {
-		t.Errorf("bw table:\n%s", b.String())
-	}
-	b.Reset()
-	if err := printPerf(&b, r, true); err != nil {
+// TestParsePerf: perftest's spellings, short and long, before and after
+// the host, mean what they mean to perftest.
+func TestParsePerf(t *testing.T) {
+	a, err := parsePerf(strings.Fields("-d rxe0 -x 3 -i 2 10.0.0.2 -s 4096 -n 77 -p 19000 -F --report_gbits -q 1 -t 64 -Q 8 -e"), io.Discard)
+	if err != nil {
 		t.Fatal(err)
 	}
-	var back perfResult
+	if a.dev != (perftest.Device{Name: "rxe0", Port: 2, GIDIndex: 3}) || a.host != "10.0.0.2" || a.port != 19000 || !a.gbits ||
+		a.p.Size != 4096 || a.p.Iters != 77 || a.p.Depth != 64 || a.p.CQMod != 8 || a.p.CQ != "event" || a.p.Op != "write" || a.p.Test != "bw" {
+		t.Errorf("parsed %+v", a)
+	}
+	a, err = parsePerf(strings.Fields("--ib-dev=mlx5_0 --gid-index=1 --duration 5 --all --op read"), io.Discard)
+	if err != nil || a.dev.GIDIndex != 1 || a.p.Duration != 5*time.Second || !a.all || a.host != "" || a.p.Op != "read" || a.port != 18515 {
+		t.Errorf("long spellings: %+v %v", a, err)
+	}
+	a, err = parsePerf(strings.Fields("-d rxe0 --peer rxe1 --peer-x 1 --lat"), io.Discard)
+	if err != nil || a.peer != (perftest.Device{Name: "rxe1", Port: 1, GIDIndex: 1}) || a.p.Test != "lat" || a.p.Size != 8 || a.p.Warmup != 0 {
+		t.Errorf("in-process latency: %+v %v", a, err)
+	}
+	for args, want := range map[string]string{
+		"":                              "-d DEV is required",
+		"-d rxe0 -g":                    "multicast",
+		"-d rxe0 -R host":               "rdma_cm",
+		"-d rxe0 -b host":               "one direction",
+		"-d rxe0 -q 2":                  "one queue pair",
+		"-d rxe0 -c UD":                 "RC only",
+		"-d rxe0 a b":                   "one server host",
+		"-d rxe0 --peer rxe1 host":      "takes no server host",
+		"-d rxe0 -a -s 8":               "leave out -s",
+		"-d rxe0 -s 0 --lat -n 1 -s 4":  "-s 4",
+		"-d rxe0 --op bogus":            `--op "bogus"`,
+		"-d rxe0 -D 5 --lat":            "-D",
+		"-d rxe0 -p 70000":              "-p 70000",
+		"-d rxe0 --cq spin":             `--cq "spin"`,
+		"-d rxe0 -i 0":                  "-i 0",
+		"-d rxe0 -no-such-flag":         "flag provided but not defined",
+		"-d rxe0 -m 1500":               "-m 1500",
+		"-d rxe0 --op read -I 64 --lat": "RDMA READ has no inline",
+	} {
+		var out bytes.Buffer
+		if _, err := parsePerf(strings.Fields(args), &out); !errors.Is(err, errUsage) || !strings.Contains(out.String(), want) {
+			t.Errorf("te perf %s: %v, output %q; want errUsage and %q", args, err, out.String(), want)
+		}
+	}
+	var out bytes.Buffer
+	if _, err := parsePerf([]string{"-h"}, &out); !errors.Is(err, flag.ErrHelp) || !strings.Contains(out.String(), "--report_gbits") {
+		t.Errorf("-h: %v %q", err, out.String())
+	}
+}
+
+func TestPerfPrinter(t *testing.T) {
+	var b bytes.Buffer
+	r := perftest.Result{Device: "rxe0", Peer: "rxe1", Op: "write", Test: "bw", Bytes: 65536, Iters: 10, MTU: 1024, MBps: 12.5, Mpps: 0.0002}
+	p := &perfPrinter{w: &b}
+	p.print(r)
+	r.Bytes = 131072
+	p.print(r)
+	if s := b.String(); strings.Count(s, "BW average[MB/sec]") != 1 || !strings.Contains(s, "12.50") || !strings.Contains(s, " 131072 ") {
+		t.Errorf("bw table:\n%s", s)
+	}
+	b.Reset()
+	(&perfPrinter{w: &b, gbits: true}).print(r)
+	if s := b.String(); !strings.Contains(s, "BW average[Gb/sec]") || !strings.Contains(s, " 0.10 ") {
+		t.Errorf("Gb/s table:\n%s", s)
+	}
+	b.Reset()
+	(&perfPrinter{w: &b, json: true}).print(r)
+	var back perftest.Result
 	if err := json.Unmarshal(b.Bytes(), &back); err != nil || back != r {
 		t.Errorf("json %s -> %+v %v", b.String(), back, err)
+	}
+	b.Reset()
+	lat := perftest.Result{Op: "send", Test: "lat", Bytes: 8, Iters: 3, TypicalUS: 4.5, PreemptPerS: 12}
+	(&perfPrinter{w: &b}).print(lat)
+	if s := b.String(); !strings.Contains(s, "t_typical[usec]") || !strings.Contains(s, "4.50") || !strings.Contains(s, "preempted 12") {
+		t.Errorf("lat table:\n%s", s)
 	}
 }
 
 func TestPerfUsage(t *testing.T) {
 	for _, args := range [][]string{
-		{"perf"}, {"perf", "-d", "rxe0"}, {"perf", "-d", "rxe0", "-peer", "rxe1", "-server"},
+		{"perf"}, {"perf", "-d", "rxe0", "-peer", "rxe1", "host"},
 		{"perf", "-d", "rxe0", "-peer", "rxe1", "-op", "bogus"}, {"perf", "-no-such-flag"},
 		{"perf", "-d", "rxe0", "-peer", "rxe1", "-cq", "bogus"},
-		{"devices", "extra-arg"}, {"devices", "-no-such-flag"},
+		{"devices", "extra-arg"}, {"devices", "-no-such-flag"}, {"rxe"}, {"rxe", "add"}, {"rxe", "del", "a", "b"},
+		{"rxe", "del", "rxe0", "--name", "x"},
 	} {
 		if got := run(args); got != 2 {
 			t.Errorf("te %v: exit %d, want 2", args, got)
 		}
+	}
+}
+
+// TestPerfNoDevice: a server on a device that is not there fails at once
+// (it used to wait for a client first).
+func TestPerfNoDevice(t *testing.T) {
+	done := make(chan int, 1)
+	go func() { done <- run([]string{"perf", "-d", "no-such-dev9", "-p", "18999"}) }()
+	select {
+	case got := <-done:
+		if got != 1 {
+			t.Errorf("exit %d, want 1", got)
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatal("te perf -d no-such-dev9 (server) still running after 10 s")
+	}
+	if _, err := lookupDevice("no-such-dev9"); err == nil || !strings.Contains(err.Error(), `no RDMA device "no-such-dev9"`) {
+		t.Errorf("lookupDevice: %v", err)
 	}
 }
 

@@ -161,13 +161,13 @@ func TestTePerf(t *testing.T) {
 	t.Run("server-client", func(t *testing.T) {
 		a, b := topo.Pair(1)
 		for _, lat := range []bool{false, true} {
-			srv := exec.Command("te", "perf", "-d", b.Name, "-server", "-port", "18950", "-timeout", "60s")
+			srv := exec.Command("te", "perf", "-d", b.Name, "-p", "18950", "-timeout", "60s")
 			var sout bytes.Buffer
 			srv.Stdout, srv.Stderr = &sout, &sout
 			if err := srv.Start(); err != nil {
 				t.Fatal(err)
 			}
-			args := []string{"-d", a.Name, "-connect", "127.0.0.1:18950", "-op", "send", "-n", "100"}
+			args := []string{"-d", a.Name, "127.0.0.1", "-p", "18950", "-op", "send", "-n", "100"}
 			test := "bw"
 			if lat {
 				args, test = append(args, "-lat"), "lat"
@@ -187,7 +187,7 @@ func TestTePerf(t *testing.T) {
 	t.Run("cq-modes", func(t *testing.T) {
 		for _, op := range []string{"write", "send"} {
 			for _, cq := range []string{"poll", "event"} {
-				args := []string{"-d", a.Name, "-peer", b.Name, "-op", op, "-n", "100", "-cq", cq, "-u", "16", "-w", "4"}
+				args := []string{"-d", a.Name, "-peer", b.Name, "-op", op, "-n", "100", "-cq", cq, "-u", "16", "--warmup", "4"}
 				checkPerf(t, tePerf(t, args...), op, "bw", 100)
 			}
 		}
@@ -201,7 +201,7 @@ func TestTePerf(t *testing.T) {
 			t.Errorf("te perf -op bogus: %v, want exit status 2\n%s", err, out)
 		}
 		// a server fed garbage reports it and exits, it does not hang or crash
-		srv := exec.Command("te", "perf", "-d", b.Name, "-server", "-port", "18951", "-timeout", "30s")
+		srv := exec.Command("te", "perf", "-d", b.Name, "-p", "18951", "-timeout", "30s")
 		var sout bytes.Buffer
 		srv.Stdout, srv.Stderr = &sout, &sout
 		if err := srv.Start(); err != nil {
@@ -218,6 +218,8 @@ func TestTePerf(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
+		// te's version in perftest's 16-byte field, then a bad test
+		c.Write(append([]byte("6.06 te1"), make([]byte, 8)...))
 		c.Write([]byte(`{"params": {"op": "write", "test": "bw", "size": -5, "iters": 1, "depth": 1}}` + "\n"))
 		reply, _ := io.ReadAll(c)
 		c.Close()

@@ -33,7 +33,7 @@ func listed(t *testing.T, dev string) bool {
 // client. The guest's rxelo is recreated at the end.
 func TestTeRXE(t *testing.T) {
 	topo := srenv.Require(t)
-	teFails(t, 5*time.Second, `no RDMA device "nosuch9" (devices: `, "perf", "-d", "nosuch9", "-server", "-port", "18960")
+	teFails(t, 5*time.Second, `no RDMA device "nosuch9" (devices: `, "perf", "-d", "nosuch9", "-p", "18960")
 
 	t.Run("veth", func(t *testing.T) {
 		runOut(t, "/usr/bin/ip", "link", "add", "terxe0", "type", "veth", "peer", "name", "terxe1")
@@ -86,11 +86,11 @@ func TestTeRXE(t *testing.T) {
 			t.Fatalf("te devices does not list %s", dev)
 		}
 		checkPerf(t, tePerf(t, "-d", dev, "-peer", dev, "-n", "100"), "write", "bw", 100)
-		srv := exec.Command("te", "perf", "-d", dev, "-server", "-port", "18961", "-timeout", "60s")
+		srv := exec.Command("te", "perf", "-d", dev, "-p", "18961", "-timeout", "60s")
 		if err := srv.Start(); err != nil {
 			t.Fatal(err)
 		}
-		checkPerf(t, tePerf(t, "-d", dev, "-connect", "127.0.0.1:18961", "-op", "read", "-n", "100"), "read", "bw", 100)
+		checkPerf(t, tePerf(t, "-d", dev, "127.0.0.1", "-p", "18961", "-op", "read", "-n", "100"), "read", "bw", 100)
 		if err := srv.Wait(); err != nil {
 			t.Errorf("server: %v", err)
 		}

@@ -40,9 +40,9 @@ teperf() {
 	sd=$1 cd=$2
 	shift 2
 	PORT=$((PORT + 1))
-	timeout 120 ${TE:-te} perf -d $sd -server -port $PORT -timeout 100s 2> /tmp/te-srv.log &
+	timeout 120 ${TE:-te} perf -d $sd -p $PORT -timeout 100s 2> /tmp/te-srv.log &
 	sp=$!
-	timeout 120 ${TE:-te} perf -d $cd -connect 127.0.0.1:$PORT -json -timeout 100s "$@" > /tmp/te-cli.log 2>&1
+	timeout 120 ${TE:-te} perf -d $cd -p $PORT -json -timeout 100s "$@" 127.0.0.1 > /tmp/te-cli.log 2>&1
 	rc=$?
 	wait $sp
 	[ $rc = 0 ] || { echo "te perf failed (rc $rc):" >&2; cat /tmp/te-cli.log /tmp/te-srv.log >&2; echo x >> $FAILF; return 1; }

@@ -1,0 +1,146 @@
+package interop
+
+import (
+	"bytes"
+	"encoding/json"
+	"fmt"
+	"os/exec"
+	"regexp"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/rdmago/te/test/softroce/srenv"
+)
+
+// startBG starts a command whose combined output is kept for later.
+func startBG(t *testing.T, name string, args ...string) (*exec.Cmd, *bytes.Buffer) {
+	t.Helper()
+	cmd := exec.Command(name, args...)
+	var out bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &out, &out
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		if cmd.ProcessState == nil {
+			cmd.Process.Kill()
+			cmd.Wait()
+		}
+	})
+	return cmd, &out
+}
+
+// TestTePerfWithPerftest runs te perf with perftest's flags against
+// rdma-core's ib_write_bw and ib_read_bw, in both roles, on rail 1: each
+// test completes, both tools agree on size and iterations, and the
+// perftest server prints the result the te client reported to it.
+func TestTePerfWithPerftest(t *testing.T) {
+	topo := srenv.Require(t)
+	if !topo.Tools {
+		t.Fatal("the guest has no rdma-core tools (SR_TOOLS unset); the rich image carries perftest")
+	}
+	a, b := topo.Pair(0)
+	port := 18970
+	const iters, size = 200, 65536
+	common := func(d srenv.Dev) []string {
+		return []string{"-d", d.Name, "-x", strconv.Itoa(d.GIDIndex), "-n", strconv.Itoa(iters), "-s", strconv.Itoa(size), "-F"}
+	}
+	line := regexp.MustCompile(fmt.Sprintf(`(?m)^\s*%d\s+%d\s+\S+\s+(\S+)`, size, iters))
+	for _, op := range []string{"write", "read"} {
+		tool := "ib_" + op + "_bw"
+		t.Run("te-client-"+tool+"-server", func(t *testing.T) {
+			port++
+			p := strconv.Itoa(port)
+			srv, sout := startBG(t, tool, append(common(b), "-p", p)...)
+			time.Sleep(300 * time.Millisecond)
+			args := append(append([]string{"perf", "--json", "--timeout", "60s", "--op", op}, common(a)...), "-p", p, b.IP.String())
+			out, err := exec.Command("te", args...).CombinedOutput()
+			werr := srv.Wait()
+			if err != nil || werr != nil {
+				t.Fatalf("te %v: %v\n%s\n%s server: %v\n%s", args, err, out, tool, werr, sout)
+			}
+			var r perfJSON
+			if err := json.Unmarshal(bytes.TrimSpace(out), &r); err != nil {
+				t.Fatalf("te perf output %q: %v", out, err)
+			}
+			checkPerf(t, r, op, "bw", iters)
+			if !strings.Contains(r.Peer, "perftest") {
+				t.Errorf("peer %q, want the perftest server named", r.Peer)
+			}
+			m := line.FindStringSubmatch(sout.String())
+			if m == nil {
+				t.Fatalf("%s server printed no %d-byte, %d-iteration result:\n%s", tool, size, iters, sout)
+			}
+			t.Logf("te client %.2f MB/s; %s server printed %s (te's report)", r.MBps, tool, m[1])
+		})
+		t.Run(tool+"-client-te-server", func(t *testing.T) {
+			port++
+			p := strconv.Itoa(port)
+			srv, sout := startBG(t, "te", append(append([]string{"perf", "--json", "--timeout", "60s", "--op", op}, common(b)...), "-p", p)...)
+			time.Sleep(300 * time.Millisecond)
+			args := append(common(a), "-p", p, b.IP.String())
+			var out []byte
+			var err error
+			for try := 0; try < 3; try++ { // under TCG perftest's clock calibration sometimes fails
+				if out, err = exec.Command(tool, args...).CombinedOutput(); err != nil || !bytes.Contains(out, []byte("Correlation coefficient")) {
+					break
+				}
+				t.Logf("%s: clock calibration failed, once more", tool)
+				srv.Wait()
+				srv, sout = startBG(t, "te", append(append([]string{"perf", "--json", "--timeout", "60s", "--op", op}, common(b)...), "-p", p)...)
+				time.Sleep(300 * time.Millisecond)
+			}
+			werr := srv.Wait()
+			if err != nil || werr != nil {
+				t.Fatalf("%s %v: %v\n%s\nte server: %v\n%s", tool, args, err, out, werr, sout)
+			}
+			m := line.FindStringSubmatch(string(out))
+			if m == nil {
+				t.Fatalf("%s printed no %d-byte, %d-iteration result:\n%s", tool, size, iters, out)
+			}
+			var r perfJSON
+			js := sout.String()
+			if i := strings.Index(js, "{"); i >= 0 {
+				js = js[i:]
+			}
+			if j := strings.IndexByte(js, '\n'); j >= 0 {
+				js = js[:j]
+			}
+			if err := json.Unmarshal([]byte(js), &r); err != nil {
+				t.Fatalf("te server output %q: %v", sout, err)
+			}
+			if r.Op != op || r.Test != "bw" || r.Bytes != size || r.Iters != iters || !strings.Contains(r.Peer, "perftest") {
+				t.Errorf("te server's result %+v, want %s bw %d x %d from perftest", r, op, iters, size)
+			}
+			t.Logf("%s client %s MB/s; te server reports %.2f", tool, m[1], r.MBps)
+		})
+	}
+}
+
+// TestTePerfSweeps: -a runs every size and -D bounds a run by time, with
+// both ends in one process on the loopback device.
+func TestTePerfSweeps(t *testing.T) {
+	topo := srenv.Require(t)
+	out := runOut(t, "te", "perf", "-d", topo.Lo.Name, "--peer", topo.Lo.Name, "-a", "-n", "5", "--json", "--timeout", "120s")
+	var sizes []int
+	for _, l := range strings.Split(strings.TrimSpace(out), "\n") {
+		var r perfJSON
+		if err := json.Unmarshal([]byte(l), &r); err != nil {
+			t.Fatalf("line %q: %v", l, err)
+		}
+		if r.Iters != 5 || !(r.MBps > 0) {
+			t.Errorf("row %+v", r)
+		}
+		sizes = append(sizes, r.Bytes)
+	}
+	if len(sizes) != 23 || sizes[0] != 2 || sizes[22] != 1<<23 {
+		t.Errorf("-a sizes %v, want 2 .. 8 MiB", sizes)
+	}
+	start := time.Now()
+	r := tePerf(t, "-d", topo.Lo.Name, "--peer", topo.Lo.Name, "-D", "2")
+	if took := time.Since(start); r.Iters < 1 || took < 2*time.Second || took > 30*time.Second {
+		t.Errorf("-D 2: %d iterations in %v", r.Iters, took)
+	}
+}
