@@ -3,7 +3,6 @@ package main
 import (
 	"context"
 	"errors"
-	"flag"
 	"fmt"
 	"io"
 	"net"
@@ -11,6 +10,7 @@ import (
 	"sort"
 	"strings"
 
+	"github.com/rdmago/te/internal/cli"
 	"github.com/rdmago/te/internal/rdmasetup"
 	"github.com/rdmago/te/uverbs"
 )
@@ -25,25 +25,20 @@ func init() {
 
 var errNoDevices = errors.New("no RDMA devices found")
 
+const devicesUse = "te devices [-v] [-d NAME]"
+
 func runDevices(_ context.Context, args []string) error {
-	fs := newFlags("devices")
+	fs := cli.NewFlagSet("te devices", devicesUse,
+		"Lists the RDMA devices that have a uverbs char device, from sysfs and the\n"+
+			"device's own answers to QUERY_DEVICE / QUERY_PORT / QUERY_GID_TABLE. With\n"+
+			"none, says why and what to run (te rxe add NETDEV makes a Soft-RoCE device).", os.Stdout)
 	verbose := fs.Bool("v", false, "also print device capabilities, every port and its GID table")
 	only := fs.String("d", "", "show only this device (e.g. rxe0, mlx5_0)")
-	fs.Usage = func() {
-		fmt.Fprintf(fs.Output(), "usage: te devices [-v] [-d name]\n\n"+
-			"Lists the RDMA devices that have a uverbs char device, from sysfs and the\n"+
-			"device's own answers to QUERY_DEVICE / QUERY_PORT / QUERY_GID_TABLE.\n\nflags:\n")
-		fs.PrintDefaults()
-	}
 	if err := fs.Parse(args); err != nil {
-		if errors.Is(err, flag.ErrHelp) {
-			return err
-		}
-		return errUsage
+		return err
 	}
 	if fs.NArg() != 0 {
-		fs.Usage()
-		return errUsage
+		return fs.Usagef("no arguments expected, got %q (a device is -d NAME)", fs.Args())
 	}
 	devs, err := uverbs.Devices()
 	if err != nil {
@@ -63,9 +58,9 @@ func runDevices(_ context.Context, args []string) error {
 }
 
 // noDevices is errNoDevices with the reasons and the command that makes a
-// device, one "why:"/"fix:" line each.
+// device, on one line.
 func noDevices(h rdmasetup.Host) error {
-	return fmt.Errorf("%w\n%s", errNoDevices, strings.TrimRight(rdmasetup.Explain(h.Diagnose()), "\n"))
+	return fmt.Errorf("%w: %s", errNoDevices, rdmasetup.Summary(h.Diagnose()))
 }
 
 // lookupDevice is uverbs.LookupDevice with an error that names the

@@ -2,7 +2,6 @@ package main
 
 import (
 	"context"
-	"errors"
 	"flag"
 	"fmt"
 	"io"
@@ -12,6 +11,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/rdmago/te/internal/cli"
 	"github.com/rdmago/te/internal/perftest"
 )
 
@@ -67,96 +67,88 @@ Not in te perf: -g (multicast), -R/-z (rdma_cm), -b (bidirectional), -c other th
 -c/-q beyond one RC QP, -l (post lists), -O (dual port).
 `
 
-// perfFlags binds perftest's short and long spellings to one variable.
-type perfFlags struct{ *flag.FlagSet }
-
-func (f perfFlags) str(p *string, v, usage string, names ...string) {
-	for _, n := range names {
-		f.StringVar(p, n, v, usage)
-	}
-}
-
-func (f perfFlags) int(p *int, v int, usage string, names ...string) {
-	for _, n := range names {
-		f.IntVar(p, n, v, usage)
-	}
-}
-
-func (f perfFlags) bool(p *bool, usage string, names ...string) {
-	for _, n := range names {
-		f.BoolVar(p, n, false, usage)
-	}
-}
+const perfUse = "te perf -d DEV [flags] [HOST]"
 
 type perfArgs struct {
-	p                      perftest.Params
-	dev, peer              perftest.Device
-	host                   string
-	port, seconds, qps     int
-	all, events, cpuFreq   bool
-	gbits, lat, json       bool
-	conn                   string
-	multicast, rdmacm, bid string
-	timeout                time.Duration
+	p                    perftest.Params
+	dev, peer            perftest.Device
+	host                 string
+	port, seconds, qps   int
+	all, events, cpuFreq bool
+	gbits, lat, json     bool
+	conn                 string
+	timeout              time.Duration
 }
 
-func parsePerf(args []string, out io.Writer) (*perfArgs, error) {
-	fs := newFlags("perf")
-	fs.SetOutput(out)
-	fs.Usage = func() { fmt.Fprint(fs.Output(), perfUsage) }
-	a := &perfArgs{p: perftest.Params{Op: perftest.OpWrite, Test: perftest.TestBW}}
-	f := perfFlags{fs}
-	f.str(&a.dev.Name, "", "", "d", "ib-dev")
-	f.int(&a.dev.Port, 1, "", "i", "ib-port")
-	f.int(&a.dev.GIDIndex, -1, "", "x", "gid-index")
-	f.int(&a.p.Size, 0, "", "s", "size")
-	f.int(&a.p.Iters, 0, "", "n", "iters")
-	f.int(&a.seconds, 0, "", "D", "duration")
-	f.bool(&a.all, "", "a", "all")
-	f.int(&a.port, 18515, "", "p", "port")
-	f.int(&a.p.Depth, 128, "", "t", "tx-depth")
-	f.int(&a.p.CQMod, 100, "", "Q", "cq-mod")
-	f.int(&a.p.Inline, -1, "", "I", "inline_size")
-	f.int(&a.p.MTU, 0, "", "m", "mtu")
-	f.int(&a.p.QPTimeout, 0, "", "u", "qp-timeout")
-	f.bool(&a.events, "", "e", "events")
-	f.int(&a.qps, 1, "", "q", "qp")
-	f.bool(&a.cpuFreq, "", "F", "CPU-freq")
-	f.bool(&a.gbits, "", "report_gbits")
-	f.str(&a.conn, "RC", "", "c", "connection")
-	f.str(&a.multicast, "", "", "g", "mcg")
-	f.str(&a.rdmacm, "", "", "R", "rdma_cm", "z", "com_rdma_cm")
-	f.str(&a.bid, "", "", "b", "bidirectional")
-	f.str(&a.p.Op, perftest.OpWrite, "", "op")
-	f.bool(&a.lat, "", "lat")
-	f.str(&a.peer.Name, "", "", "peer")
-	f.int(&a.peer.GIDIndex, -1, "", "peer-x")
-	f.str(&a.p.CQ, "auto", "", "cq")
-	f.int(&a.p.Spin, 0, "", "spin")
-	f.int(&a.p.Warmup, perftest.DefaultWarmup, "", "warmup")
-	f.bool(&a.json, "", "json")
-	fs.DurationVar(&a.timeout, "timeout", 2*time.Minute, "")
-	// perftest's bool flags take no value; -g, -R and -b are refused by
-	// name below, so they must not swallow the next argument either
-	for _, n := range []string{"g", "mcg", "R", "rdma_cm", "z", "com_rdma_cm", "b", "bidirectional"} {
-		fs.Lookup(n).Value = &refusedFlag{name: n}
-	}
-	var pos []string
-	for { // flags before and after the host, as perftest (getopt) takes them
-		if err := fs.Parse(args); err != nil {
-			if errors.Is(err, flag.ErrHelp) {
-				return nil, err
-			}
-			return nil, errUsage
-		}
-		if fs.NArg() == 0 {
+// parsePerf reads perftest's flags (short or long, one dash or two,
+// before or after the host) and te's own; -h prints perfUsage on help.
+func parsePerf(args []string, help io.Writer) (*perfArgs, *cli.FlagSet, error) {
+	for _, a := range args {
+		if a == "--" {
 			break
 		}
-		pos, args = append(pos, fs.Arg(0)), fs.Args()[1:]
+		if a == "-h" || a == "--help" || a == "-help" {
+			fmt.Fprint(help, perfUsage)
+			return nil, nil, cli.ErrHelp
+		}
 	}
-	fail := func(format string, v ...any) (*perfArgs, error) {
-		fmt.Fprintf(fs.Output(), "te perf: "+format+"\n", v...)
-		return nil, errUsage
+	fs := cli.NewFlagSet("te perf", perfUse, "", help)
+	a := &perfArgs{p: perftest.Params{Op: perftest.OpWrite, Test: perftest.TestBW}}
+	// perftest's long names are the flags, its letters the aliases
+	short := map[string]string{}
+	str := func(p *string, v, name, letter string) {
+		fs.StringVar(p, name, v, "")
+		short[name] = letter
+	}
+	num := func(p *int, v int, name, letter string) {
+		fs.IntVar(p, name, v, "")
+		short[name] = letter
+	}
+	boolean := func(p *bool, name, letter string) {
+		fs.BoolVar(p, name, false, "")
+		short[name] = letter
+	}
+	str(&a.dev.Name, "", "ib-dev", "d")
+	num(&a.dev.Port, 1, "ib-port", "i")
+	num(&a.dev.GIDIndex, -1, "gid-index", "x")
+	num(&a.p.Size, 0, "size", "s")
+	num(&a.p.Iters, 0, "iters", "n")
+	num(&a.seconds, 0, "duration", "D")
+	boolean(&a.all, "all", "a")
+	num(&a.port, 18515, "port", "p")
+	num(&a.p.Depth, 128, "tx-depth", "t")
+	num(&a.p.CQMod, 100, "cq-mod", "Q")
+	num(&a.p.Inline, -1, "inline-size", "I")
+	num(&a.p.MTU, 0, "mtu", "m")
+	num(&a.p.QPTimeout, 0, "qp-timeout", "u")
+	boolean(&a.events, "events", "e")
+	num(&a.qps, 1, "qp", "q")
+	boolean(&a.cpuFreq, "CPU-freq", "F")
+	boolean(&a.gbits, "report-gbits", "")
+	str(&a.conn, "RC", "connection", "c")
+	for name, letter := range map[string]string{"mcg": "g", "rdma_cm": "R", "com_rdma_cm": "z", "bidirectional": "b"} {
+		fs.Var(&refusedFlag{name: letter}, name, "")
+		short[name] = letter
+	}
+	str(&a.p.Op, perftest.OpWrite, "op", "")
+	boolean(&a.lat, "lat", "")
+	str(&a.peer.Name, "", "peer", "")
+	num(&a.peer.GIDIndex, -1, "peer-x", "")
+	str(&a.p.CQ, "auto", "cq", "")
+	num(&a.p.Spin, 0, "spin", "")
+	num(&a.p.Warmup, perftest.DefaultWarmup, "warmup", "")
+	boolean(&a.json, "json", "")
+	fs.DurationVar(&a.timeout, "timeout", 2*time.Minute, "")
+	for name, letter := range short {
+		if letter != "" {
+			fs.Alias(name, letter)
+		}
+	}
+	if err := fs.Parse(args); err != nil {
+		return nil, nil, err
+	}
+	fail := func(format string, v ...any) (*perfArgs, *cli.FlagSet, error) {
+		return nil, nil, fs.Usagef(format, v...)
 	}
 	var refused []string
 	fs.Visit(func(fl *flag.Flag) {
@@ -164,6 +156,7 @@ func parsePerf(args []string, out io.Writer) (*perfArgs, error) {
 			refused = append(refused, r.why())
 		}
 	})
+	pos := fs.Args()
 	switch {
 	case len(refused) > 0:
 		return fail("%s", strings.Join(refused, "; "))
@@ -206,7 +199,7 @@ func parsePerf(args []string, out io.Writer) (*perfArgs, error) {
 	if err := a.p.Check(); err != nil {
 		return fail("%v", err)
 	}
-	return a, nil
+	return a, fs, nil
 }
 
 // refusedFlag is a perftest flag te perf does not implement: setting it
@@ -219,20 +212,25 @@ type refusedFlag struct {
 func (r *refusedFlag) String() string   { return "" }
 func (r *refusedFlag) IsBoolFlag() bool { return true }
 func (r *refusedFlag) Set(string) error { r.set = true; return nil }
+func (r *refusedFlag) Get() any         { return r.set }
 func (r *refusedFlag) why() string {
 	switch r.name {
-	case "g", "mcg":
-		return "-" + r.name + " is perftest's multicast; te perf has none (the GID index is -x)"
-	case "b", "bidirectional":
-		return "-" + r.name + ": te perf measures one direction"
+	case "g":
+		return "-g is perftest's multicast; te perf has none (the GID index is -x)"
+	case "b":
+		return "-b: te perf measures one direction"
 	}
 	return "-" + r.name + ": te perf exchanges QPs over TCP, not rdma_cm"
 }
 
 func runPerf(ctx context.Context, args []string) error {
-	a, err := parsePerf(args, os.Stderr)
+	a, fs, err := parsePerf(args, os.Stdout)
 	if err != nil {
 		return err
+	}
+	var rep *cli.Report[perftest.Result]
+	if a.json {
+		rep = cli.NewReport[perftest.Result](fs)
 	}
 	// A missing device fails now, with the reason, not after a peer came.
 	for _, d := range []string{a.dev.Name, a.peer.Name} {
@@ -247,19 +245,22 @@ func runPerf(ctx context.Context, args []string) error {
 	if a.all {
 		sizes = perftest.AllSizes(a.p.Test)
 	}
-	pr := &perfPrinter{w: os.Stdout, json: a.json, gbits: a.gbits}
-	o := perftest.Options{Verbs: verbsOptions, Log: os.Stderr, OnResult: pr.print, ReportGbits: a.gbits}
+	o := perftest.Options{Verbs: verbsOptions, Log: os.Stderr, ReportGbits: a.gbits}
+	if !a.json { // rows as they come; JSON is one report at the end
+		o.OnResult = (&perfPrinter{w: os.Stdout, gbits: a.gbits}).print
+	}
+	var res []perftest.Result
 	ctx, cancel := context.WithTimeout(ctx, a.timeout)
 	defer cancel()
 	switch {
 	case a.peer.Name != "":
-		_, err = perftest.Local(ctx, a.dev, a.peer, a.p, sizes, o)
+		res, err = perftest.Local(ctx, a.dev, a.peer, a.p, sizes, o)
 	case a.host != "":
 		addr := a.host
 		if _, _, e := net.SplitHostPort(addr); e != nil {
 			addr = net.JoinHostPort(addr, strconv.Itoa(a.port))
 		}
-		_, err = perftest.Connect(ctx, addr, a.dev, a.p, sizes, o)
+		res, err = perftest.Connect(ctx, addr, a.dev, a.p, sizes, o)
 	default:
 		if err := perftest.Probe(a.dev, verbsOptions); err != nil {
 			return err
@@ -269,7 +270,14 @@ func runPerf(ctx context.Context, args []string) error {
 			return fmt.Errorf("%w (another te perf or perftest server on -p %d?)", lerr, a.port)
 		}
 		defer ln.Close()
-		_, err = perftest.Serve(ctx, ln, a.dev, a.p, sizes, o)
+		res, err = perftest.Serve(ctx, ln, a.dev, a.p, sizes, o)
 	}
-	return err
+	if err != nil {
+		return err
+	}
+	if rep != nil {
+		rep.Results = res
+		return rep.Write(os.Stdout)
+	}
+	return nil
 }

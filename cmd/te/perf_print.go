@@ -1,26 +1,21 @@
 package main
 
 import (
-	"encoding/json"
 	"fmt"
 	"io"
 
 	"github.com/rdmago/te/internal/perftest"
 )
 
-// perfPrinter prints results as they come: perftest's table (its header
-// once), or one JSON line each.
+// perfPrinter prints results as they come, as perftest's table (its
+// header once).
 type perfPrinter struct {
-	w           io.Writer
-	json, gbits bool
-	header      bool
+	w      io.Writer
+	gbits  bool
+	header bool
 }
 
 func (p *perfPrinter) print(r perftest.Result) {
-	if p.json {
-		json.NewEncoder(p.w).Encode(r)
-		return
-	}
 	if !p.header {
 		p.header = true
 		name := map[string]string{"write": "RDMA Write", "read": "RDMA Read", "send": "Send"}[r.Op]

@@ -2,21 +2,20 @@ package main
 
 import (
 	"bytes"
-	"encoding/json"
 	"errors"
-	"flag"
 	"io"
 	"strings"
 	"testing"
 	"time"
 
+	"github.com/rdmago/te/internal/cli"
 	"github.com/rdmago/te/internal/perftest"
 )
 
 // TestParsePerf: perftest's spellings, short and long, before and after
 // the host, mean what they mean to perftest.
 func TestParsePerf(t *testing.T) {
-	a, err := parsePerf(strings.Fields("-d rxe0 -x 3 -i 2 10.0.0.2 -s 4096 -n 77 -p 19000 -F --report_gbits -q 1 -t 64 -Q 8 -e"), io.Discard)
+	a, _, err := parsePerf(strings.Fields("-d rxe0 -x 3 -i 2 10.0.0.2 -s 4096 -n 77 -p 19000 -F --report_gbits -q 1 -t 64 -Q 8 -e"), io.Discard)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -24,12 +23,12 @@ func TestParsePerf(t *testing.T) {
 		a.p.Size != 4096 || a.p.Iters != 77 || a.p.Depth != 64 || a.p.CQMod != 8 || a.p.CQ != "event" || a.p.Op != "write" || a.p.Test != "bw" {
 		t.Errorf("parsed %+v", a)
 	}
-	a, err = parsePerf(strings.Fields("--ib-dev=mlx5_0 --gid-index=1 --duration 5 --all --op read"), io.Discard)
+	a, _, err = parsePerf(strings.Fields("--ib-dev=mlx5_0 --gid-index=1 --duration 5 --all --op read"), io.Discard)
 	if err != nil || a.dev.GIDIndex != 1 || a.p.Duration != 5*time.Second || !a.all || a.host != "" || a.p.Op != "read" || a.port != 18515 {
 		t.Errorf("long spellings: %+v %v", a, err)
 	}
-	a, err = parsePerf(strings.Fields("-d rxe0 --peer rxe1 --peer-x 1 --lat"), io.Discard)
-	if err != nil || a.peer != (perftest.Device{Name: "rxe1", Port: 1, GIDIndex: 1}) || a.p.Test != "lat" || a.p.Size != 8 || a.p.Warmup != 0 {
+	a, _, err = parsePerf(strings.Fields("-d rxe0 --peer rxe1 --peer-x 1 --lat --inline_size 16"), io.Discard)
+	if err != nil || a.peer != (perftest.Device{Name: "rxe1", Port: 1, GIDIndex: 1}) || a.p.Test != "lat" || a.p.Size != 8 || a.p.Warmup != 0 || a.p.Inline != 16 {
 		t.Errorf("in-process latency: %+v %v", a, err)
 	}
 	for args, want := range map[string]string{
@@ -48,18 +47,42 @@ func TestParsePerf(t *testing.T) {
 		"-d rxe0 -p 70000":              "-p 70000",
 		"-d rxe0 --cq spin":             `--cq "spin"`,
 		"-d rxe0 -i 0":                  "-i 0",
-		"-d rxe0 -no-such-flag":         "flag provided but not defined",
+		"-d rxe0 --sise 8":              "unknown flag --sise; did you mean --size?",
 		"-d rxe0 -m 1500":               "-m 1500",
 		"-d rxe0 --op read -I 64 --lat": "RDMA READ has no inline",
 	} {
-		var out bytes.Buffer
-		if _, err := parsePerf(strings.Fields(args), &out); !errors.Is(err, errUsage) || !strings.Contains(out.String(), want) {
-			t.Errorf("te perf %s: %v, output %q; want errUsage and %q", args, err, out.String(), want)
+		var ue *cli.UsageError
+		if _, _, err := parsePerf(strings.Fields(args), io.Discard); !errors.As(err, &ue) || !strings.Contains(err.Error(), want) {
+			t.Errorf("te perf %s: %v; want a usage error with %q", args, err, want)
 		}
 	}
 	var out bytes.Buffer
-	if _, err := parsePerf([]string{"-h"}, &out); !errors.Is(err, flag.ErrHelp) || !strings.Contains(out.String(), "--report_gbits") {
+	if _, _, err := parsePerf([]string{"-d", "x", "-h"}, &out); !errors.Is(err, cli.ErrHelp) || !strings.Contains(out.String(), "--report_gbits") {
 		t.Errorf("-h: %v %q", err, out.String())
+	}
+}
+
+// TestPerfJSON: --json is te's one envelope, with perftest's flags by
+// their long names and the results as an array.
+func TestPerfJSON(t *testing.T) {
+	_, fs, err := parsePerf(strings.Fields("-d rxe0 -x 1 -s 4096 --json 10.0.0.2"), io.Discard)
+	if err != nil {
+		t.Fatal(err)
+	}
+	rep := cli.NewReport[perftest.Result](fs)
+	want := perftest.Result{Device: "rxe0", Peer: "rxe1", Op: "write", Test: "bw", Bytes: 4096, Iters: 5000, MTU: 1024, MBps: 12.5, Mpps: 0.003}
+	rep.Results = []perftest.Result{want}
+	var b bytes.Buffer
+	if err := rep.Write(&b); err != nil {
+		t.Fatal(err)
+	}
+	got := decodeReport[perftest.Result](t, "perf", b.Bytes())
+	if len(got) != 1 || got[0] != want {
+		t.Errorf("results %+v", got)
+	}
+	r, _ := cli.ParseReport(b.Bytes())
+	if r.Flags["gid_index"] != 1.0 || r.Flags["size"] != 4096.0 || r.Flags["ib_dev"] != "rxe0" || r.Flags["report_gbits"] != false {
+		t.Errorf("flags %v", r.Flags)
 	}
 }
 
@@ -77,12 +100,6 @@ func TestPerfPrinter(t *testing.T) {
 	(&perfPrinter{w: &b, gbits: true}).print(r)
 	if s := b.String(); !strings.Contains(s, "BW average[Gb/sec]") || !strings.Contains(s, " 0.10 ") {
 		t.Errorf("Gb/s table:\n%s", s)
-	}
-	b.Reset()
-	(&perfPrinter{w: &b, json: true}).print(r)
-	var back perftest.Result
-	if err := json.Unmarshal(b.Bytes(), &back); err != nil || back != r {
-		t.Errorf("json %s -> %+v %v", b.String(), back, err)
 	}
 	b.Reset()
 	lat := perftest.Result{Op: "send", Test: "lat", Bytes: 8, Iters: 3, TypicalUS: 4.5, PreemptPerS: 12}

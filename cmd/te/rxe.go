@@ -2,10 +2,10 @@ package main
 
 import (
 	"context"
-	"errors"
-	"flag"
 	"fmt"
+	"os"
 
+	"github.com/rdmago/te/internal/cli"
 	"github.com/rdmago/te/internal/rdmasetup"
 )
 
@@ -17,38 +17,24 @@ func init() {
 	})
 }
 
-func rxeUsage(fs *flag.FlagSet) func() {
-	return func() {
-		fmt.Fprintf(fs.Output(), "usage:\n"+
-			"  te rxe add NETDEV [--name NAME]   load rdma_rxe if needed and create a Soft-RoCE device on NETDEV\n"+
-			"                                    (named NAME, default the lowest free rxeN); prints its name\n"+
-			"  te rxe del NAME                   remove that Soft-RoCE device\n\n"+
-			"Soft-RoCE runs RoCE v2 in the kernel over any Ethernet netdev, so te's RDMA\n"+
-			"paths (te perf, te bench --protocol rdma) work on hosts without an RDMA NIC.\n"+
-			"Both peers need one; they reach each other at the netdevs' IP addresses.\n"+
-			"Needs root (CAP_SYS_MODULE to load the module, CAP_NET_ADMIN for the link).\n\nflags:\n")
-		fs.PrintDefaults()
-	}
-}
+const rxeUse = "te rxe add NETDEV [--name NAME] | te rxe del NAME"
+
+const rxeAbout = `te rxe add NETDEV loads rdma_rxe if needed and creates a Soft-RoCE device on
+NETDEV (named NAME, default the lowest free rxeN), then prints its name;
+te rxe del NAME removes it.
+
+Soft-RoCE runs RoCE v2 in the kernel over any Ethernet netdev, so te's RDMA
+paths (te perf, te bench --protocol rdma) work on hosts without an RDMA NIC.
+Both peers need one; they reach each other at the netdevs' IP addresses.
+Needs root (CAP_SYS_MODULE to load the module, CAP_NET_ADMIN for the link).`
 
 func runRXE(ctx context.Context, args []string) error {
-	fs := newFlags("rxe")
+	fs := cli.NewFlagSet("te rxe", rxeUse, rxeAbout, os.Stdout)
 	name := fs.String("name", "", "add: the new device's name (default: the lowest free rxeN)")
-	fs.Usage = rxeUsage(fs)
-	// flags may come before or after the positional arguments
-	var pos []string
-	for {
-		if err := fs.Parse(args); err != nil {
-			if errors.Is(err, flag.ErrHelp) {
-				return err
-			}
-			return errUsage
-		}
-		if fs.NArg() == 0 {
-			break
-		}
-		pos, args = append(pos, fs.Arg(0)), fs.Args()[1:]
+	if err := fs.Parse(args); err != nil {
+		return err
 	}
+	pos := fs.Args()
 	h := rdmasetup.Default()
 	switch {
 	case len(pos) == 2 && pos[0] == "add":
@@ -64,8 +50,8 @@ func runRXE(ctx context.Context, args []string) error {
 		}
 		fmt.Printf("removed %s\n", pos[1])
 		return nil
+	case len(pos) == 2 && pos[0] == "del":
+		return fs.Usagef("--name is for add; del takes the device's name: te rxe del NAME")
 	}
-	fmt.Fprintf(fs.Output(), "te rxe: want \"add NETDEV\" or \"del NAME\", got %q\n", pos)
-	fs.Usage()
-	return errUsage
+	return fs.Usagef("want add NETDEV or del NAME, got %q", pos)
 }

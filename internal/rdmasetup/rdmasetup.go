@@ -194,9 +194,9 @@ func (h Host) access(verbs []string) []Finding {
 
 // noDevice explains a kernel with no RDMA device at all.
 func (h Host) noDevice() []Finding {
-	why := "no RDMA device: /sys/class/infiniband is empty"
+	why := filepath.Join(h.Sys, "class/infiniband") + " is empty"
 	if _, err := os.Stat(filepath.Join(h.Dev, "infiniband")); err != nil {
-		why += " and there is no " + filepath.Join(h.Dev, "infiniband")
+		why += " and " + filepath.Join(h.Dev, "infiniband") + " is missing"
 	}
 	var hw []string
 	for _, m := range []string{"mlx5_ib", "irdma", "bnxt_re", "efa"} {
@@ -239,7 +239,7 @@ func (h Host) rxeFix() string {
 		return "sudo te rxe add NETDEV"
 	}
 	if n, ok := Candidate(nds); ok {
-		return "sudo te rxe add " + n.Name + "   (Soft-RoCE on " + n.String() + ")"
+		return "sudo te rxe add " + n.Name + " (Soft-RoCE on " + n.String() + ")"
 	}
 	var names []string
 	for _, n := range nds {
@@ -248,9 +248,25 @@ func (h Host) rxeFix() string {
 		}
 	}
 	if len(names) == 0 {
-		return "sudo te rxe add lo   (no other netdev; loopback rxe reaches only this host)"
+		return "sudo te rxe add lo (no other netdev; loopback rxe reaches only this host)"
 	}
-	return "sudo te rxe add NETDEV   (netdevs: " + strings.Join(names, "; ") + "; bring one up with an IPv4 address)"
+	return "sudo te rxe add NETDEV (netdevs: " + strings.Join(names, "; ") + "; bring one up with an IPv4 address)"
+}
+
+// Summary is findings as one line: the problems, then what to run.
+func Summary(fs []Finding) string {
+	var why, fix []string
+	for _, f := range fs {
+		why = append(why, f.Problem)
+		if f.Fix != "" {
+			fix = append(fix, f.Fix)
+		}
+	}
+	s := strings.Join(why, "; ")
+	if len(fix) > 0 {
+		s += "; fix: " + strings.Join(fix, ", then ")
+	}
+	return s
 }
 
 // Explain formats findings for a terminal, one "why"/"fix" pair a line.

@@ -58,11 +58,18 @@ func (f *fakeHost) device(name, uverbs, parent string) {
 
 func text(fs []Finding) string { return Explain(fs) }
 
+func TestSummary(t *testing.T) {
+	got := Summary([]Finding{{Problem: "a"}, {Problem: "b", Fix: "run x"}, {Problem: "c", Fix: "run y"}})
+	if got != "a; b; c; fix: run x, then run y" {
+		t.Errorf("summary %q", got)
+	}
+}
+
 func TestDiagnoseNoDevice(t *testing.T) {
 	f := newFake(t)
 	// no modules tree at all: say what is known
 	got := text(f.Diagnose())
-	for _, want := range []string{"/sys/class/infiniband is empty", "no " + filepath.Join(f.root, "dev/infiniband"),
+	for _, want := range []string{"/sys/class/infiniband is empty", filepath.Join(f.root, "dev/infiniband") + " is missing",
 		"whether kernel 6.1.0-test has it is unknown", "sudo te rxe add eth0", "10.0.0.5"} {
 		if !strings.Contains(got, want) {
 			t.Errorf("no modules tree: %q missing from\n%s", want, got)

@@ -11,6 +11,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/rdmago/te/internal/cli"
 	"github.com/rdmago/te/test/softroce/srenv"
 )
 
@@ -119,12 +120,42 @@ type perfJSON struct {
 
 func tePerf(t *testing.T, args ...string) perfJSON {
 	t.Helper()
-	out := runOut(t, "te", append([]string{"perf", "-json", "-timeout", "60s"}, args...)...)
-	var r perfJSON
-	if err := json.Unmarshal([]byte(strings.TrimSpace(out)), &r); err != nil {
-		t.Fatalf("te perf %v: %v\n%s", args, err, out)
+	rs := tePerfAll(t, args...)
+	if len(rs) != 1 {
+		t.Fatalf("te perf %v: %d results, want 1", args, len(rs))
 	}
-	return r
+	return rs[0]
+}
+
+// tePerfAll runs te perf --json and returns the results of its report.
+func tePerfAll(t *testing.T, args ...string) []perfJSON {
+	t.Helper()
+	cmd := exec.Command("te", append([]string{"perf", "-json", "-timeout", "60s"}, args...)...)
+	var stderr bytes.Buffer
+	cmd.Stderr = &stderr
+	out, err := cmd.Output()
+	if err != nil {
+		t.Fatalf("te perf %v: %v\n%s%s", args, err, out, stderr.Bytes())
+	}
+	return perfResults(t, out)
+}
+
+// perfResults decodes te perf's --json output: te's report envelope.
+func perfResults(t *testing.T, out []byte) []perfJSON {
+	t.Helper()
+	rep, err := cli.ParseReport(out)
+	if err != nil || rep.Command != "perf" {
+		t.Fatalf("te perf --json: not a perf report (%v):\n%s", err, out)
+	}
+	var rs []perfJSON
+	for _, raw := range rep.Results {
+		var r perfJSON
+		if err := json.Unmarshal(raw, &r); err != nil {
+			t.Fatalf("result %s: %v", raw, err)
+		}
+		rs = append(rs, r)
+	}
+	return rs
 }
 
 func checkPerf(t *testing.T, r perfJSON, op, test string, iters int) {
@@ -197,7 +228,7 @@ func TestTePerf(t *testing.T) {
 	})
 	t.Run("bad-input", func(t *testing.T) {
 		cmd := exec.Command("te", "perf", "-d", a.Name, "-peer", b.Name, "-op", "bogus")
-		if out, err := cmd.CombinedOutput(); cmd.ProcessState == nil || cmd.ProcessState.ExitCode() != 2 {
+		if out, err := cmd.CombinedOutput(); cmd.ProcessState == nil || cmd.ProcessState.ExitCode() != 2 || !strings.Contains(string(out), `--op "bogus"`) {
 			t.Errorf("te perf -op bogus: %v, want exit status 2\n%s", err, out)
 		}
 		// a server fed garbage reports it and exits, it does not hang or crash

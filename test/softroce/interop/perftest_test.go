@@ -2,7 +2,6 @@ package interop
 
 import (
 	"bytes"
-	"encoding/json"
 	"fmt"
 	"os/exec"
 	"regexp"
@@ -14,12 +13,16 @@ import (
 	"github.com/rdmago/te/test/softroce/srenv"
 )
 
-// startBG starts a command whose combined output is kept for later.
-func startBG(t *testing.T, name string, args ...string) (*exec.Cmd, *bytes.Buffer) {
+// startBG starts a command whose output is kept for later: stdout and
+// stderr together, or stdout alone when stderr is given.
+func startBG(t *testing.T, stderr *bytes.Buffer, name string, args ...string) (*exec.Cmd, *bytes.Buffer) {
 	t.Helper()
 	cmd := exec.Command(name, args...)
 	var out bytes.Buffer
 	cmd.Stdout, cmd.Stderr = &out, &out
+	if stderr != nil {
+		cmd.Stderr = stderr
+	}
 	if err := cmd.Start(); err != nil {
 		t.Fatal(err)
 	}
@@ -53,18 +56,22 @@ func TestTePerfWithPerftest(t *testing.T) {
 		t.Run("te-client-"+tool+"-server", func(t *testing.T) {
 			port++
 			p := strconv.Itoa(port)
-			srv, sout := startBG(t, tool, append(common(b), "-p", p)...)
+			srv, sout := startBG(t, nil, tool, append(common(b), "-p", p)...)
 			time.Sleep(300 * time.Millisecond)
 			args := append(append([]string{"perf", "--json", "--timeout", "60s", "--op", op}, common(a)...), "-p", p, b.IP.String())
-			out, err := exec.Command("te", args...).CombinedOutput()
+			cmd := exec.Command("te", args...)
+			var stderr bytes.Buffer
+			cmd.Stderr = &stderr
+			out, err := cmd.Output()
 			werr := srv.Wait()
 			if err != nil || werr != nil {
-				t.Fatalf("te %v: %v\n%s\n%s server: %v\n%s", args, err, out, tool, werr, sout)
+				t.Fatalf("te %v: %v\n%s%s\n%s server: %v\n%s", args, err, out, stderr.Bytes(), tool, werr, sout)
 			}
-			var r perfJSON
-			if err := json.Unmarshal(bytes.TrimSpace(out), &r); err != nil {
-				t.Fatalf("te perf output %q: %v", out, err)
+			rs := perfResults(t, out)
+			if len(rs) != 1 {
+				t.Fatalf("te perf: %d results", len(rs))
 			}
+			r := rs[0]
 			checkPerf(t, r, op, "bw", iters)
 			if !strings.Contains(r.Peer, "perftest") {
 				t.Errorf("peer %q, want the perftest server named", r.Peer)
@@ -78,7 +85,8 @@ func TestTePerfWithPerftest(t *testing.T) {
 		t.Run(tool+"-client-te-server", func(t *testing.T) {
 			port++
 			p := strconv.Itoa(port)
-			srv, sout := startBG(t, "te", append(append([]string{"perf", "--json", "--timeout", "60s", "--op", op}, common(b)...), "-p", p)...)
+			var serr bytes.Buffer
+			srv, sout := startBG(t, &serr, "te", append(append([]string{"perf", "--json", "--timeout", "60s", "--op", op}, common(b)...), "-p", p)...)
 			time.Sleep(300 * time.Millisecond)
 			args := append(common(a), "-p", p, b.IP.String())
 			var out []byte
@@ -89,28 +97,23 @@ func TestTePerfWithPerftest(t *testing.T) {
 				}
 				t.Logf("%s: clock calibration failed, once more", tool)
 				srv.Wait()
-				srv, sout = startBG(t, "te", append(append([]string{"perf", "--json", "--timeout", "60s", "--op", op}, common(b)...), "-p", p)...)
+				serr.Reset()
+				srv, sout = startBG(t, &serr, "te", append(append([]string{"perf", "--json", "--timeout", "60s", "--op", op}, common(b)...), "-p", p)...)
 				time.Sleep(300 * time.Millisecond)
 			}
 			werr := srv.Wait()
 			if err != nil || werr != nil {
-				t.Fatalf("%s %v: %v\n%s\nte server: %v\n%s", tool, args, err, out, werr, sout)
+				t.Fatalf("%s %v: %v\n%s\nte server: %v\n%s%s", tool, args, err, out, werr, sout, serr.Bytes())
 			}
 			m := line.FindStringSubmatch(string(out))
 			if m == nil {
 				t.Fatalf("%s printed no %d-byte, %d-iteration result:\n%s", tool, size, iters, out)
 			}
-			var r perfJSON
-			js := sout.String()
-			if i := strings.Index(js, "{"); i >= 0 {
-				js = js[i:]
+			rs := perfResults(t, sout.Bytes())
+			if len(rs) != 1 {
+				t.Fatalf("te server: %d results\n%s", len(rs), sout)
 			}
-			if j := strings.IndexByte(js, '\n'); j >= 0 {
-				js = js[:j]
-			}
-			if err := json.Unmarshal([]byte(js), &r); err != nil {
-				t.Fatalf("te server output %q: %v", sout, err)
-			}
+			r := rs[0]
 			if r.Op != op || r.Test != "bw" || r.Bytes != size || r.Iters != iters || !strings.Contains(r.Peer, "perftest") {
 				t.Errorf("te server's result %+v, want %s bw %d x %d from perftest", r, op, iters, size)
 			}
@@ -123,13 +126,8 @@ func TestTePerfWithPerftest(t *testing.T) {
 // both ends in one process on the loopback device.
 func TestTePerfSweeps(t *testing.T) {
 	topo := srenv.Require(t)
-	out := runOut(t, "te", "perf", "-d", topo.Lo.Name, "--peer", topo.Lo.Name, "-a", "-n", "5", "--json", "--timeout", "120s")
 	var sizes []int
-	for _, l := range strings.Split(strings.TrimSpace(out), "\n") {
-		var r perfJSON
-		if err := json.Unmarshal([]byte(l), &r); err != nil {
-			t.Fatalf("line %q: %v", l, err)
-		}
+	for _, r := range tePerfAll(t, "-d", topo.Lo.Name, "--peer", topo.Lo.Name, "-a", "-n", "5", "--timeout", "120s") {
 		if r.Iters != 5 || !(r.MBps > 0) {
 			t.Errorf("row %+v", r)
 		}

@@ -49,7 +49,7 @@ teperf() {
 	cat /tmp/te-cli.log
 }
 
-json() { sed -n "s/.*\"$1\":\([0-9.e+-]*\).*/\1/p"; }
+json() { sed -n "s/.*\"$1\": *\([0-9.e+-]*\).*/\1/p" | head -1; }
 
 # bench NAME SRVDEV SRVGID CLIDEV CLIGID bw|lat TOOL TE-ARGS -- PERFTEST-ARGS
 bench() {
