@@ -279,7 +279,9 @@ func servePerftest(ctx context.Context, conn net.Conn, rd *bufio.Reader, v strin
 		r.MBps = r.MBps * 1e9 / 8 / (1 << 20)
 	}
 	o.logf("te perf: served %s %s to %s", p.Op, p.Test, r.Peer)
-	return []Result{r}, nil
+	var out []Result
+	o.report(&out, r)
+	return out, nil
 }
 
 // finite is v, or 0 for what JSON cannot carry: perftest reports inf or
