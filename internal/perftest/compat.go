@@ -204,6 +204,7 @@ func ptSetup(c ptConn, peerVer string, dev Device, p Params, sizes []int, o Opti
 	if err := e.connect(peer); err != nil {
 		return nil, Info{}, err
 	}
+	o.logf("te perf: perftest %s peer: QP %d -> %d, path MTU %d", peerVer, e.qp.QPN(), peer.QPN, e.p.MTU)
 	for range 2 { // after RTS, and once more before the test
 		if _, err := c.keys(e.info(), withGID); err != nil {
 			return nil, Info{}, err
