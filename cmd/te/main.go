@@ -162,10 +162,3 @@ func exitCode(name string, err error, stderr io.Writer) int {
 	fmt.Fprintf(stderr, "te %s: %s\n", name, cli.ErrorLine(explain(err)))
 	return 1
 }
-
-// newFlags returns a FlagSet for a subcommand that reports errors instead
-// of exiting, so run can map them to exit status 2.
-func newFlags(name string) *flag.FlagSet {
-	fs := flag.NewFlagSet("te "+name, flag.ContinueOnError)
-	return fs
-}
