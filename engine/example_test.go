@@ -6,6 +6,7 @@ import (
 	"log"
 
 	"github.com/rdmago/te/engine"
+	"github.com/rdmago/te/segment"
 	"github.com/rdmago/te/segment/p2p"
 	"github.com/rdmago/te/tcp"
 )
@@ -78,4 +79,16 @@ func Example() {
 	st, _ := ini.Status(batch, 1)
 	fmt.Println(st.State, st.Transferred, string(imem.Bytes()[8192:8192+14]))
 	// Output: COMPLETED 4096 hello, segment
+}
+
+// A Selector orders the transports a segment's requests may use (the
+// candidates: installed here, offered by the segment, reaching it). Set
+// one in Config.Selector; Prefer puts the named protocols first.
+func ExamplePrefer() {
+	candidates := []string{"tcp", "rdma", "shm"} // in the target's order
+	fmt.Println(engine.DefaultSelector(nil, candidates))
+	fmt.Println(engine.Prefer(segment.ProtoTCP)(nil, candidates))
+	// Output:
+	// [shm rdma tcp]
+	// [tcp rdma shm]
 }
