@@ -1,8 +1,11 @@
 package auth
 
 import (
+	"errors"
+	"io"
 	"log/slog"
 	"net"
+	"os"
 	"sync"
 	"time"
 )
@@ -52,8 +55,24 @@ func (f *FailureLog) Failed(peer net.Addr, err error) bool {
 	if peer != nil {
 		addr = peer.String()
 	}
-	f.log.Warn("te: handshake failed: peer refused", "proto", f.proto, "peer", addr, "err", err, "not_logged_since_last", dropped)
+	f.log.Warn("te: handshake failed: "+failure(err), "proto", f.proto, "peer", addr, "err", err, "not_logged_since_last", dropped)
 	return true
+}
+
+// failure says what a failed handshake's error means: only ErrDenied is
+// a failed authentication; a silent, closed or reset connection is not.
+func failure(err error) string {
+	switch {
+	case errors.Is(err, ErrDenied):
+		return "peer failed authentication"
+	case errors.Is(err, ErrMessage):
+		return "malformed handshake message"
+	case errors.Is(err, os.ErrDeadlineExceeded):
+		return "peer sent no handshake in time"
+	case errors.Is(err, io.EOF), errors.Is(err, io.ErrUnexpectedEOF):
+		return "peer closed the connection"
+	}
+	return "connection failed (reset, or a protocol error)"
 }
 
 // WarnUnauthenticated logs one warning when a listener of proto at addr
