@@ -217,9 +217,21 @@ func (e *Engine) Close() error {
 		e.segs.closeAll()
 		e.tmu.Lock()
 		ts := e.transports.Load()
-		for _, i := range ts.order {
-			if cerr := ts.slots[i].Close(); cerr != nil && err == nil {
-				err = fmt.Errorf("engine: close %s: %w", ts.slots[i].Name(), cerr)
+		// All at once: each bounds its own waits on peers, so Close
+		// takes the longest of them, not their sum.
+		errs := make([]error, len(ts.order))
+		var wg sync.WaitGroup
+		for k, i := range ts.order {
+			wg.Go(func() {
+				if cerr := ts.slots[i].Close(); cerr != nil {
+					errs[k] = fmt.Errorf("engine: close %s: %w", ts.slots[i].Name(), cerr)
+				}
+			})
+		}
+		wg.Wait()
+		for _, cerr := range errs {
+			if cerr != nil && err == nil {
+				err = cerr
 			}
 		}
 		e.tmu.Unlock()

@@ -826,3 +826,24 @@ func TestUnlisted(t *testing.T) {
 		t.Fatal(err)
 	}
 }
+
+// Close closes the transports at once: with three that each wait out
+// their peers for a second, it takes about one second, not three.
+func TestCloseTransportsAtOnce(t *testing.T) {
+	e, err := engine.New(engine.Config{Name: "closing"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, n := range []string{"a", "b", "c"} {
+		if err := e.Install(&fake{name: n, closeWait: time.Second}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	start := time.Now()
+	if err := e.Close(); err != nil {
+		t.Fatal(err)
+	}
+	if d := time.Since(start); d > 2500*time.Millisecond {
+		t.Fatalf("Close took %v with three transports each closing in 1 s", d)
+	}
+}

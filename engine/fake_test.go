@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"sync/atomic"
+	"time"
 
 	"github.com/rdmago/te/engine/driver"
 	"github.com/rdmago/te/segment"
@@ -23,6 +24,9 @@ type fake struct {
 	// refuse, when set, makes Connect fail as a target that refuses
 	// the connection would.
 	refuse atomic.Bool
+	// closeWait is how long Close takes (a transport waiting out its
+	// peers).
+	closeWait time.Duration
 }
 
 type fakePeer struct{}
@@ -42,7 +46,10 @@ func (f *fake) Describe(d *segment.Descriptor) error {
 func (f *fake) RegisterMemory(driver.Region) (any, error) { return nil, nil }
 func (f *fake) UnregisterMemory(driver.Region, any) error { return nil }
 func (f *fake) SliceSize() uint64                         { return 0 }
-func (f *fake) Close() error                              { return nil }
+func (f *fake) Close() error {
+	time.Sleep(f.closeWait)
+	return nil
+}
 func (f *fake) Connect(context.Context, *segment.Descriptor) (driver.Peer, error) {
 	f.connect.Add(1)
 	if f.refuse.Load() {
