@@ -62,9 +62,6 @@ type Device struct {
 	GID  string `json:"gid"` // textual IPv6 form
 	LID  uint16 `json:"lid,omitempty"`
 	MTU  uint32 `json:"mtu,omitempty"`
-	// Endpoint is where the owner accepts connection handshakes for this
-	// rail (host:port), if it differs from the rdma protocol endpoint.
-	Endpoint string `json:"endpoint,omitempty"`
 }
 
 // Buffer is one exposed memory region, addressed by the owner's virtual
