@@ -227,9 +227,10 @@ func TestMain(m *testing.M) {
 
 func runTE(t *testing.T, args ...string) (stdout, stderr string, code int) {
 	t.Helper()
+	bin := teBinary(t) // built first: the minute is for te alone
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
-	cmd := exec.CommandContext(ctx, teBinary(t), args...)
+	cmd := exec.CommandContext(ctx, bin, args...)
 	var o, e bytes.Buffer
 	cmd.Stdout, cmd.Stderr = &o, &e
 	err := cmd.Run()

@@ -168,9 +168,10 @@ func TestSignalDuringSetup(t *testing.T) {
 // runTEFor is runTE with a time limit.
 func runTEFor(t *testing.T, limit time.Duration, args ...string) (stdout, stderr string, code int) {
 	t.Helper()
+	bin := teBinary(t) // built first: the limit is for te alone
 	ctx, cancel := context.WithTimeout(context.Background(), limit)
 	defer cancel()
-	cmd := exec.CommandContext(ctx, teBinary(t), args...)
+	cmd := exec.CommandContext(ctx, bin, args...)
 	var o, e bytes.Buffer
 	cmd.Stdout, cmd.Stderr = &o, &e
 	err := cmd.Run()
