@@ -290,7 +290,7 @@ func TestSteadyStateAllocs(t *testing.T) {
 	for _, c := range []struct {
 		op   engine.Op
 		size int
-	}{{engine.Write, 4096}, {engine.Read, 4096}, {engine.Write, 64 << 10}, {engine.Read, 1 << 20}} {
+	}{{engine.Write, 4096}, {engine.Read, 4096}, {engine.Write, 64 << 10}, {engine.Read, 64 << 10}, {engine.Write, 1 << 20}, {engine.Read, 1 << 20}} {
 		t.Run(fmt.Sprintf("%v/%d", c.op, c.size), func(t *testing.T) {
 			p := newPair(t, batch*c.size, Config{})
 			reqs := make([]engine.Request, batch)

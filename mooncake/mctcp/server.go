@@ -25,11 +25,81 @@ type sconn struct {
 	// (unix nanoseconds), 0 while the target works on a request.
 	waiting atomic.Int64
 
-	br   *bufio.Reader
-	hb   [headerLen]byte
-	st   [statusLen]byte
-	iov  [2][]byte
-	bufs net.Buffers
+	br *bufio.Reader
+	hb [headerLen]byte
+	g  gather
+}
+
+// gather collects answers for one writev: status words in a fixed arena
+// (adjacent ones become one iovec), READ payloads straight from registered
+// memory with the regions to release once written. Answers to pipelined
+// requests leave together; nothing waits for input while answers are held.
+type gather struct {
+	sts   []byte
+	nst   int
+	iov   [][]byte
+	pins  []driver.Region
+	bytes int
+	bufs  net.Buffers
+}
+
+// flushBytes bounds the payload bytes gathered before a write.
+const flushBytes = 1 << 20
+
+func (g *gather) init() {
+	g.sts = make([]byte, maxPerWrite*statusLen)
+	g.iov = make([][]byte, 0, 2*maxPerWrite)
+	g.pins = make([]driver.Region, 0, maxPerWrite)
+}
+
+func (g *gather) full() bool { return g.nst == maxPerWrite || len(g.iov) >= 2*maxPerWrite-1 || g.bytes >= flushBytes }
+
+// add appends an answer: a status word unless v1, then payload (may be
+// nil); pin (may be nil) is released after the write.
+func (g *gather) add(v2 bool, code uint32, payload []byte, pin driver.Region) {
+	if v2 {
+		st := g.sts[g.nst*statusLen : (g.nst+1)*statusLen : (g.nst+1)*statusLen]
+		encodeStatus(st, code)
+		if k := len(g.iov); k > 0 && g.nst > 0 && len(g.iov[k-1]) > 0 &&
+			&g.iov[k-1][len(g.iov[k-1])-1] == &g.sts[g.nst*statusLen-1] {
+			g.iov[k-1] = g.sts[g.nst*statusLen-len(g.iov[k-1]) : (g.nst+1)*statusLen]
+		} else {
+			g.iov = append(g.iov, st)
+		}
+		g.nst++
+	}
+	if len(payload) > 0 {
+		g.iov = append(g.iov, payload)
+		g.bytes += len(payload)
+	}
+	if pin != nil {
+		g.pins = append(g.pins, pin)
+	}
+}
+
+// flush writes what was gathered within timeout and releases the pins.
+func (g *gather) flush(c *net.TCPConn, timeout time.Duration) error {
+	if len(g.iov) == 0 {
+		g.reset()
+		return nil
+	}
+	c.SetWriteDeadline(time.Now().Add(timeout))
+	g.bufs = g.iov
+	_, err := g.bufs.WriteTo(c)
+	g.reset()
+	return err
+}
+
+func (g *gather) reset() {
+	for _, r := range g.pins {
+		r.Release()
+	}
+	clear(g.pins)
+	g.pins = g.pins[:0]
+	clear(g.iov)
+	g.iov = g.iov[:0]
+	g.bufs = nil
+	g.nst, g.bytes = 0, 0
 }
 
 func (sc *sconn) wait() { sc.waiting.Store(time.Now().UnixNano()) }
@@ -118,18 +188,34 @@ func (t *Transport) serve(sc *sconn) {
 var errUnknownOp = errors.New("mctcp: unknown opcode")
 
 // serveConn answers one connection's requests in order until it closes,
-// breaks the protocol or asks for memory it may not have. It allocates
-// nothing per request.
+// breaks the protocol or asks for memory it may not have. Answers are
+// gathered while further requests are already buffered and written
+// together before the target waits for input. It allocates nothing per
+// request.
 func (t *Transport) serveConn(sc *sconn) error {
-	for {
+	g := &sc.g
+	g.init()
+	defer g.reset()
+	flush := func() error {
 		sc.wait()
-		if sc.br.Buffered() == 0 {
-			sc.c.SetReadDeadline(time.Time{}) // idle lanes may wait for ever (admission evicts them)
+		err := g.flush(sc.c, t.cfg.IOTimeout)
+		sc.work()
+		return err
+	}
+	for {
+		if sc.br.Buffered() < headerLen {
+			if err := flush(); err != nil {
+				return err
+			}
+			sc.wait()
+			if sc.br.Buffered() == 0 {
+				sc.c.SetReadDeadline(time.Time{}) // idle lanes may wait for ever (admission evicts them)
+				if _, err := sc.br.Peek(1); err != nil {
+					return err
+				}
+			}
+			sc.c.SetReadDeadline(time.Now().Add(t.cfg.IOTimeout))
 		}
-		if _, err := sc.br.Peek(1); err != nil {
-			return err
-		}
-		sc.c.SetReadDeadline(time.Now().Add(t.cfg.IOTimeout))
 		if _, err := io.ReadFull(sc.br, sc.hb[:]); err != nil {
 			return err
 		}
@@ -149,6 +235,15 @@ func (t *Transport) serveConn(sc *sconn) error {
 			return t.reject(sc, v2, err)
 		}
 		if op == opWrite {
+			if uint64(sc.br.Buffered()) < h.size {
+				// The payload is not all here: answer what is gathered
+				// before waiting for it.
+				if err := flush(); err != nil {
+					r.Release()
+					return err
+				}
+				sc.c.SetReadDeadline(time.Now().Add(t.cfg.IOTimeout))
+			}
 			sc.wait()
 			_, err = io.ReadFull(sc.br, mem)
 			sc.work()
@@ -156,42 +251,24 @@ func (t *Transport) serveConn(sc *sconn) error {
 			if err != nil {
 				return err
 			}
-			if v2 {
-				encodeStatus(sc.st[:], statusOK)
-				sc.c.SetWriteDeadline(time.Now().Add(t.cfg.IOTimeout))
-				if _, err := sc.c.Write(sc.st[:]); err != nil {
-					return err
-				}
+			g.add(v2, statusOK, nil, nil)
+		} else {
+			g.add(v2, statusOK, mem, r) // r is released once written
+		}
+		if g.full() {
+			if err := flush(); err != nil {
+				return err
 			}
-			continue
-		}
-		sc.iov[0], sc.iov[1] = nil, mem
-		if v2 {
-			encodeStatus(sc.st[:], statusOK)
-			sc.iov[0] = sc.st[:]
-		}
-		sc.bufs = sc.iov[:]
-		sc.c.SetWriteDeadline(time.Now().Add(t.cfg.IOTimeout))
-		sc.wait()
-		_, err = sc.bufs.WriteTo(sc.c)
-		sc.work()
-		r.Release()
-		sc.iov[1] = nil
-		if err != nil {
-			return err
 		}
 	}
 }
 
 // reject answers a refused request as Mooncake does (status 1 under v2,
-// nothing under v1) and ends the connection: a rejected WRITE's payload
-// is not read, so the stream cannot continue.
+// nothing under v1), after what was gathered, and ends the connection: a
+// rejected WRITE's payload is not read, so the stream cannot continue.
 func (t *Transport) reject(sc *sconn, v2 bool, why error) error {
-	if v2 {
-		encodeStatus(sc.st[:], statusBad)
-		sc.c.SetWriteDeadline(time.Now().Add(t.cfg.IOTimeout))
-		sc.c.Write(sc.st[:])
-	}
+	sc.g.add(v2, statusBad, nil, nil)
+	sc.g.flush(sc.c, t.cfg.IOTimeout)
 	if errors.Is(why, driver.ErrOutOfRange) || errors.Is(why, driver.ErrMemoryBusy) {
 		t.log.Debug("mctcp: request rejected", "remote", sc.c.RemoteAddr(), "err", why)
 		return nil
