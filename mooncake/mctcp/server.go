@@ -52,7 +52,9 @@ func (g *gather) init() {
 	g.pins = make([]driver.Region, 0, maxPerWrite)
 }
 
-func (g *gather) full() bool { return g.nst == maxPerWrite || len(g.iov) >= 2*maxPerWrite-1 || g.bytes >= flushBytes }
+func (g *gather) full() bool {
+	return g.nst == maxPerWrite || len(g.iov) >= 2*maxPerWrite-1 || g.bytes >= flushBytes
+}
 
 // add appends an answer: a status word unless v1, then payload (may be
 // nil); pin (may be nil) is released after the write.
