@@ -57,10 +57,8 @@
 //
 // The Append/Parse functions give every protocol one bounded encoding of
 // the three messages (fuzzed in this package); a protocol may append its
-// own fields after them. FailureLog reports failed handshakes with the
-// peer's address, at most one line per interval; WarnUnauthenticated is
-// the one warning a listener on a non-loopback address without a secret
-// logs.
+// own fields after them. WarnUnauthenticated is the one warning a
+// listener on a non-loopback address without a secret logs.
 package auth
 
 import (
@@ -109,6 +107,9 @@ var (
 	ErrMessage = errors.New("auth: malformed handshake message")
 	// ErrNoPath: Load was given a blank path.
 	ErrNoPath = errors.New("auth: blank secret file name: name a file, or give none to run without authentication")
+	// ErrNotTE: the peer does not speak te's handshake (its first bytes
+	// are another protocol's, or another te port's).
+	ErrNotTE = errors.New("auth: the peer does not speak te")
 )
 
 // Secret is a loaded cluster secret; nil means authentication is off.

@@ -20,6 +20,7 @@
 package wire
 
 import (
+	"bytes"
 	"encoding/binary"
 	"errors"
 	"fmt"
@@ -31,6 +32,10 @@ const HeaderLen = 12
 
 // ErrFrame marks a malformed frame or payload; compare with errors.Is.
 var ErrFrame = errors.New("wire: malformed frame")
+
+// ErrMagic marks a frame whose first bytes are not the protocol's magic:
+// the peer speaks something else. It wraps ErrFrame.
+var ErrMagic = fmt.Errorf("%w: not this protocol's magic", ErrFrame)
 
 // Type is a frame type, defined by each protocol.
 type Type uint8
@@ -81,7 +86,7 @@ func (p *Proto) ParseHeader(h []byte) (Header, error) {
 		return Header{}, fmt.Errorf("%w: %s: short header (%d bytes)", ErrFrame, p.Name, len(h))
 	}
 	if [4]byte(h[:4]) != p.Magic {
-		return Header{}, fmt.Errorf("%w: %s: bad magic %q", ErrFrame, p.Name, h[:4])
+		return Header{}, p.badMagic(h[:4])
 	}
 	if h[4] != p.Version {
 		return Header{}, fmt.Errorf("%w: %s: version %d, want %d", ErrFrame, p.Name, h[4], p.Version)
@@ -99,13 +104,33 @@ func (p *Proto) ParseHeader(h []byte) (Header, error) {
 	return Header{Type: t, Flags: binary.BigEndian.Uint16(h[6:]), Len: int(n)}, nil
 }
 
+// MagicError is the ErrMagic of one frame: the bytes that came instead of
+// the magic (up to four).
+type MagicError struct {
+	Proto string
+	Got   []byte
+}
+
+func (e *MagicError) Error() string {
+	return fmt.Sprintf("%s: bad magic %q", e.Proto, e.Got)
+}
+
+// Unwrap makes a MagicError match ErrMagic and ErrFrame.
+func (e *MagicError) Unwrap() error { return ErrMagic }
+
+func (p *Proto) badMagic(got []byte) error {
+	return &MagicError{Proto: p.Name, Got: append([]byte(nil), got...)}
+}
+
 // Read reads one frame. The header is read into hdr (at least HeaderLen
 // bytes, reusable by the caller); the payload goes into buf when it fits
 // there, else into a fresh slice allocated only after its length passed the
 // bound. A payload cut short is an ErrFrame wrapping io.ErrUnexpectedEOF; a
-// clean end before the header is io.EOF.
+// clean end before the header is io.EOF. Bytes that cannot begin the magic
+// fail with a MagicError as soon as they arrive, without waiting for a
+// whole header: a peer of another protocol is told at once.
 func (p *Proto) Read(r io.Reader, hdr, buf []byte) (Header, []byte, error) {
-	if _, err := io.ReadFull(r, hdr[:HeaderLen]); err != nil {
+	if err := p.readHeader(r, hdr[:HeaderLen]); err != nil {
 		return Header{}, nil, err
 	}
 	h, err := p.ParseHeader(hdr)
@@ -124,6 +149,29 @@ func (p *Proto) Read(r io.Reader, hdr, buf []byte) (Header, []byte, error) {
 		return Header{}, nil, fmt.Errorf("%w: %s: %s payload: %w", ErrFrame, p.Name, p.typeName(h.Type), err)
 	}
 	return h, payload, nil
+}
+
+// readHeader fills hdr as io.ReadFull does, checking the magic as its
+// bytes arrive.
+func (p *Proto) readHeader(r io.Reader, hdr []byte) error {
+	got := 0
+	for got < len(hdr) {
+		n, err := r.Read(hdr[got:])
+		got += n
+		if k := min(got, len(p.Magic)); !bytes.Equal(hdr[:k], p.Magic[:k]) {
+			return p.badMagic(hdr[:k])
+		}
+		if got == len(hdr) {
+			return nil
+		}
+		if err != nil {
+			if errors.Is(err, io.EOF) && got > 0 {
+				err = io.ErrUnexpectedEOF
+			}
+			return err
+		}
+	}
+	return nil
 }
 
 // Write writes one frame in a single Write call.
