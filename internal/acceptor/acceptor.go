@@ -1,7 +1,9 @@
-// Package acceptor runs a listener's accept loop the same way for every
-// server in te (the TCP and RDMA transports' targets, the shm transport,
-// the p2p store): a failure that leaves the listener usable backs off
-// instead of spinning or giving up, and is logged at most once a second.
+// Package acceptor is how every server in te (the TCP and RDMA
+// transports' targets, the shm transport, the p2p store) takes
+// connections: Run is the accept loop (a failure that leaves the listener
+// usable backs off instead of spinning or giving up, and is logged at most
+// once a second) and Gate the admission policy (total and per-source
+// bounds; at a bound, the connection that has waited longest makes room).
 package acceptor
 
 import (
