@@ -13,7 +13,7 @@ import (
 	"github.com/rdmago/te/auth"
 	"github.com/rdmago/te/engine"
 	"github.com/rdmago/te/engine/enginetest"
-	"github.com/rdmago/te/internal/handshake"
+	"github.com/rdmago/te/internal/control"
 	"github.com/rdmago/te/segment"
 	"github.com/rdmago/te/tcp"
 )
@@ -428,7 +428,7 @@ func blackhole(t *testing.T, st *enginetest.MemStore, name string) (seg segment.
 			mu.Lock()
 			conns = append(conns, c)
 			mu.Unlock()
-			go handshake.TCP.Accept(c, nil, auth.Party{Name: name, Epoch: 7})
+			go control.TCP.Accept(control.Stream(c, c, control.TCP.Frames()), nil, auth.Party{Name: name, Epoch: 7}, nil)
 		}
 	}()
 	buf := segment.Buffer{Addr: 1 << 40, Length: 1 << 20}

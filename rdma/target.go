@@ -11,6 +11,7 @@ import (
 
 	"github.com/rdmago/te/auth"
 	"github.com/rdmago/te/internal/acceptor"
+	"github.com/rdmago/te/internal/control"
 	"github.com/rdmago/te/internal/wire"
 	"github.com/rdmago/te/segment"
 	"github.com/rdmago/te/uverbs"
@@ -25,7 +26,7 @@ type targetState struct {
 	perInit  map[string]int // QPs held per initiator name
 	total    int
 	closed   bool
-	fails    *auth.FailureLog
+	fails    *control.Log
 }
 
 // session is one initiator's control connection and the endpoints it set
@@ -42,7 +43,7 @@ func (ts *targetState) init(t *Transport) {
 	ts.t = t
 	ts.sessions = map[*session]struct{}{}
 	ts.perInit = map[string]int{}
-	ts.fails = auth.NewFailureLog(t.log, segment.ProtoRDMA, 0)
+	ts.fails = control.NewLog(t.log, segment.ProtoRDMA, 0)
 }
 
 func (t *Transport) accept() {

@@ -31,7 +31,7 @@ func TestAuth(t *testing.T) {
 	}{
 		{"both", good, good, true, nil},
 		{"neither", nil, nil, true, nil},
-		{"initiator without", good, nil, false, ErrRefused},
+		{"initiator without", good, nil, false, auth.ErrDenied},
 		{"wrong secret", good, other, false, auth.ErrDenied},
 		{"target without", nil, good, false, auth.ErrUnauthenticated},
 	} {

@@ -13,7 +13,11 @@ const maxSlots = 4096
 // initiator. The target writes gen, the initiator busy.
 type ctlPage struct {
 	magic uint64
-	_     [56]byte
+	// closing is set by the target before it fences a closing
+	// transport's connections: a copy that finds its generation gone
+	// then fails as the target going away, not as revoked memory.
+	closing atomic.Uint32
+	_       [52]byte
 	// gen[s] is the generation of the region in slot s while it is live,
 	// 0 once it is unregistered.
 	gen [maxSlots]atomic.Uint32

@@ -10,6 +10,7 @@ import (
 
 	"github.com/rdmago/te/auth"
 	"github.com/rdmago/te/engine"
+	"github.com/rdmago/te/internal/control"
 	"github.com/rdmago/te/internal/uds"
 )
 
@@ -24,10 +25,11 @@ func FuzzMessages(f *testing.F) {
 	f.Add(appendRefused(nil, "no"))
 	f.Add(proto.Append(nil, msgHello, 0, auth.AppendHello(nil, auth.Hello{Proto: "shm"})))
 	f.Fuzz(func(t *testing.T, pkt []byte) {
-		typ, p, err := parse(pkt)
+		h, p, err := control.ParsePacket(&proto, pkt)
 		if err != nil {
 			return
 		}
+		typ := h.Type
 		var back []byte
 		switch typ {
 		case msgWelcome:
@@ -50,12 +52,8 @@ func FuzzMessages(f *testing.F) {
 			if r, err := parseRefused(p); err == nil {
 				back = appendRefused(nil, r)
 			}
-		case msgHello:
+		case handshake.Hello:
 			auth.ParseHello(p)
-		case msgChallenge:
-			auth.ParseChallenge(p)
-		case msgAnswer:
-			auth.ParseAnswer(p)
 		}
 		if back != nil && !bytes.Equal(back, pkt) {
 			t.Fatalf("%x decoded and encoded to %x", pkt, back)

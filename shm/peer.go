@@ -3,6 +3,7 @@ package shm
 import (
 	"cmp"
 	"context"
+	"errors"
 	"fmt"
 	"net"
 	"runtime"
@@ -13,6 +14,7 @@ import (
 
 	"github.com/rdmago/te/auth"
 	"github.com/rdmago/te/engine/driver"
+	"github.com/rdmago/te/internal/control"
 	"github.com/rdmago/te/internal/dma"
 	"github.com/rdmago/te/internal/uds"
 	"github.com/rdmago/te/internal/wire"
@@ -88,40 +90,19 @@ func dialPeer(ctx context.Context, t *Transport, d *segment.Descriptor, endpoint
 	stop := context.AfterFunc(ctx, func() { c.SetDeadline(time.Unix(1, 0)) })
 	defer stop()
 
-	in := t.cfg.Secret.Initiate(segment.ProtoSHM, auth.Party{Name: t.host.LocalName(), Epoch: t.host.Epoch()}, auth.Party{Name: d.Name, Epoch: d.Epoch})
-	if err := uds.Send(c, proto.Append(nil, msgHello, 0, auth.AppendHello(nil, in.Hello())), nil); err != nil {
+	pc := conn(c)
+	err = handshake.Dial(pc, t.cfg.Secret, auth.Party{Name: t.host.LocalName(), Epoch: t.host.Epoch()}, auth.Party{Name: d.Name, Epoch: d.Epoch})
+	switch {
+	case errors.Is(err, control.ErrStale), errors.Is(err, control.ErrClosed):
+		return nil, control.Mark(err, driver.ErrPeerReset)
+	case err != nil:
 		return nil, err
 	}
-	buf := make([]byte, maxPacket)
-	typ, pl, _, err := recv(c, buf, 0)
+	h, pl, fds, err := pc.Recv(1)
 	if err != nil {
-		return nil, err
+		return nil, fmt.Errorf("%w: %w", driver.ErrPeerReset, err)
 	}
-	if err := refused(typ, pl, msgChallenge); err != nil {
-		return nil, err
-	}
-	ch, rest, err := auth.ParseChallenge(pl)
-	if err == nil && len(rest) > 0 {
-		err = fmt.Errorf("%w: %d bytes after the challenge", ErrProtocol, len(rest))
-	}
-	if err != nil {
-		return nil, err
-	}
-	if ch.Epoch != d.Epoch {
-		return nil, fmt.Errorf("%w: %s has epoch %#x, descriptor says %#x", driver.ErrPeerReset, d.Name, ch.Epoch, d.Epoch)
-	}
-	ans, err := in.Finish(ch)
-	if err != nil {
-		return nil, err
-	}
-	if err := uds.Send(c, proto.Append(nil, msgAnswer, 0, auth.AppendAnswer(nil, ans)), nil); err != nil {
-		return nil, err
-	}
-	typ, pl, fds, err := recv(c, buf, 1)
-	if err != nil {
-		return nil, err
-	}
-	if err := refused(typ, pl, msgWelcome); err != nil {
+	if err := refused(h.Type, pl, msgWelcome); err != nil {
 		uds.Close(fds)
 		return nil, err
 	}
@@ -143,13 +124,13 @@ func dialPeer(ctx context.Context, t *Transport, d *segment.Descriptor, endpoint
 		return nil, fmt.Errorf("%w: control page magic %#x", ErrProtocol, p.page.magic)
 	}
 	for range w.maps {
-		typ, pl, fds, err := recv(c, buf, 1)
+		h, pl, fds, err := pc.Recv(1)
 		if err != nil {
 			return nil, err
 		}
-		if typ != msgMap {
+		if h.Type != msgMap {
 			uds.Close(fds)
-			return nil, fmt.Errorf("%w: %s among the initial MAPs", ErrProtocol, proto.TypeName(typ))
+			return nil, fmt.Errorf("%w: %s among the initial MAPs", ErrProtocol, proto.TypeName(h.Type))
 		}
 		if err := p.addMap(pl, fds); err != nil {
 			return nil, err
@@ -253,9 +234,10 @@ func (p *peer) removeSlot(slot, gen uint32) {
 func (p *peer) read() {
 	defer close(p.done)
 	defer p.teardown()
-	buf := make([]byte, maxPacket)
+	pc := conn(p.c)
 	for {
-		typ, pl, fds, err := recv(p.c, buf, 1)
+		h, pl, fds, err := pc.Recv(1)
+		typ := h.Type
 		if err != nil {
 			if !p.dead.Load() {
 				p.t.log.Info("shm: target connection ends", "segment", p.name, "err", err)
@@ -382,7 +364,7 @@ func (p *peer) copy(s *driver.Slice) (uint64, error) {
 	if m.dead.Load() || p.page.gen[m.slot].Load() != m.gen {
 		busy.Add(-1)
 		m.users.Add(-1)
-		if p.dead.Load() {
+		if p.dead.Load() || p.page.closing.Load() != 0 {
 			return 0, errGone
 		}
 		return 0, errRevoked

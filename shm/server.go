@@ -3,6 +3,7 @@ package shm
 import (
 	"errors"
 	"fmt"
+	"io"
 	"net"
 	"runtime"
 	"slices"
@@ -12,10 +13,9 @@ import (
 
 	"github.com/rdmago/te/auth"
 	"github.com/rdmago/te/internal/acceptor"
+	"github.com/rdmago/te/internal/control"
 	"github.com/rdmago/te/internal/dma"
 	"github.com/rdmago/te/internal/uds"
-	"github.com/rdmago/te/internal/wire"
-	"github.com/rdmago/te/segment"
 )
 
 // serverConn is the target's side of one initiator's connection.
@@ -23,7 +23,11 @@ type serverConn struct {
 	t    *Transport
 	c    *net.UnixConn
 	cred uds.Cred
+	slot *acceptor.Slot[int32, *serverConn]
 	dead atomic.Bool
+	// evicted: admission closed the connection to make room while the
+	// peer may still copy.
+	evicted atomic.Bool
 
 	// mu serialises sends, the control page's generations and mapped,
 	// and the control page's lifetime.
@@ -36,20 +40,33 @@ type serverConn struct {
 
 func (t *Transport) acceptLoop() {
 	defer t.wg.Done()
-	acceptor.Run(t.log, "shm", t.ln.Addr(), nil, t.ln.AcceptUnix, func(c *net.UnixConn) {
-		sc := &serverConn{t: t, c: c, mapped: map[uint32]uint32{}}
-		t.mu.Lock()
-		if t.closed.Load() || len(t.conns) >= t.cfg.MaxConns {
-			t.mu.Unlock()
-			sc.refuse("too many peers")
-			c.Close()
-			return
-		}
-		t.conns[sc] = struct{}{}
-		t.wg.Add(1)
-		t.mu.Unlock()
-		go sc.serve()
+	acceptor.Run(t.log, "shm", t.ln.Addr(), nil, t.ln.AcceptUnix, t.admit)
+}
+
+// admit serves c under the admission policy (internal/acceptor.Gate),
+// with the connecting process as the source: at MaxConns (or
+// MaxConnsPerSource for one process) the connection that has waited
+// longest for its initiator makes room, from the process holding the
+// most, so one process holding connections locks nobody out.
+func (t *Transport) admit(c *net.UnixConn) {
+	cred, err := uds.PeerCred(c)
+	if err != nil {
+		c.Close()
+		return
+	}
+	sc := &serverConn{t: t, c: c, cred: cred, mapped: map[uint32]uint32{}}
+	slot, ok := t.gate.Admit(cred.PID, sc, func() {
+		sc.evicted.Store(true)
+		sc.c.Close()
 	})
+	if !ok {
+		c.Close()
+		t.log.Debug("shm: connection refused: every slot busy", "pid", cred.PID, "max", t.cfg.MaxConns)
+		return
+	}
+	sc.slot = slot
+	t.wg.Add(1) // the accept loop holds the group: no race with Close's Wait
+	go sc.serve()
 }
 
 func (sc *serverConn) refuse(reason string) {
@@ -57,46 +74,36 @@ func (sc *serverConn) refuse(reason string) {
 	uds.Send(sc.c, appendRefused(nil, reason), nil)
 }
 
-// recv reads one packet with at most want descriptors.
-func recv(c *net.UnixConn, buf []byte, want int) (wire.Type, []byte, []int, error) {
-	n, fds, err := uds.Recv(c, buf, want)
-	if err != nil {
-		return 0, nil, nil, err
-	}
-	if n == 0 {
-		uds.Close(fds)
-		return 0, nil, nil, fmt.Errorf("shm: connection closed: %w", net.ErrClosed)
-	}
-	typ, p, err := parse(buf[:n])
-	if err != nil {
-		uds.Close(fds)
-		return 0, nil, nil, fmt.Errorf("%w: %w", ErrProtocol, err)
-	}
-	return typ, p, fds, nil
-}
+// peerAddr names an initiator process in logs (the socket has no address).
+type peerAddr uds.Cred
+
+func (a peerAddr) Network() string { return "unixpacket" }
+func (a peerAddr) String() string  { return fmt.Sprintf("pid %d uid %d", a.PID, a.UID) }
 
 func (sc *serverConn) serve() {
 	t := sc.t
 	defer t.wg.Done()
 	defer sc.close()
 	if err := sc.handshake(); err != nil {
-		if t.closed.Load() {
-			return
+		if !t.closed.Load() {
+			t.fails.Failed(peerAddr(sc.cred), err)
 		}
-		t.fails.Failed(sc.c.RemoteAddr(), fmt.Errorf("pid %d uid %d: %w", sc.cred.PID, sc.cred.UID, err))
 		return
 	}
-	buf := make([]byte, maxPacket)
+	pc := conn(sc.c)
 	for {
-		typ, p, fds, err := recv(sc.c, buf, 0)
+		sc.slot.Wait()
+		h, p, fds, err := pc.Recv(0)
+		sc.slot.Work()
+		typ := h.Type
 		if err != nil {
 			switch {
-			case sc.dead.Load() || t.closed.Load():
+			case sc.dead.Load() || sc.evicted.Load() || t.closed.Load():
 			case sc.inCopy():
 				// A well-behaved initiator leaves its copies before it
 				// closes: this one died (was killed) mid-transfer.
 				t.lost.Warn("shm: initiator went away inside a copy (it died or was killed mid-transfer)", "pid", sc.cred.PID, "err", err)
-			case !errors.Is(err, net.ErrClosed):
+			case !errors.Is(err, net.ErrClosed) && !errors.Is(err, io.EOF):
 				t.log.Info("shm: peer connection ends", "pid", sc.cred.PID, "err", err)
 			}
 			return
@@ -118,64 +125,20 @@ func (sc *serverConn) serve() {
 	}
 }
 
-// handshake checks the peer's user and secret and hands it the control
-// page and every live region.
+// handshake runs te's handshake (the peer's user, the secret, the
+// segment's name and epoch) and hands the peer the control page and every
+// live region.
 func (sc *serverConn) handshake() error {
 	t := sc.t
-	cred, err := uds.PeerCred(sc.c)
-	if err != nil {
-		return err
-	}
-	sc.cred = cred
-	if cred.UID != t.uid {
-		sc.refuse(fmt.Sprintf("user %d may not connect (target runs as user %d)", cred.UID, t.uid))
-		return fmt.Errorf("%w: user %d is not %d", ErrRefused, cred.UID, t.uid)
-	}
 	sc.c.SetDeadline(time.Now().Add(t.cfg.IOTimeout))
-	buf := make([]byte, maxPacket)
-	typ, p, _, err := recv(sc.c, buf, 0)
-	if err != nil {
-		return err
-	}
-	if typ != msgHello {
-		return fmt.Errorf("%w: %s before HELLO", ErrProtocol, proto.TypeName(typ))
-	}
-	h, rest, err := auth.ParseHello(p)
-	if err == nil && len(rest) > 0 {
-		err = fmt.Errorf("%w: %d bytes after the hello", ErrProtocol, len(rest))
-	}
-	if err != nil {
-		return err
-	}
 	me := auth.Party{Name: t.host.LocalName(), Epoch: t.host.Epoch()}
-	re, err := t.cfg.Secret.Respond(segment.ProtoSHM, me, h)
+	_, err := handshake.Accept(conn(sc.c), t.cfg.Secret, me, func(*auth.Hello) error {
+		if sc.cred.UID != t.uid {
+			return control.Refuse("shm handshake: user %d may not connect (the target runs as user %d)", sc.cred.UID, t.uid)
+		}
+		return nil
+	})
 	if err != nil {
-		sc.refuse(err.Error())
-		return err
-	}
-	if h.Target.Epoch != 0 && h.Target.Epoch != me.Epoch {
-		sc.refuse("stale epoch")
-		return fmt.Errorf("%w: initiator addresses epoch %#x, this is %#x", ErrRefused, h.Target.Epoch, me.Epoch)
-	}
-	if err := uds.Send(sc.c, proto.Append(nil, msgChallenge, 0, auth.AppendChallenge(nil, re.Challenge())), nil); err != nil {
-		return err
-	}
-	typ, p, _, err = recv(sc.c, buf, 0)
-	if err != nil {
-		return err
-	}
-	if typ != msgAnswer {
-		return fmt.Errorf("%w: %s instead of ANSWER", ErrProtocol, proto.TypeName(typ))
-	}
-	a, rest, err := auth.ParseAnswer(p)
-	if err == nil && len(rest) > 0 {
-		err = fmt.Errorf("%w: %d bytes after the answer", ErrProtocol, len(rest))
-	}
-	if err != nil {
-		return err
-	}
-	if err := re.Check(a); err != nil {
-		sc.refuse("authentication failed")
 		return err
 	}
 	ctl, err := dma.AllocShared(ctlSize)
@@ -276,7 +239,13 @@ func (sc *serverConn) revoke(sr *sharedRegion) {
 // close drops the connection and the control page. The initiator's
 // mappings go with its end of the socket (it unmaps on EOF, or exits).
 // When the transport closes, fenceAll has stopped the peer's copies first.
+//
+// A connection admission evicted is fenced first, as Close fences every
+// connection: its peer may still copy until it reads the EOF.
 func (sc *serverConn) close() {
+	if sc.evicted.Load() && !sc.t.closed.Load() {
+		sc.t.fenceAll([]*serverConn{sc})
+	}
 	sc.dead.Store(true) // a revoke in progress stops waiting
 	if sc.t.closed.Load() {
 		sc.c.SetWriteDeadline(time.Now()) // a send in progress under mu gives up
@@ -288,9 +257,7 @@ func (sc *serverConn) close() {
 		sc.ctl, sc.page = nil, nil
 	}
 	sc.mu.Unlock()
-	sc.t.mu.Lock()
-	delete(sc.t.conns, sc)
-	sc.t.mu.Unlock()
+	sc.t.gate.Leave(sc.slot)
 }
 
 // fenceAll stops the copies of every peer in conns into every region it
@@ -307,6 +274,12 @@ func (t *Transport) fenceAll(conns []*serverConn) int {
 		sc.c.SetWriteDeadline(time.Now()) // a send in progress under mu gives up
 		sc.mu.Lock()
 		if sc.page != nil {
+			if t.closed.Load() {
+				// The target goes away: copies that find their
+				// generation gone fail as driver.ErrPeerReset, not
+				// as revoked memory.
+				sc.page.closing.Store(1)
+			}
 			for slot := range sc.mapped {
 				sc.page.gen[slot].Store(0)
 			}
@@ -336,7 +309,7 @@ func (t *Transport) fenceAll(conns []*serverConn) int {
 	for _, sc := range pending[:min(len(pending), 8)] {
 		pids = append(pids, sc.cred.PID)
 	}
-	t.log.Warn("shm: closing: gave up waiting for peers stuck inside a copy; disconnecting them",
+	t.log.Warn("shm: gave up waiting for peers stuck inside a copy; disconnecting them",
 		"peers", len(pending), "pids", pids, "waited", t.cfg.IOTimeout)
 	return len(pending)
 }

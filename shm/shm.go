@@ -19,6 +19,8 @@ import (
 	"github.com/rdmago/te/auth"
 	"github.com/rdmago/te/engine"
 	"github.com/rdmago/te/engine/driver"
+	"github.com/rdmago/te/internal/acceptor"
+	"github.com/rdmago/te/internal/control"
 	"github.com/rdmago/te/internal/hostid"
 	"github.com/rdmago/te/internal/ratelog"
 	"github.com/rdmago/te/segment"
@@ -37,9 +39,13 @@ const (
 	DefaultIOTimeout = 5 * time.Second
 	// DefaultMaxConns bounds the initiators served at once.
 	DefaultMaxConns = 1024
+	// DefaultMaxConnsPerSource bounds one process's share of MaxConns.
+	DefaultMaxConnsPerSource = 256
 )
 
-const wireAttr = "1"
+// wireAttr is the control protocol's version, in the descriptor: an
+// initiator chooses shm only for a target that speaks its version.
+const wireAttr = "2"
 
 // Config configures a Transport. Zero fields select defaults.
 type Config struct {
@@ -55,8 +61,13 @@ type Config struct {
 	// IOTimeout bounds handshakes, control messages, and how long an
 	// unregistration waits for a peer inside a copy.
 	IOTimeout time.Duration
-	// MaxConns bounds the initiators served at once.
-	MaxConns int
+	// MaxConns bounds the initiators' connections served at once. At the
+	// bound a new connection takes the slot of the one that has waited
+	// longest for its initiator, from the process that holds the most;
+	// MaxConnsPerSource bounds one process's connections the same way
+	// (default DefaultMaxConnsPerSource, at most MaxConns).
+	MaxConns          int
+	MaxConnsPerSource int
 	// DialOnly: no listener. The transport only maps other segments'
 	// memory (an initiator that serves nothing) and adds no entry to the
 	// local descriptor.
@@ -72,9 +83,10 @@ var (
 	// ErrNotReachable: the segment is not on this host (or belongs to
 	// another user, or exposes memory that cannot be shared).
 	ErrNotReachable = fmt.Errorf("shm: segment not reachable by shared memory: %w", engine.ErrNoTransport)
-	// ErrRefused: the target refused the connection (another user, failed
-	// authentication, stale epoch, too many peers).
-	ErrRefused = errors.New("shm: target refused the connection")
+	// ErrRefused: the target refused the connection (another user, out
+	// of memory). Failed authentication is auth.ErrDenied; a target that
+	// restarted (another epoch), driver.ErrPeerReset.
+	ErrRefused = control.ErrRefused
 	// ErrProtocol: the peer broke the control protocol.
 	ErrProtocol = errors.New("shm: protocol violation")
 )
@@ -102,7 +114,7 @@ type Transport struct {
 	cfg    Config
 	host   driver.Host
 	log    *slog.Logger
-	fails  *auth.FailureLog
+	fails  *control.Log
 	lost   *ratelog.Log // initiators gone mid-copy
 	hostID string
 	uid    uint32
@@ -121,8 +133,8 @@ type Transport struct {
 	mu      sync.Mutex
 	slots   [maxSlots]*sharedRegion // live shared regions
 	gen     uint32
-	partial int // registered regions that are not shared
-	conns   map[*serverConn]struct{}
+	partial int                                // registered regions that are not shared
+	gate    *acceptor.Gate[int32, *serverConn] // served connections, by process
 	peers   map[*peer]struct{}
 }
 
@@ -153,9 +165,12 @@ func New(cfg Config) *Transport {
 	if cfg.MaxConns <= 0 {
 		cfg.MaxConns = DefaultMaxConns
 	}
+	if cfg.MaxConnsPerSource <= 0 {
+		cfg.MaxConnsPerSource = DefaultMaxConnsPerSource
+	}
 	uid := uint32(os.Geteuid())
 	return &Transport{cfg: cfg, uid: uid, uidStr: strconv.FormatUint(uint64(uid), 10),
-		conns: map[*serverConn]struct{}{}, peers: map[*peer]struct{}{}}
+		gate: acceptor.NewGate[int32, *serverConn](cfg.MaxConns, cfg.MaxConnsPerSource), peers: map[*peer]struct{}{}}
 }
 
 // sliceSize returns Config.SliceSize.
@@ -179,7 +194,7 @@ func (t *Transport) install(h driver.Host) error {
 		return fmt.Errorf("shm: %w", err)
 	}
 	t.host, t.log, t.hostID = h, h.Logger(), id
-	t.fails = auth.NewFailureLog(t.log, segment.ProtoSHM, 0)
+	t.fails = control.NewLog(t.log, segment.ProtoSHM, 0)
 	t.lost = ratelog.New(t.log, 0)
 	if !t.cfg.DialOnly {
 		var rb [12]byte
@@ -435,12 +450,8 @@ func (t *Transport) unregisterMemory(r driver.Region, key any) error {
 		return nil
 	}
 	t.slots[sr.slot] = nil
-	conns := make([]*serverConn, 0, len(t.conns))
-	for c := range t.conns {
-		conns = append(conns, c)
-	}
 	t.mu.Unlock()
-	for _, c := range conns {
+	for _, c := range t.gate.Conns() {
 		c.revoke(sr)
 	}
 	return nil
@@ -574,7 +585,7 @@ type Stats struct {
 func (t *Transport) Stats() Stats {
 	t.mu.Lock()
 	defer t.mu.Unlock()
-	st := Stats{Served: len(t.conns), Peers: len(t.peers)}
+	st := Stats{Served: t.gate.Len(), Peers: len(t.peers)}
 	for p := range t.peers {
 		if ms := p.maps.Load(); ms != nil {
 			for _, m := range *ms {
@@ -618,16 +629,14 @@ func (t *Transport) close() {
 	if t.ln != nil {
 		t.ln.Close()
 	}
-	conns := make([]*serverConn, 0, len(t.conns))
-	for c := range t.conns {
-		conns = append(conns, c)
-	}
+	conns := t.gate.Conns()
 	peers := make([]*peer, 0, len(t.peers))
 	for p := range t.peers {
 		peers = append(peers, p)
 	}
 	t.mu.Unlock()
 	t.fenceAll(conns)
+	t.gate.Close() // no more connections; the ones admitted meanwhile are closed too
 	for _, c := range conns {
 		c.close()
 	}

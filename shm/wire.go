@@ -2,18 +2,21 @@ package shm
 
 import (
 	"fmt"
+	"net"
 
-	"github.com/rdmago/te/auth"
+	"github.com/rdmago/te/internal/control"
 	"github.com/rdmago/te/internal/wire"
 )
 
 // Control messages: one per SOCK_SEQPACKET packet, framed by internal/wire
-// (magic "TSHM", version, type, length), fields big-endian. Memory files
+// (magic "TSHM", version, type, length), fields big-endian. The connection
+// opens with te's handshake (internal/control: control.SHM); memory files
 // travel as SCM_RIGHTS attached to MAP and WELCOME.
 //
-//	initiator → target  HELLO      auth.Hello
-//	target → initiator  CHALLENGE  auth.Challenge
-//	initiator → target  ANSWER     auth.Answer
+//	initiator → target  HELLO      control's hello
+//	target → initiator  CHALLENGE  control's challenge
+//	initiator → target  ANSWER     control's answer
+//	target → initiator  VERDICT    control's verdict
 //	target → initiator  WELCOME    u32 maps | u32 slots | u32 ctl size  + fd: control page
 //	target → initiator  MAP ×maps  u32 slot | u32 gen | u64 addr | u64 len | u64 file offset  + fd
 //	    then at any time:
@@ -21,71 +24,52 @@ import (
 //	target → initiator  MAP, or NOMAP u64 addr | u64 len
 //	target → initiator  UNMAP      u32 slot | u32 gen
 //	target → initiator  REFUSED    str reason (then it closes)
+var handshake = &control.SHM
+
+// The handshake's types (the fuzz test builds packets with them).
+var (
+	msgHello = control.SHM.Hello
+)
+
 const (
-	msgHello     wire.Type = 1
-	msgChallenge wire.Type = 2
-	msgAnswer    wire.Type = 3
-	msgWelcome   wire.Type = 4
-	msgMap       wire.Type = 5
-	msgUnmap     wire.Type = 6
-	msgMapReq    wire.Type = 7
-	msgNoMap     wire.Type = 8
-	msgRefused   wire.Type = 9
+	msgWelcome wire.Type = 4
+	msgMap     wire.Type = 5
+	msgUnmap   wire.Type = 6
+	msgMapReq  wire.Type = 7
+	msgNoMap   wire.Type = 8
+	msgRefused wire.Type = 9
 )
 
 const maxReason = 256
 
-var proto = wire.Proto{
-	Name:    "shm",
-	Magic:   [4]byte{'T', 'S', 'H', 'M'},
-	Version: 1,
-	Limit: func(t wire.Type) (int, bool) {
-		switch t {
-		case msgHello:
-			return 1 + auth.NonceLen + 3*(2+auth.MaxNameLen) + 16, true
-		case msgChallenge:
-			return 1 + 8 + auth.NonceLen + 1 + auth.ProofLen, true
-		case msgAnswer:
-			return 2 + auth.ProofLen, true
-		case msgWelcome:
-			return 12, true
-		case msgMap:
-			return 32, true
-		case msgUnmap:
-			return 8, true
-		case msgMapReq, msgNoMap:
-			return 16, true
-		case msgRefused:
-			return 2 + maxReason, true
-		}
-		return 0, false
-	},
-	TypeName: func(t wire.Type) string {
-		names := [...]string{"?", "HELLO", "CHALLENGE", "ANSWER", "WELCOME", "MAP", "UNMAP", "MAPREQ", "NOMAP", "REFUSED"}
-		if int(t) < len(names) {
-			return names[t]
-		}
-		return fmt.Sprintf("type %d", t)
-	},
-}
+var proto = handshake.Proto("shm", func(t wire.Type) (int, bool) {
+	switch t {
+	case msgWelcome:
+		return 12, true
+	case msgMap:
+		return 32, true
+	case msgUnmap:
+		return 8, true
+	case msgMapReq, msgNoMap:
+		return 16, true
+	case msgRefused:
+		return 2 + maxReason, true
+	}
+	return 0, false
+}, func(t wire.Type) string {
+	names := [...]string{4: "WELCOME", 5: "MAP", 6: "UNMAP", 7: "MAPREQ", 8: "NOMAP", 9: "REFUSED"}
+	if int(t) < len(names) && names[t] != "" {
+		return names[t]
+	}
+	return fmt.Sprintf("type %d", t)
+})
 
 // maxPacket bounds a received packet (header and the largest payload).
-const maxPacket = wire.HeaderLen + 1 + auth.NonceLen + 3*(2+auth.MaxNameLen) + 16
+const maxPacket = wire.HeaderLen + control.MaxHello
 
-// parse checks a received packet's header and returns its type and
-// payload; the payload length must match the packet exactly.
-func parse(pkt []byte) (wire.Type, []byte, error) {
-	h, err := proto.ParseHeader(pkt)
-	if err != nil {
-		return 0, nil, err
-	}
-	if h.Flags != 0 {
-		return 0, nil, fmt.Errorf("%w: shm: %s with unknown flags %#x", wire.ErrFrame, proto.TypeName(h.Type), h.Flags)
-	}
-	if h.Len != len(pkt)-wire.HeaderLen {
-		return 0, nil, fmt.Errorf("%w: shm: %s declares %d payload bytes, packet has %d", wire.ErrFrame, proto.TypeName(h.Type), h.Len, len(pkt)-wire.HeaderLen)
-	}
-	return h.Type, pkt[wire.HeaderLen:], nil
+// conn frames c's packets.
+func conn(c *net.UnixConn) *control.PacketConn {
+	return control.Packet(c, &proto, make([]byte, maxPacket))
 }
 
 type welcome struct {

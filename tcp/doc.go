@@ -19,13 +19,13 @@
 // (pinning the region while it copies), and batches its replies into one
 // write whenever it has no further request buffered.
 //
-// Handshake: every connection opens with internal/handshake (hello,
-// challenge, answer, verdict): the initiator names the target's segment
+// Handshake: every connection opens with te's handshake (internal/control:
+// hello, challenge, answer, verdict): the initiator names the target's segment
 // and epoch, so nothing addressed to another incarnation (a restarted
 // target: driver.ErrPeerReset) or another segment is served; with
 // Config.Auth set on both sides each proves the cluster secret to the
 // other (package auth), and a peer without it gets no lane and no byte of
-// memory (ErrDenied). Failed handshakes are logged with the peer's
+// memory (auth.ErrDenied). Failed handshakes are logged with the peer's
 // address, rate-limited.
 //
 // Failures: a broken connection fails every slice in flight on it with an

@@ -2,25 +2,30 @@ package tcp
 
 import (
 	"errors"
-	"fmt"
 	"io"
+	"os"
 
 	"github.com/rdmago/te/auth"
-	"github.com/rdmago/te/internal/handshake"
+	"github.com/rdmago/te/engine/driver"
+	"github.com/rdmago/te/internal/control"
 )
 
-// The handshake that opens every connection is internal/handshake.TCP: hello,
-// challenge, answer, verdict in internal/wire frames, authenticated with
-// the cluster secret when one is set.
+// Every connection opens with internal/control's handshake (hello,
+// challenge, answer, verdict: control.TCP, magic "TETH"),
+// authenticated with the cluster secret when one is set; then it carries
+// the data frames of frame.go.
 
-// ErrDenied: the target refused this initiator's handshake, or failed
-// this initiator's check (it does not hold the cluster secret). It wraps
-// auth.ErrDenied and is not retried.
-var ErrDenied = fmt.Errorf("tcp: handshake refused: %w", auth.ErrDenied)
+// ErrDenied is auth.ErrDenied: the target refused this initiator's
+// handshake, or failed this initiator's check (one side does not hold the
+// cluster secret, or holds another). It is not retried.
+var ErrDenied = auth.ErrDenied
+
+var (
+	handshake      = &control.TCP
+	handshakeProto = handshake.Frames() // nothing but the handshake
+)
 
 // Short names for the tests.
-var handshakeProto = handshake.TCP.Proto
-
 const (
 	hsHello     = 1
 	hsChallenge = 2
@@ -28,25 +33,22 @@ const (
 )
 
 // dialHandshake runs the initiator's side; the errors map onto the
-// transport's.
+// transport's: a target of another epoch is driver.ErrPeerReset, one that
+// closed or stalled the handshake ErrConnection (retried).
 func dialHandshake(rw io.ReadWriter, s *auth.Secret, me, target auth.Party) error {
-	err := handshake.TCP.Dial(rw, s, me, target)
+	err := handshake.Dial(control.Stream(rw, rw, handshakeProto), s, me, target)
 	switch {
 	case err == nil:
 		return nil
-	case errors.Is(err, handshake.ErrStale):
-		return errRemoteStale
-	case errors.Is(err, auth.ErrDenied):
-		return fmt.Errorf("%w: %w", ErrDenied, err)
+	case errors.Is(err, control.ErrStale):
+		return control.Mark(err, driver.ErrPeerReset)
+	case errors.Is(err, control.ErrClosed), errors.Is(err, os.ErrDeadlineExceeded):
+		return control.Mark(err, ErrConnection)
 	}
 	return err
 }
 
 // acceptHandshake runs the target's side.
 func acceptHandshake(rw io.ReadWriter, s *auth.Secret, me auth.Party) (auth.Party, error) {
-	p, err := handshake.TCP.Accept(rw, s, me)
-	if errors.Is(err, handshake.ErrStale) {
-		return p, errRemoteStale
-	}
-	return p, err
+	return handshake.Accept(control.Stream(rw, rw, handshakeProto), s, me, nil)
 }

@@ -18,6 +18,7 @@ import (
 	"github.com/rdmago/te/auth"
 	"github.com/rdmago/te/engine"
 	"github.com/rdmago/te/engine/enginetest"
+	"github.com/rdmago/te/internal/control"
 	"github.com/rdmago/te/internal/testenv"
 	"github.com/rdmago/te/internal/wire"
 	"github.com/rdmago/te/segment"
@@ -347,7 +348,7 @@ func TestAuthHostile(t *testing.T) {
 	if _, _, err := handshakeProto.Read(br, hdr[:], nil); err != nil {
 		t.Fatal(err)
 	}
-	c.Write(append(append(handshakeProto.Append(nil, hsAnswer, 0, auth.AppendAnswer(nil, auth.Answer{})), write...), read...))
+	c.Write(append(append(handshakeProto.Append(nil, hsAnswer, 0, control.AppendAnswer(nil, control.StatusOK, auth.Answer{})), write...), read...))
 	noService("empty answer", c, br)
 
 	// 3. A forged answer: a random proof.
@@ -356,7 +357,7 @@ func TestAuthHostile(t *testing.T) {
 	if _, _, err := handshakeProto.Read(br, hdr[:], nil); err != nil {
 		t.Fatal(err)
 	}
-	c.Write(append(handshakeProto.Append(nil, hsAnswer, 0, auth.AppendAnswer(nil, auth.Answer{Proof: bytes.Repeat([]byte{7}, auth.ProofLen)})), write...))
+	c.Write(append(handshakeProto.Append(nil, hsAnswer, 0, control.AppendAnswer(nil, control.StatusOK, auth.Answer{Proof: bytes.Repeat([]byte{7}, auth.ProofLen)})), write...))
 	noService("forged answer", c, br)
 
 	// 4. Replay: record a holder's whole handshake, then send the same
@@ -384,14 +385,14 @@ func TestAuthHostile(t *testing.T) {
 	noService("hello for another name", c, br)
 
 	// Logged with the peer's address, at most one line a second.
-	for deadline := time.Now().Add(10 * time.Second); !strings.Contains(logBuf.String(), "handshake failed"); time.Sleep(10 * time.Millisecond) {
+	for deadline := time.Now().Add(10 * time.Second); !strings.Contains(logBuf.String(), "te: tcp: "); time.Sleep(10 * time.Millisecond) {
 		if time.Now().After(deadline) {
 			t.Fatalf("no failure logged:\n%s", logBuf.String())
 		}
 	}
 	// At most one line a second (the failure log's interval).
 	bound := 1 + int(time.Since(attackStart)/time.Second)
-	lines := strings.Count(logBuf.String(), "handshake failed")
+	lines := strings.Count(logBuf.String(), "te: tcp: ")
 	if !strings.Contains(logBuf.String(), "peer=127.0.0.1:") || lines > min(bound, 4) {
 		t.Fatalf("%d lines for 5 failures in %v, or no peer address:\n%s", lines, time.Since(attackStart), logBuf.String())
 	}

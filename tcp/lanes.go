@@ -56,12 +56,10 @@ func (t *Transport) Lanes() []Lane {
 			l.mu.Unlock()
 		}
 	}
-	for c := range t.conns {
-		if tc, ok := c.(*net.TCPConn); ok {
-			cs = append(cs, conn{c: tc, index: -1, accepted: true})
-		}
-	}
 	t.mu.Unlock()
+	for _, c := range t.gate.Conns() {
+		cs = append(cs, conn{c: c, index: -1, accepted: true})
+	}
 	out := make([]Lane, 0, len(cs))
 	for _, c := range cs {
 		// A connection closed since is left out; one whose kernel (or

@@ -60,11 +60,9 @@ func TestLanes(t *testing.T) {
 
 	// Drop the target's connections: redialled lanes get new cookies and
 	// generations.
-	p.tgt.tr.mu.Lock()
-	for c := range p.tgt.tr.conns {
+	for _, c := range p.tgt.tr.gate.Conns() {
 		c.Close()
 	}
-	p.tgt.tr.mu.Unlock()
 	for range 2 { // the first round may fail over to a fresh lane
 		if err := p.ini.e.Submit(b, reqs[:1]); err != nil {
 			t.Fatal(err)

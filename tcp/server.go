@@ -8,7 +8,6 @@ import (
 	"net/netip"
 	"os"
 	"runtime/debug"
-	"sync/atomic"
 	"time"
 
 	"github.com/rdmago/te/auth"
@@ -18,87 +17,52 @@ import (
 
 const connBufSize = 64 << 10
 
-// sconn is one accepted connection as admission control sees it.
+// sconn is one accepted connection and its admission slot: its serve
+// goroutine marks it waiting for its initiator (for the handshake, the
+// next request, the rest of a frame or a reply write) or at work on a
+// request; admission evicts the one that has waited longest.
 type sconn struct {
-	c   *net.TCPConn
-	src netip.Addr
-	// waiting is when the connection began to wait for its initiator
-	// (unix nanoseconds): for the handshake, the next request, the rest
-	// of a frame or a reply write; 0 while the target works on a request.
-	// Its serve goroutine sets it; admission reads it to choose whom to
-	// evict.
-	waiting atomic.Int64
+	c    *net.TCPConn
+	slot *acceptor.Slot[netip.Addr, *net.TCPConn]
 }
 
-func (sc *sconn) wait() { sc.waiting.Store(time.Now().UnixNano()) }
-func (sc *sconn) work() { sc.waiting.Store(0) }
+func (sc *sconn) wait() { sc.slot.Wait() }
+func (sc *sconn) work() { sc.slot.Work() }
 
 func (t *Transport) acceptLoop() {
 	defer t.wg.Done()
 	acceptor.Run(t.log, "tcp", t.ln.Addr(), t.ctx.Done(), t.ln.Accept, func(c net.Conn) { t.admit(c.(*net.TCPConn)) })
 }
 
-// admit serves c unless the target is at its limits and no connection
-// can make room: at MaxConns (or MaxConnsPerSource for c's source
-// address), the connection that has waited longest for its initiator
-// (idle between requests, stalled mid-frame, or still in its handshake)
-// is closed instead, so connections that hold a slot without using it
-// cannot lock new initiators out.
+// admit serves c under the admission policy (internal/acceptor.Gate):
+// at MaxConns (or MaxConnsPerSource for c's source address) the
+// connection that has waited longest for its initiator (idle between
+// requests, stalled mid-frame, or still in its handshake) is closed to
+// make room, so connections that hold a slot without using it cannot
+// lock new initiators out; when every connection is at work, c is
+// closed.
 func (t *Transport) admit(c *net.TCPConn) {
 	src := addrPort(c.RemoteAddr()).Addr()
-	t.mu.Lock()
-	if t.closed {
-		t.mu.Unlock()
+	slot, ok := t.gate.Admit(src, c, func() { c.Close() })
+	if !ok {
 		c.Close()
+		t.log.Debug("tcp: connection refused: every slot busy", "remote", c.RemoteAddr(), "max", t.cfg.MaxConns, "per_source", t.cfg.MaxConnsPerSource)
 		return
 	}
-	var victim *sconn
-	full := len(t.conns) >= t.cfg.MaxConns
-	srcFull := t.perSource[src] >= t.cfg.MaxConnsPerSource
-	if full || srcFull {
-		oldest := int64(0)
-		for _, sc := range t.conns {
-			w := sc.waiting.Load()
-			if w == 0 || (srcFull && sc.src != src) {
-				continue
-			}
-			if victim == nil || w < oldest {
-				victim, oldest = sc, w
-			}
-		}
-		if victim == nil {
-			t.mu.Unlock()
-			c.Close()
-			t.log.Debug("tcp: connection refused: every slot busy", "remote", c.RemoteAddr(), "max", t.cfg.MaxConns, "per_source", t.cfg.MaxConnsPerSource)
-			return
-		}
-		t.dropLocked(victim.c)
-	}
-	sc := &sconn{c: c, src: src}
-	sc.wait()
-	t.conns[c] = sc
-	t.peak = max(t.peak, len(t.conns))
-	t.perSource[src]++
-	t.wg.Add(1)
+	t.mu.Lock()
+	t.peak = max(t.peak, t.gate.Len())
 	t.mu.Unlock()
-	if victim != nil {
-		victim.c.Close() // its serve goroutine ends, releasing what it pinned
-		t.log.Debug("tcp: evicted a waiting connection to admit a new one", "evicted", victim.c.RemoteAddr(), "remote", c.RemoteAddr())
-	}
-	go t.serve(sc)
+	t.wg.Add(1) // the accept loop holds the group: no race with Close's Wait
+	go t.serve(&sconn{c: c, slot: slot})
 }
 
-// dropLocked forgets an accepted connection (once); t.mu is held.
-func (t *Transport) dropLocked(c net.Conn) {
-	sc, ok := t.conns[c]
-	if !ok {
-		return
-	}
-	delete(t.conns, c)
-	if t.perSource[sc.src]--; t.perSource[sc.src] <= 0 {
-		delete(t.perSource, sc.src)
-	}
+// leave releases an accepted connection's slot, and its memory after a
+// burst.
+func (t *Transport) leave(sc *sconn) {
+	t.gate.Leave(sc.slot)
+	t.mu.Lock()
 	t.maybeReleaseLocked()
+	t.mu.Unlock()
 }
 
 // releaseMin is the smallest burst of connections whose memory is worth
@@ -109,7 +73,7 @@ const releaseMin = 256
 // served have fallen to a quarter of their peak (of at least releaseMin);
 // t.mu is held.
 func (t *Transport) maybeReleaseLocked() {
-	n := len(t.conns)
+	n := t.gate.Len()
 	if t.peak < releaseMin || n > t.peak/4 || t.releasing || t.closed {
 		return
 	}
@@ -144,9 +108,7 @@ func (t *Transport) serve(sc *sconn) {
 	defer t.wg.Done()
 	defer func() {
 		c.Close()
-		t.mu.Lock()
-		t.dropLocked(c)
-		t.mu.Unlock()
+		t.leave(sc)
 	}()
 	err := t.serveConn(sc)
 	switch {
@@ -192,9 +154,7 @@ func (t *Transport) handshake(c *net.TCPConn) error {
 	c.SetDeadline(time.Now().Add(t.cfg.IOTimeout))
 	_, err := acceptHandshake(c, t.cfg.Auth, auth.Party{Name: t.host.LocalName(), Epoch: t.host.Epoch()})
 	c.SetDeadline(time.Time{})
-	if err != nil && !errors.Is(err, errRemoteStale) && !errors.Is(err, io.EOF) && !errors.Is(err, net.ErrClosed) {
-		t.authLog.Failed(c.RemoteAddr(), err)
-	}
+	t.authLog.Failed(c.RemoteAddr(), err)
 	return err
 }
 

@@ -14,6 +14,8 @@ import (
 	"github.com/rdmago/te/auth"
 	"github.com/rdmago/te/engine"
 	"github.com/rdmago/te/engine/driver"
+	"github.com/rdmago/te/internal/acceptor"
+	"github.com/rdmago/te/internal/control"
 	"github.com/rdmago/te/internal/ratelog"
 	"github.com/rdmago/te/segment"
 )
@@ -144,10 +146,9 @@ type Transport struct {
 	closeOnce sync.Once // a second Close waits for the first
 	mu        sync.Mutex
 	closed    bool
-	conns     map[net.Conn]*sconn // accepted connections
-	perSource map[netip.Addr]int  // accepted connections per source address
+	gate      *acceptor.Gate[netip.Addr, *net.TCPConn] // accepted connections, by source address
 	peers     map[*peer]struct{}
-	authLog   *auth.FailureLog
+	authLog   *control.Log
 	lostLog   *ratelog.Log
 	// peak is the most connections served since the last release of
 	// their memory; releasing: a release is pending.
@@ -180,7 +181,7 @@ func New(cfg Config) *Transport {
 		cfg.MaxConnsPerSource = DefaultMaxConnsPerSource
 	}
 	cfg.MaxConnsPerSource = min(cfg.MaxConnsPerSource, cfg.MaxConns)
-	t := &Transport{cfg: cfg, conns: map[net.Conn]*sconn{}, perSource: map[netip.Addr]int{}, peers: map[*peer]struct{}{}}
+	t := &Transport{cfg: cfg, gate: acceptor.NewGate[netip.Addr, *net.TCPConn](cfg.MaxConns, cfg.MaxConnsPerSource), peers: map[*peer]struct{}{}}
 	t.ctx, t.cancel = context.WithCancel(context.Background())
 	return t
 }
@@ -203,7 +204,7 @@ func (t *Transport) install(h driver.Host) error {
 	}
 	if t.cfg.DialOnly {
 		t.host, t.log = h, h.Logger()
-		t.authLog = auth.NewFailureLog(t.log, "tcp", 0)
+		t.authLog = control.NewLog(t.log, "tcp", 0)
 		t.lostLog = ratelog.New(t.log, 0)
 		t.wg.Add(1)
 		go t.watchdog()
@@ -222,7 +223,7 @@ func (t *Transport) install(h driver.Host) error {
 		}
 	}
 	t.host, t.log, t.ln, t.endpoint = h, h.Logger(), ln, ep
-	t.authLog = auth.NewFailureLog(t.log, "tcp", 0)
+	t.authLog = control.NewLog(t.log, "tcp", 0)
 	t.lostLog = ratelog.New(t.log, 0)
 	auth.WarnUnauthenticated(t.log, "tcp", ln.Addr(), t.cfg.Auth)
 	t.wg.Add(2)
@@ -333,9 +334,7 @@ func (t *Transport) close() {
 	if t.ln != nil {
 		t.ln.Close()
 	}
-	for c := range t.conns {
-		c.Close()
-	}
+	t.gate.Close()
 	peers := make([]*peer, 0, len(t.peers))
 	for p := range t.peers {
 		peers = append(peers, p)

@@ -20,7 +20,7 @@ import (
 	"github.com/rdmago/te/auth"
 	"github.com/rdmago/te/engine"
 	"github.com/rdmago/te/engine/enginetest"
-	"github.com/rdmago/te/internal/handshake"
+	"github.com/rdmago/te/internal/control"
 	"github.com/rdmago/te/internal/wire"
 	"github.com/rdmago/te/segment"
 )
@@ -191,7 +191,7 @@ func testHostileFrames(t *testing.T, s *auth.Secret) {
 	}
 	var hdr [wire.HeaderLen]byte
 	h, p, err := handshakeProto.Read(r.br, hdr[:], nil)
-	if err != nil || h.Type != hsChallenge || p[0] != 0 || uint16(p[1]) != handshake.StatusStale {
+	if err != nil || h.Type != hsChallenge || p[0] != 0 || uint16(p[1]) != control.StatusStale {
 		t.Fatalf("stale hello: %v %x %v", h, p, err)
 	}
 	if ch, _, err := auth.ParseChallenge(p[2:]); err != nil || ch.Epoch != n.e.Epoch() {
@@ -217,11 +217,9 @@ func TestReconnect(t *testing.T) {
 		if err := p.ini.e.Wait(ctx, b); err != nil {
 			t.Fatalf("round %d: %v", round, err)
 		}
-		p.tgt.tr.mu.Lock()
-		for c := range p.tgt.tr.conns {
+		for _, c := range p.tgt.tr.gate.Conns() {
 			c.Close()
 		}
-		p.tgt.tr.mu.Unlock()
 		// Requests written on a connection that the target has already
 		// dropped fail with ErrConnection (engine.ErrTransient); the
 		// engine tries them again on a fresh connection.
@@ -611,9 +609,7 @@ func TestPerSourceLimit(t *testing.T) {
 			served++
 		}
 	}
-	n.tr.mu.Lock()
-	got := n.tr.perSource[netip.MustParseAddr("127.0.0.1")]
-	n.tr.mu.Unlock()
+	got := n.tr.gate.Count(netip.MustParseAddr("127.0.0.1"))
 	if served != 2 || got > 3 {
 		t.Fatalf("%d of the first three still served, %d connections from one source", served, got)
 	}

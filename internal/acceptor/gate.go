@@ -19,19 +19,20 @@ import (
 // timeout, an idle timeout), so a waiting connection also ends on its
 // own.
 //
-// K identifies a source. Safe for concurrent use.
-type Gate[K comparable] struct {
+// K identifies a source, C a connection. Safe for concurrent use.
+type Gate[K comparable, C any] struct {
 	max, perSource int
 
 	mu     sync.Mutex
 	closed bool
-	slots  map[*Slot[K]]struct{}
+	slots  map[*Slot[K, C]]struct{}
 	per    map[K]int
 }
 
 // Slot is one admitted connection.
-type Slot[K comparable] struct {
-	src K
+type Slot[K comparable, C any] struct {
+	src  K
+	conn C
 	// waiting is when the connection began to wait for its peer (unix
 	// nanoseconds; 0 while it works for it). Its server goroutine sets
 	// it; Admit reads it to choose whom to evict.
@@ -41,32 +42,35 @@ type Slot[K comparable] struct {
 
 // NewGate returns a gate admitting max connections in all and perSource
 // (at most max) per source.
-func NewGate[K comparable](max, perSource int) *Gate[K] {
-	return &Gate[K]{max: max, perSource: min(perSource, max), slots: map[*Slot[K]]struct{}{}, per: map[K]int{}}
+func NewGate[K comparable, C any](max, perSource int) *Gate[K, C] {
+	return &Gate[K, C]{max: max, perSource: min(perSource, max), slots: map[*Slot[K, C]]struct{}{}, per: map[K]int{}}
 }
 
 // Wait marks the connection as waiting for its peer (evictable): in its
 // handshake, idle between requests, stalled mid-message.
-func (s *Slot[K]) Wait() { s.waiting.Store(time.Now().UnixNano()) }
+func (s *Slot[K, C]) Wait() { s.waiting.Store(time.Now().UnixNano()) }
 
 // Work marks the connection as at work for its peer (not evictable).
-func (s *Slot[K]) Work() { s.waiting.Store(0) }
+func (s *Slot[K, C]) Work() { s.waiting.Store(0) }
 
 // Source is the source the slot was admitted for.
-func (s *Slot[K]) Source() K { return s.src }
+func (s *Slot[K, C]) Source() K { return s.src }
 
-// Admit takes a slot for a new connection from src, waiting from now,
+// Conn is the connection the slot was admitted for.
+func (s *Slot[K, C]) Conn() C { return s.conn }
+
+// Admit takes a slot for a new connection c from src, waiting from now,
 // and reports whether it got one. evict closes the connection; the gate
 // calls it (without holding its lock) when the connection must make room
 // for another, or when the gate closes. A connection that got no slot is
 // the caller's to close. The evicted slot, if any, is released already.
-func (g *Gate[K]) Admit(src K, evict func()) (*Slot[K], bool) {
+func (g *Gate[K, C]) Admit(src K, c C, evict func()) (*Slot[K, C], bool) {
 	g.mu.Lock()
 	if g.closed {
 		g.mu.Unlock()
 		return nil, false
 	}
-	var victim *Slot[K]
+	var victim *Slot[K, C]
 	srcFull := g.per[src] >= g.perSource
 	if srcFull || len(g.slots) >= g.max {
 		var vw int64
@@ -87,7 +91,7 @@ func (g *Gate[K]) Admit(src K, evict func()) (*Slot[K], bool) {
 		}
 		g.releaseLocked(victim)
 	}
-	s := &Slot[K]{src: src, evict: evict}
+	s := &Slot[K, C]{src: src, conn: c, evict: evict}
 	s.Wait()
 	g.slots[s] = struct{}{}
 	g.per[src]++
@@ -100,13 +104,13 @@ func (g *Gate[K]) Admit(src K, evict func()) (*Slot[K], bool) {
 
 // Leave releases s once its connection has ended (idempotent; a slot
 // evicted by Admit is released already).
-func (g *Gate[K]) Leave(s *Slot[K]) {
+func (g *Gate[K, C]) Leave(s *Slot[K, C]) {
 	g.mu.Lock()
 	g.releaseLocked(s)
 	g.mu.Unlock()
 }
 
-func (g *Gate[K]) releaseLocked(s *Slot[K]) {
+func (g *Gate[K, C]) releaseLocked(s *Slot[K, C]) {
 	if _, ok := g.slots[s]; !ok {
 		return
 	}
@@ -118,7 +122,7 @@ func (g *Gate[K]) releaseLocked(s *Slot[K]) {
 
 // Close refuses every later Admit and evicts every admitted connection
 // (their slots stay until they Leave). Idempotent.
-func (g *Gate[K]) Close() {
+func (g *Gate[K, C]) Close() {
 	g.mu.Lock()
 	g.closed = true
 	evict := make([]func(), 0, len(g.slots))
@@ -132,15 +136,26 @@ func (g *Gate[K]) Close() {
 }
 
 // Len is the number of admitted connections.
-func (g *Gate[K]) Len() int {
+func (g *Gate[K, C]) Len() int {
 	g.mu.Lock()
 	defer g.mu.Unlock()
 	return len(g.slots)
 }
 
 // Count is the number of admitted connections from src.
-func (g *Gate[K]) Count(src K) int {
+func (g *Gate[K, C]) Count(src K) int {
 	g.mu.Lock()
 	defer g.mu.Unlock()
 	return g.per[src]
+}
+
+// Conns lists the admitted connections.
+func (g *Gate[K, C]) Conns() []C {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	out := make([]C, 0, len(g.slots))
+	for s := range g.slots {
+		out = append(out, s.conn)
+	}
+	return out
 }

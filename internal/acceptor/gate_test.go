@@ -8,14 +8,14 @@ import (
 
 // admitted is a test connection: evicted records the gate closing it.
 type admitted struct {
-	slot    *Slot[string]
+	slot    *Slot[string, int]
 	evicted bool
 }
 
-func admit(t *testing.T, g *Gate[string], src string) *admitted {
+func admit(t *testing.T, g *Gate[string, int], src string) *admitted {
 	t.Helper()
 	a := &admitted{}
-	s, ok := g.Admit(src, func() { a.evicted = true })
+	s, ok := g.Admit(src, 0, func() { a.evicted = true })
 	if !ok {
 		return nil
 	}
@@ -28,7 +28,7 @@ func admit(t *testing.T, g *Gate[string], src string) *admitted {
 // candidate works.
 func TestGate(t *testing.T) {
 	t.Run("per source evicts its own longest-waiting", func(t *testing.T) {
-		g := NewGate[string](10, 2)
+		g := NewGate[string, int](10, 2)
 		a1, a2 := admit(t, g, "a"), admit(t, g, "a")
 		b := admit(t, g, "b")
 		a3 := admit(t, g, "a")
@@ -37,7 +37,7 @@ func TestGate(t *testing.T) {
 		}
 	})
 	t.Run("total evicts from the source holding most", func(t *testing.T) {
-		g := NewGate[string](4, 4)
+		g := NewGate[string, int](4, 4)
 		b := admit(t, g, "b") // waited longest, but its source holds one
 		m := []*admitted{admit(t, g, "m"), admit(t, g, "m"), admit(t, g, "m")}
 		c := admit(t, g, "c")
@@ -46,7 +46,7 @@ func TestGate(t *testing.T) {
 		}
 	})
 	t.Run("connections at work are kept", func(t *testing.T) {
-		g := NewGate[string](2, 2)
+		g := NewGate[string, int](2, 2)
 		a, b := admit(t, g, "a"), admit(t, g, "a")
 		a.slot.Work()
 		c := admit(t, g, "a")
@@ -63,7 +63,7 @@ func TestGate(t *testing.T) {
 		}
 	})
 	t.Run("leave and close", func(t *testing.T) {
-		g := NewGate[string](2, 2)
+		g := NewGate[string, int](2, 2)
 		a := admit(t, g, "a")
 		g.Leave(a.slot)
 		g.Leave(a.slot)
@@ -82,12 +82,12 @@ func TestGate(t *testing.T) {
 // TestGateConcurrent: admissions, leaves and evictions from many
 // goroutines keep the counts within the bounds (run with -race).
 func TestGateConcurrent(t *testing.T) {
-	g := NewGate[int](16, 4)
+	g := NewGate[int, int](16, 4)
 	var wg sync.WaitGroup
 	for w := range 8 {
 		wg.Go(func() {
 			for i := range 500 {
-				s, ok := g.Admit(w%3, func() {})
+				s, ok := g.Admit(w%3, i, func() {})
 				if ok {
 					if i%2 == 0 {
 						s.Work()

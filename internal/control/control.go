@@ -44,17 +44,30 @@ import (
 	"github.com/rdmago/te/internal/wire"
 )
 
-// Spec is how one carrier frames the handshake.
+// Spec is how one carrier frames the handshake: its frames' magic and
+// version, and the four messages' frame types (the carrier's own messages
+// take the other types).
 type Spec struct {
-	// Proto frames the messages; its Limit must admit the four types
-	// with the bounds Bound returns (it should call Bound).
-	Proto *wire.Proto
-	// The frame types of the four messages.
-	Hello, Challenge, Answer, Verdict wire.Type
 	// Label is the protocol the proofs are bound to ("tcp", "p2p",
 	// "rdma", "shm").
-	Label string
+	Label   string
+	Magic   [4]byte
+	Version uint8
+	// Name is what the port is, for errors ("te's tcp data port").
+	Name string
+	// The frame types of the four messages.
+	Hello, Challenge, Answer, Verdict wire.Type
 }
+
+// The handshakes of te's carriers.
+var (
+	TCP  = Spec{Label: "tcp", Magic: [4]byte{'T', 'E', 'T', 'H'}, Version: 2, Name: "te's tcp data port", Hello: 1, Challenge: 2, Answer: 3, Verdict: 4}
+	P2P  = Spec{Label: "p2p", Magic: [4]byte{'T', 'E', 'M', 'D'}, Version: 3, Name: "te's p2p metadata port", Hello: 5, Challenge: 6, Answer: 7, Verdict: 8}
+	RDMA = Spec{Label: "rdma", Magic: [4]byte{'T', 'E', 'R', 'H'}, Version: 2, Name: "te's rdma control port", Hello: 5, Challenge: 6, Answer: 7, Verdict: 8}
+	SHM  = Spec{Label: "shm", Magic: [4]byte{'T', 'S', 'H', 'M'}, Version: 2, Name: "te's shm socket", Hello: 1, Challenge: 2, Answer: 3, Verdict: 10}
+
+	carriers = []*Spec{&TCP, &P2P, &RDMA, &SHM}
+)
 
 // Payload bounds of the four messages: the only place they are defined.
 const (
@@ -65,7 +78,7 @@ const (
 )
 
 // Bound returns the payload bound of t when it is one of the handshake's
-// frame types; a carrier's wire.Proto.Limit asks it first.
+// frame types.
 func (sp *Spec) Bound(t wire.Type) (int, bool) {
 	switch t {
 	case sp.Hello:
@@ -95,14 +108,47 @@ func (sp *Spec) TypeName(t wire.Type) string {
 	return ""
 }
 
+// Proto returns the carrier's frame protocol: the handshake's four
+// messages and those limit admits (typeName names them; either may be
+// nil).
+func (sp *Spec) Proto(name string, limit func(wire.Type) (int, bool), typeName func(wire.Type) string) wire.Proto {
+	return wire.Proto{
+		Name:    name,
+		Magic:   sp.Magic,
+		Version: sp.Version,
+		Limit: func(t wire.Type) (int, bool) {
+			if n, ok := sp.Bound(t); ok {
+				return n, true
+			}
+			if limit == nil {
+				return 0, false
+			}
+			return limit(t)
+		},
+		TypeName: func(t wire.Type) string {
+			if n := sp.TypeName(t); n != "" {
+				return n
+			}
+			if typeName != nil {
+				return typeName(t)
+			}
+			return fmt.Sprintf("type %d", uint8(t))
+		},
+	}
+}
+
+// Frames is the carrier's frame protocol with the handshake's messages
+// only: what a test's raw peer speaks until the handshake is done.
+func (sp *Spec) Frames() *wire.Proto {
+	p := sp.Proto(sp.Label+" handshake", nil, nil)
+	return &p
+}
+
 func (sp *Spec) name(t wire.Type) string {
 	if n := sp.TypeName(t); n != "" {
 		return n
 	}
-	if sp.Proto.TypeName != nil {
-		return sp.Proto.TypeName(t) + " frame"
-	}
-	return fmt.Sprintf("frame type %d", uint8(t))
+	return fmt.Sprintf("frame of type %d", uint8(t))
 }
 
 // Statuses of a challenge, an answer or a verdict.
@@ -203,7 +249,7 @@ func (sp *Spec) Dial(c Conn, s *auth.Secret, me, target auth.Party) error {
 	}
 	h, p, err := c.ReadFrame()
 	if err != nil {
-		return sp.ioError(err, "waiting for the challenge")
+		return sp.ioError(err, waitChallenge)
 	}
 	if h.Type != sp.Challenge {
 		return fail(ErrMalformed, "%s handshake: the target sent a %s instead of a challenge", sp.Label, sp.name(h.Type))
@@ -215,13 +261,13 @@ func (sp *Spec) Dial(c Conn, s *auth.Secret, me, target auth.Party) error {
 	switch st {
 	case StatusOK:
 	case StatusStale:
-		return fail(ErrStale, "%s handshake: %s has another epoch: it restarted since its descriptor was read", sp.Label, target.Name)
+		return fail(ErrStale, "%s handshake: the target restarted since its descriptor was read (another epoch)", sp.Label)
 	case StatusWrongTarget:
 		return fail(auth.ErrWrongTarget, "%s handshake: the peer is not %s (it serves another segment): check the segment name and its address", sp.Label, target.Name)
 	case StatusDenied:
-		return fail(auth.ErrDenied, "%s handshake: %s refused this initiator", sp.Label, target.Name)
+		return fail(auth.ErrDenied, "%s handshake: authentication failed: the target refused this initiator", sp.Label)
 	case StatusRefused:
-		return fail(ErrRefused, "%s handshake: %s refused the connection", sp.Label, target.Name)
+		return fail(ErrRefused, "%s handshake: the target refused the connection", sp.Label)
 	default:
 		return fail(ErrMalformed, "%s handshake: challenge status %d", sp.Label, st)
 	}
@@ -238,9 +284,9 @@ func (sp *Spec) Dial(c Conn, s *auth.Secret, me, target auth.Party) error {
 		// log it) and send nothing else.
 		c.WriteFrame(sp.Answer, answer(StatusDenied, auth.Answer{}))
 		if errors.Is(err, auth.ErrUnauthenticated) {
-			return fail(auth.ErrDenied, "%s handshake: %s has no cluster secret and this side has one: give the target the same secret (%s), or none to either side", sp.Label, target.Name, fixSecret)
+			return fail(auth.ErrUnauthenticated, "%s handshake: authentication failed: the target has no cluster secret and this side has one: give the target the same secret (%s), or neither side one", sp.Label, fixSecret)
 		}
-		return fail(auth.ErrDenied, "%s handshake: %s holds a different cluster secret than this side: use the same secret file on both (%s)", sp.Label, target.Name, fixSecret)
+		return fail(auth.ErrDenied, "%s handshake: authentication failed: the target holds a different cluster secret than this side: use the same secret file on both (%s)", sp.Label, fixSecret)
 	}
 	if err := c.WriteFrame(sp.Answer, answer(StatusOK, ans)); err != nil {
 		return sp.ioError(err, "sending the answer")
@@ -264,11 +310,11 @@ func (sp *Spec) Dial(c Conn, s *auth.Secret, me, target auth.Party) error {
 		return nil
 	case StatusDenied:
 		if s == nil {
-			return fail(auth.ErrDenied, "%s handshake: %s requires the cluster secret and this side has none: set %s to the target's secret file", sp.Label, target.Name, fixSecret)
+			return fail(auth.ErrDenied, "%s handshake: authentication failed: the target requires the cluster secret and this side has none: set %s to the target's secret file", sp.Label, fixSecret)
 		}
-		return fail(auth.ErrDenied, "%s handshake: %s did not accept this side's proof", sp.Label, target.Name)
+		return fail(auth.ErrDenied, "%s handshake: authentication failed: the target did not accept this side's proof", sp.Label)
 	case StatusRefused:
-		return fail(ErrRefused, "%s handshake: %s refused the connection", sp.Label, target.Name)
+		return fail(ErrRefused, "%s handshake: the target refused the connection", sp.Label)
 	}
 	return fail(ErrMalformed, "%s handshake: verdict status %d", sp.Label, st)
 }
@@ -282,7 +328,7 @@ func (sp *Spec) Dial(c Conn, s *auth.Secret, me, target auth.Party) error {
 func (sp *Spec) Accept(c Conn, s *auth.Secret, me auth.Party, vet func(*auth.Hello) error) (auth.Party, error) {
 	h, p, err := c.ReadFrame()
 	if err != nil {
-		return auth.Party{}, sp.ioError(err, "waiting for the hello")
+		return auth.Party{}, sp.ioError(err, waitHello)
 	}
 	if h.Type != sp.Hello {
 		return auth.Party{}, fail(ErrMalformed, "%s handshake: the initiator sent a %s instead of a hello", sp.Label, sp.name(h.Type))
@@ -349,18 +395,18 @@ func (sp *Spec) Accept(c Conn, s *auth.Secret, me auth.Party, vet func(*auth.Hel
 	case StatusOK:
 	case StatusDenied:
 		if s == nil {
-			return auth.Party{}, fail(auth.ErrDenied, "%s handshake: the initiator %s holds a cluster secret and this target has none: start it with %s", sp.Label, hello.Initiator.Name, fixSecret)
+			return auth.Party{}, fail(auth.ErrDenied, "%s handshake: authentication failed: the initiator %s holds a cluster secret and this target has none: start it with %s", sp.Label, hello.Initiator.Name, fixSecret)
 		}
-		return auth.Party{}, fail(auth.ErrDenied, "%s handshake: the initiator %s holds a different cluster secret than this target", sp.Label, hello.Initiator.Name)
+		return auth.Party{}, fail(auth.ErrDenied, "%s handshake: authentication failed: the initiator %s holds a different cluster secret than this target", sp.Label, hello.Initiator.Name)
 	default:
 		return auth.Party{}, fail(ErrMalformed, "%s handshake: answer status %d", sp.Label, st)
 	}
 	if err := re.Check(ans); err != nil {
 		verdict(StatusDenied)
 		if errors.Is(err, auth.ErrUnauthenticated) {
-			return auth.Party{}, fail(auth.ErrUnauthenticated, "%s handshake: the initiator %s has no cluster secret and this target requires one (the initiator needs %s)", sp.Label, hello.Initiator.Name, fixSecret)
+			return auth.Party{}, fail(auth.ErrUnauthenticated, "%s handshake: authentication failed: the initiator %s has no cluster secret and this target requires one (the initiator needs %s)", sp.Label, hello.Initiator.Name, fixSecret)
 		}
-		return auth.Party{}, fail(auth.ErrDenied, "%s handshake: the initiator %s sent a wrong proof (a replayed or forged handshake)", sp.Label, hello.Initiator.Name)
+		return auth.Party{}, fail(auth.ErrDenied, "%s handshake: authentication failed: the initiator %s sent a wrong proof (a replayed or forged handshake)", sp.Label, hello.Initiator.Name)
 	}
 	if err := verdict(StatusOK); err != nil {
 		return auth.Party{}, sp.ioError(err, "sending the verdict")
@@ -368,8 +414,20 @@ func (sp *Spec) Accept(c Conn, s *auth.Secret, me auth.Party, vet func(*auth.Hel
 	return re.Initiator(), nil
 }
 
+// AppendAnswer appends an answer's payload (status, then a) to b; a raw
+// peer in tests builds its answers with it.
+func AppendAnswer(b []byte, st uint16, a auth.Answer) []byte {
+	return auth.AppendAnswer(append(b, byte(st>>8), byte(st)), a)
+}
+
+// What a side was doing when the connection failed.
+const (
+	waitHello     = "waiting for the hello"
+	waitChallenge = "waiting for the challenge"
+)
+
 func answer(st uint16, a auth.Answer) []byte {
-	return auth.AppendAnswer(append(make([]byte, 0, MaxAnswer), byte(st>>8), byte(st)), a)
+	return AppendAnswer(make([]byte, 0, MaxAnswer), st, a)
 }
 
 // status splits a message's leading u16 status off.
@@ -385,12 +443,14 @@ func (sp *Spec) malformed(what string, err error) error {
 }
 
 // ioError says what a read or write failure during the handshake means:
-// a peer of another protocol, a peer that left, one that stalled.
+// a peer of another protocol (on the first frame read; later, a peer
+// that broke the handshake), a peer that left, one that stalled.
 func (sp *Spec) ioError(err error, doing string) error {
 	var me *wire.MagicError
+	first := doing == waitHello || doing == waitChallenge
 	switch {
-	case errors.As(err, &me):
-		return &Error{Msg: sp.Label + " handshake: " + notTE(me.Got, sp.Proto.Magic), Kind: auth.ErrNotTE, Cause: err}
+	case errors.As(err, &me) && first:
+		return &Error{Msg: sp.Label + " handshake: " + sp.notTE(me.Got), Kind: auth.ErrNotTE, Cause: err}
 	case errors.Is(err, io.EOF), errors.Is(err, io.ErrUnexpectedEOF), isReset(err):
 		return &Error{Msg: fmt.Sprintf("%s handshake: the peer closed the connection %s", sp.Label, doing), Kind: ErrClosed, Cause: err}
 	case errors.Is(err, os.ErrDeadlineExceeded):
@@ -403,19 +463,12 @@ func (sp *Spec) ioError(err error, doing string) error {
 	return &Error{Msg: fmt.Sprintf("%s handshake: %s: %v", sp.Label, doing, err), Kind: ErrClosed, Cause: err}
 }
 
-// teMagics names the magics of te's protocols, so a peer of the wrong te
-// port is told which one it reached.
-var teMagics = map[[4]byte]string{
-	{'T', 'E', 'T', 'H'}: "te's tcp data port",
-	{'T', 'E', 'M', 'D'}: "te's p2p metadata port",
-	{'T', 'E', 'R', 'H'}: "te's rdma control port",
-	{'T', 'S', 'H', 'M'}: "te's shm socket",
-}
-
-func notTE(got []byte, want [4]byte) string {
-	if len(got) == 4 {
-		if what, ok := teMagics[[4]byte(got)]; ok && [4]byte(got) != want {
-			return "the peer is " + what + ", not " + teMagics[want] + ": check the address"
+// notTE says what a peer whose first bytes are got is: another te port,
+// or not te at all.
+func (sp *Spec) notTE(got []byte) string {
+	for _, c := range carriers {
+		if len(got) == 4 && [4]byte(got) == c.Magic && c.Magic != sp.Magic {
+			return "the peer is " + c.Name + ", not " + sp.Name + ": check the address"
 		}
 	}
 	return fmt.Sprintf("the peer does not speak te (its first bytes are %q): is this a te port?", got)
@@ -424,3 +477,19 @@ func notTE(got []byte, want [4]byte) string {
 func isReset(err error) bool {
 	return errors.Is(err, syscall.ECONNRESET) || errors.Is(err, syscall.EPIPE) || errors.Is(err, syscall.ECONNABORTED)
 }
+
+// Mark returns err with its message unchanged that also matches kind: a
+// carrier maps a handshake failure onto its own vocabulary (a stale epoch
+// onto engine.ErrPeerReset, a closed connection onto a retryable error)
+// without repeating either text.
+func Mark(err error, kind error) error {
+	if err == nil {
+		return nil
+	}
+	return &marked{err: err, kind: kind}
+}
+
+type marked struct{ err, kind error }
+
+func (m *marked) Error() string   { return m.err.Error() }
+func (m *marked) Unwrap() []error { return []error{m.err, m.kind} }

@@ -20,19 +20,11 @@ var (
 	tgt = auth.Party{Name: "tgt", Epoch: 2}
 )
 
-// testSpec frames the handshake as a carrier would, with one message of
-// its own (type 9) after it.
+// testSpec is tcp's handshake; testProto adds a message of its own (type
+// 9) as a carrier would.
 var (
-	testProto = wire.Proto{Name: "test", Magic: [4]byte{'T', 'E', 'T', 'H'}, Version: 1,
-		Limit: func(t wire.Type) (int, bool) {
-			if n, ok := testHandshake.Bound(t); ok {
-				return n, true
-			}
-			return 64, t == 9
-		}}
-	testSpec = Spec{Proto: &testProto, Hello: 1, Challenge: 2, Answer: 3, Verdict: 4, Label: "test"}
-	// testHandshake is testSpec without the Proto (Bound needs no more).
-	testHandshake = Spec{Hello: 1, Challenge: 2, Answer: 3, Verdict: 4}
+	testSpec  = TCP
+	testProto = TCP.Proto("test", func(t wire.Type) (int, bool) { return 64, t == 9 }, nil)
 )
 
 func secret(t testing.TB, k string) *auth.Secret {
@@ -95,7 +87,7 @@ func TestHandshake(t *testing.T) {
 			"holds a different cluster secret than this side", "holds a different cluster secret than this target"},
 		{"target without secret", good, nil, tgt, nil, auth.ErrDenied, auth.ErrDenied,
 			"has no cluster secret and this side has one", "this target has none: start it with --auth-file"},
-		{"stale epoch", good, good, auth.Party{Name: "tgt", Epoch: 9}, nil, ErrStale, ErrStale, "restarted", "addressed epoch"},
+		{"stale epoch", good, good, auth.Party{Name: "tgt", Epoch: 9}, nil, ErrStale, ErrStale, "restarted since", "addressed epoch"},
 		{"other name", good, good, auth.Party{Name: "else", Epoch: 2}, nil, auth.ErrDenied, auth.ErrWrongTarget, "is not else", "addressed \"else\""},
 		{"refused by the carrier", good, good, tgt, refuse, ErrRefused, ErrRefused, "refused the connection", "user 7 may not connect"},
 	} {
@@ -129,7 +121,7 @@ func TestNotTE(t *testing.T) {
 	}{
 		{"ssh banner", "SSH-2.0-OpenSSH_9.2\r\n", `its first bytes are "SSH-"`},
 		{"three bytes then silence", "+OK", `its first bytes are "+OK"`},
-		{"another te port", "TEMD\x02\x06\x00\x00\x00\x00\x00\x00", "te's p2p metadata port, not te's tcp data port"},
+		{"another te port", "TEMD\x03\x06\x00\x00\x00\x00\x00\x00", "te's p2p metadata port, not te's tcp data port"},
 	} {
 		t.Run(c.name, func(t *testing.T) {
 			a, b := tcpPair(t)
@@ -240,10 +232,13 @@ func TestBounds(t *testing.T) {
 	if n := len(answer(0, auth.Answer{Proof: make([]byte, auth.ProofLen)})); n != MaxAnswer {
 		t.Fatalf("answer of %d bytes, MaxAnswer %d", n, MaxAnswer)
 	}
-	for _, ty := range []wire.Type{1, 2, 3, 4} {
+	for _, ty := range []wire.Type{1, 2, 3, 4, 9} {
 		if n, ok := testProto.Limit(ty); !ok || n < MaxVerdict {
 			t.Fatalf("type %d: %d %v", ty, n, ok)
 		}
+	}
+	if _, ok := testProto.Limit(5); ok {
+		t.Fatal("type 5 admitted")
 	}
 }
 

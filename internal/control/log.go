@@ -1,6 +1,7 @@
 package control
 
 import (
+	"context"
 	"errors"
 	"log/slog"
 	"net"
@@ -88,6 +89,6 @@ func (l *Log) Failed(peer net.Addr, err error) bool {
 	if peer != nil {
 		addr = peer.String()
 	}
-	l.log.Log(nil, level, "te: "+l.label+": "+what, "peer", addr, "reason", err.Error(), "not_logged_since_last", dropped)
+	l.log.Log(context.Background(), level, "te: "+l.label+": "+what, "peer", addr, "reason", err.Error(), "not_logged_since_last", dropped)
 	return true
 }

@@ -47,17 +47,26 @@ func (pc *PacketConn) Recv(want int) (wire.Header, []byte, []int, error) {
 		uds.Close(fds)
 		return wire.Header{}, nil, nil, io.EOF
 	}
-	pkt := pc.buf[:n]
-	h, err := pc.p.ParseHeader(pkt)
-	if err == nil && h.Flags != 0 {
-		err = fmt.Errorf("%w: %s: flags %#x set", wire.ErrFrame, pc.p.Name, h.Flags)
-	}
-	if err == nil && h.Len != n-wire.HeaderLen {
-		err = fmt.Errorf("%w: %s: header declares %d payload bytes, the packet has %d", wire.ErrFrame, pc.p.Name, h.Len, n-wire.HeaderLen)
-	}
+	h, p, err := ParsePacket(pc.p, pc.buf[:n])
 	if err != nil {
 		uds.Close(fds)
 		return wire.Header{}, nil, nil, err
 	}
-	return h, pkt[wire.HeaderLen:], fds, nil
+	return h, p, fds, nil
+}
+
+// ParsePacket checks a received packet's header (no flags; the length
+// must match the packet exactly) and returns it and the payload.
+func ParsePacket(p *wire.Proto, pkt []byte) (wire.Header, []byte, error) {
+	h, err := p.ParseHeader(pkt)
+	if err == nil && h.Flags != 0 {
+		err = fmt.Errorf("%w: %s: flags %#x set", wire.ErrFrame, p.Name, h.Flags)
+	}
+	if err == nil && h.Len != len(pkt)-wire.HeaderLen {
+		err = fmt.Errorf("%w: %s: header declares %d payload bytes, the packet has %d", wire.ErrFrame, p.Name, h.Len, len(pkt)-wire.HeaderLen)
+	}
+	if err != nil {
+		return wire.Header{}, nil, err
+	}
+	return h, pkt[wire.HeaderLen:], nil
 }

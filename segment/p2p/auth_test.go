@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/rdmago/te/auth"
+	"github.com/rdmago/te/internal/control"
 	"github.com/rdmago/te/internal/testenv"
 	"github.com/rdmago/te/segment"
 )
@@ -127,14 +128,14 @@ func TestAuthHostile(t *testing.T) {
 	if _, _, err := readFrame(bufio.NewReader(c), hdr[:], segment.MaxEncodedSize); err != nil {
 		t.Fatal(err)
 	}
-	c.Write(append(appendFrame(nil, frameAnswer, auth.AppendAnswer(nil, auth.Answer{Proof: bytes.Repeat([]byte{9}, auth.ProofLen)})), get...))
+	c.Write(append(appendFrame(nil, frameAnswer, control.AppendAnswer(nil, control.StatusOK, auth.Answer{Proof: bytes.Repeat([]byte{9}, auth.ProofLen)})), get...))
 	noDescriptor("forged answer", c)
 
 	// Replay a holder's handshake.
 	raw := dial()
 	rec := &recorder{Conn: raw}
 	raw.SetDeadline(time.Now().Add(10 * time.Second))
-	if err := clientHandshake.Dial(rec, secret, me, them); err != nil {
+	if err := handshake.Dial(control.Stream(rec, rec, &responses), secret, me, them); err != nil {
 		t.Fatal(err)
 	}
 	raw.Close()
@@ -142,7 +143,7 @@ func TestAuthHostile(t *testing.T) {
 	c.Write(append(rec.sent.Bytes(), get...))
 	noDescriptor("replayed handshake", c)
 
-	for deadline := time.Now().Add(10 * time.Second); !strings.Contains(logBuf.String(), "handshake failed"); time.Sleep(10 * time.Millisecond) {
+	for deadline := time.Now().Add(10 * time.Second); !strings.Contains(logBuf.String(), "te: p2p: "); time.Sleep(10 * time.Millisecond) {
 		if time.Now().After(deadline) {
 			t.Fatal("no failure logged")
 		}
@@ -150,7 +151,7 @@ func TestAuthHostile(t *testing.T) {
 	out := logBuf.String()
 	// At most one line a second (the failure log's interval).
 	bound := min(1+int(time.Since(attackStart)/time.Second), 2)
-	if n := strings.Count(out, "handshake failed"); n > bound || !strings.Contains(out, "peer=127.0.0.1:") || strings.Contains(out, testKey) {
+	if n := strings.Count(out, "te: p2p: "); n > bound || !strings.Contains(out, "peer=127.0.0.1:") || strings.Contains(out, testKey) {
 		t.Fatalf("%d lines for 3 failures in %v, or no address, or the secret:\n%s", n, time.Since(attackStart), out)
 	}
 	t.Logf("log:\n%s", out)

@@ -4,14 +4,14 @@ import (
 	"fmt"
 	"io"
 
-	"github.com/rdmago/te/internal/handshake"
+	"github.com/rdmago/te/internal/control"
 	"github.com/rdmago/te/internal/wire"
 	"github.com/rdmago/te/segment"
 )
 
 // Wire format of the handshake socket: internal/wire frames, magic "TEMD",
-// version 2, flags zero. A connection opens with the authenticated
-// handshake of internal/handshake (hello, challenge, answer, verdict;
+// version control.P2P.Version, flags zero. A connection opens with the authenticated
+// handshake of internal/control (hello, challenge, answer, verdict;
 // proofs bound to "p2p" and both stores' names and epochs), then carries
 // any number of request/response exchanges, one at a time:
 //
@@ -23,8 +23,7 @@ import (
 // Both sides bound each payload by its type before reading it; a server
 // reads requests with a bound of 0 for descriptors.
 const (
-	wireVersion = 2
-	headerLen   = wire.HeaderLen
+	headerLen = wire.HeaderLen
 
 	// maxNameLen bounds a segment name, the only payload of a request.
 	maxNameLen = 1024
@@ -80,36 +79,21 @@ func maxPayload(t frameType, maxDescriptor int) (int, bool) {
 		return maxDescriptor, true
 	case frameError:
 		return maxErrorLen, true
-	case frameHello:
-		return handshake.MaxHello, true
-	case frameChallenge:
-		return handshake.MaxChallenge, true
-	case frameAnswer:
-		return handshake.MaxAnswer, true
-	case frameVerdict:
-		return handshake.MaxVerdict, true
 	}
 	return 0, false
 }
 
 func newProto(maxDescriptor int) wire.Proto {
-	return wire.Proto{
-		Name:     "p2p",
-		Magic:    [4]byte{'T', 'E', 'M', 'D'},
-		Version:  wireVersion,
-		Limit:    func(t wire.Type) (int, bool) { return maxPayload(t, maxDescriptor) },
-		TypeName: typeName,
-	}
+	return handshake.Proto("p2p", func(t wire.Type) (int, bool) { return maxPayload(t, maxDescriptor) }, typeName)
 }
 
 var (
+	// handshake is te's handshake as p2p frames it (control.P2P).
+	handshake = &control.P2P
 	// requests is what a server reads: no descriptors.
 	requests = newProto(0)
 	// responses is what a client reads.
 	responses = newProto(segment.MaxEncodedSize)
-
-	serverHandshake = handshake.Spec{Proto: &requests, Hello: frameHello, Challenge: frameChallenge, Answer: frameAnswer, Verdict: frameVerdict, Label: "p2p"}
-	clientHandshake = handshake.Spec{Proto: &responses, Hello: frameHello, Challenge: frameChallenge, Answer: frameAnswer, Verdict: frameVerdict, Label: "p2p"}
 )
 
 // appendFrame appends one frame to dst.

@@ -16,12 +16,13 @@
 // timeout (Go durations) set Options.PollInterval, Grace, CacheTTL and
 // Timeout.
 //
-// Every connection opens with an authenticated handshake (internal/handshake
+// Every connection opens with te's authenticated handshake (internal/control
 // with the label "p2p"): with Options.Auth set, client and server each prove
-// the cluster secret, and a peer without it gets no descriptor. Server-side
-// connections are bounded (MaxConns, MaxConnsPerSource); at the bound the
-// connection that has waited longest for its client makes room, so idle
-// connections cannot lock out descriptor fetches.
+// the cluster secret, and a peer without it gets no descriptor (the error
+// matches auth.ErrDenied; a peer that does not speak te, auth.ErrNotTE).
+// Server-side connections are bounded (MaxConns, MaxConnsPerSource); at the
+// bound the connection that has waited longest for its client makes room,
+// so idle connections cannot lock out descriptor fetches.
 //
 // A process may publish its address as a segment name, or names of the form
 // address/suffix when it exposes several segments; a name that does not start
@@ -36,7 +37,6 @@ import (
 	"encoding/binary"
 	"errors"
 	"fmt"
-	"io"
 	"log/slog"
 	mrand "math/rand/v2"
 	"net"
@@ -46,12 +46,11 @@ import (
 	"strconv"
 	"strings"
 	"sync"
-	"sync/atomic"
 	"time"
 
 	"github.com/rdmago/te/auth"
 	"github.com/rdmago/te/internal/acceptor"
-	"github.com/rdmago/te/internal/handshake"
+	"github.com/rdmago/te/internal/control"
 	"github.com/rdmago/te/segment"
 )
 
@@ -140,7 +139,8 @@ type Store struct {
 	ln      net.Listener
 	addr    string // advertised host:port: the local segment's name
 	epoch   uint64 // random per store: this incarnation, in handshakes
-	authLog *auth.FailureLog
+	authLog *control.Log
+	gate    *acceptor.Gate[netip.Addr, net.Conn] // server-side connections
 	closing chan struct{}
 	life    context.Context // cancelled by Close
 	kill    context.CancelFunc
@@ -151,9 +151,7 @@ type Store struct {
 	closed  bool
 	local   map[string]*localSeg
 	cache   map[string]cached
-	conns   map[net.Conn]struct{} // every open connection, both directions
-	served  map[net.Conn]*sconn   // server-side connections
-	perSrc  map[netip.Addr]int    // server-side connections per source address
+	conns   map[net.Conn]struct{} // client connections
 	peers   map[string]*peer      // client connections by dial address
 	changed chan struct{}         // closed and replaced on every local change
 }
@@ -263,13 +261,12 @@ func New(ctx context.Context, opts Options) (*Store, error) {
 		ln:      ln,
 		addr:    addr,
 		epoch:   binary.LittleEndian.Uint64(eb[:]) | 1,
-		authLog: auth.NewFailureLog(opts.Logger, "p2p", 0),
+		authLog: control.NewLog(opts.Logger, "p2p", 0),
+		gate:    acceptor.NewGate[netip.Addr, net.Conn](opts.MaxConns, opts.MaxConnsPerSource),
 		closing: make(chan struct{}),
 		local:   map[string]*localSeg{},
 		cache:   map[string]cached{},
 		conns:   map[net.Conn]struct{}{},
-		served:  map[net.Conn]*sconn{},
-		perSrc:  map[netip.Addr]int{},
 		peers:   map[string]*peer{},
 		changed: make(chan struct{}),
 	}
@@ -519,7 +516,11 @@ func (s *Store) exchange(ctx context.Context, addr, name string) (frameType, []b
 				if cerr := ctxErr(ctx); cerr != nil {
 					err = fmt.Errorf("%w (%w)", cerr, err)
 				}
-				return 0, nil, fmt.Errorf("%w: p2p: get %s from %s: %w", segment.ErrUnavailable, name, addr, err)
+				// One line: the handshake's error says what happened.
+				if name != addr {
+					err = fmt.Errorf("from %s: %w", addr, err)
+				}
+				return 0, nil, control.Mark(fmt.Errorf("p2p: get %s: %w", name, err), segment.ErrUnavailable)
 			}
 			p.conn, fresh = c, true
 		}
@@ -549,11 +550,7 @@ func (s *Store) dialHandshake(ctx context.Context, c net.Conn, addr string, dead
 	}
 	stop := context.AfterFunc(ctx, func() { c.SetDeadline(time.Unix(1, 0)) })
 	defer stop()
-	err := clientHandshake.Dial(c, s.opts.Auth, auth.Party{Name: s.addr, Epoch: s.epoch}, auth.Party{Name: addr})
-	if err != nil {
-		return fmt.Errorf("handshake: %w", err)
-	}
-	return nil
+	return handshake.Dial(control.Stream(c, c, &responses), s.opts.Auth, auth.Party{Name: s.addr, Epoch: s.epoch}, auth.Party{Name: addr})
 }
 
 // ctxErr is ctx.Err(), or DeadlineExceeded once ctx's deadline has passed:
@@ -733,6 +730,7 @@ func (s *Store) Close() error {
 		err = s.ln.Close()
 		s.mu.Lock()
 		s.closed = true
+		s.gate.Close()
 		for c := range s.conns {
 			c.Close()
 		}
@@ -748,118 +746,58 @@ func (s *Store) Close() error {
 	return nil
 }
 
-// sconn is one server-side connection as admission control sees it.
-type sconn struct {
-	c   net.Conn
-	src netip.Addr
-	// waiting is when the connection began to wait for its client (unix
-	// nanoseconds; 0 while a request is answered).
-	waiting atomic.Int64
-}
-
-func (sc *sconn) wait() { sc.waiting.Store(time.Now().UnixNano()) }
-func (sc *sconn) work() { sc.waiting.Store(0) }
-
 // acceptLoop serves the handshake listener until Close.
 func (s *Store) acceptLoop() {
 	defer s.wg.Done()
 	acceptor.Run(s.opts.Logger, "p2p", s.ln.Addr(), s.closing, s.ln.Accept, s.admit)
 }
 
-// admit serves c unless the store is at its limits and no connection can
-// make room: at MaxConns (or MaxConnsPerSource for c's address) the
-// connection that has waited longest for its client is closed instead, so
-// idle connections cannot lock out descriptor fetches.
+// admit serves c under the admission policy (internal/acceptor.Gate): at
+// MaxConns (or MaxConnsPerSource for c's address) the connection that
+// has waited longest for its client is closed to make room, so idle
+// connections cannot lock out descriptor fetches.
 func (s *Store) admit(c net.Conn) {
 	var src netip.Addr
 	if ta, ok := c.RemoteAddr().(*net.TCPAddr); ok {
 		src = ta.AddrPort().Addr().Unmap()
 	}
-	s.mu.Lock()
-	if s.closed {
-		s.mu.Unlock()
+	slot, ok := s.gate.Admit(src, c, func() { c.Close() })
+	if !ok {
 		c.Close()
 		return
 	}
-	var victim *sconn
-	full := len(s.served) >= s.opts.MaxConns
-	srcFull := s.perSrc[src] >= s.opts.MaxConnsPerSource
-	if full || srcFull {
-		oldest := int64(0)
-		for _, sc := range s.served {
-			w := sc.waiting.Load()
-			if w == 0 || (srcFull && sc.src != src) {
-				continue
-			}
-			if victim == nil || w < oldest {
-				victim, oldest = sc, w
-			}
-		}
-		if victim == nil {
-			s.mu.Unlock()
-			c.Close()
-			return
-		}
-		s.dropLocked(victim.c)
-	}
-	sc := &sconn{c: c, src: src}
-	sc.wait()
-	s.conns[c] = struct{}{}
-	s.served[c] = sc
-	s.perSrc[src]++
-	s.wg.Add(1)
-	s.mu.Unlock()
-	if victim != nil {
-		victim.c.Close()
-	}
-	go s.serveConn(sc)
-}
-
-// dropLocked forgets a server-side connection (once); s.mu is held.
-func (s *Store) dropLocked(c net.Conn) {
-	sc, ok := s.served[c]
-	if !ok {
-		return
-	}
-	delete(s.served, c)
-	delete(s.conns, c)
-	if s.perSrc[sc.src]--; s.perSrc[sc.src] <= 0 {
-		delete(s.perSrc, sc.src)
-	}
+	s.wg.Add(1) // the accept loop holds the group: no race with Close's Wait
+	go s.serveConn(slot)
 }
 
 // serveConn answers requests on one connection until the peer closes it,
 // idles past IdleTimeout, sends a malformed frame, or the store closes.
 // Nothing is answered before the client passed the handshake (within
 // Timeout).
-func (s *Store) serveConn(sc *sconn) {
-	c := sc.c
+func (s *Store) serveConn(sc *acceptor.Slot[netip.Addr, net.Conn]) {
+	c := sc.Conn()
 	defer s.wg.Done()
 	defer func() {
-		s.mu.Lock()
-		s.dropLocked(c)
-		s.mu.Unlock()
+		s.gate.Leave(sc)
 		c.Close()
 	}()
 	c.SetDeadline(time.Now().Add(s.opts.Timeout))
-	_, err := serverHandshake.Accept(c, s.opts.Auth, auth.Party{Name: s.addr, Epoch: s.epoch})
+	_, err := handshake.Accept(control.Stream(c, c, &requests), s.opts.Auth, auth.Party{Name: s.addr, Epoch: s.epoch}, nil)
 	if err != nil {
-		if !errors.Is(err, io.EOF) && !errors.Is(err, net.ErrClosed) {
-			s.authLog.Failed(c.RemoteAddr(), err)
-			if errors.Is(err, errFrame) || errors.Is(err, handshake.ErrMalformed) {
-				s.reply(c, appendFrame(nil, frameError, truncate([]byte(err.Error()), maxErrorLen)))
-			}
+		s.authLog.Failed(c.RemoteAddr(), err)
+		if errors.Is(err, control.ErrMalformed) || errors.Is(err, auth.ErrNotTE) {
+			s.reply(c, appendFrame(nil, frameError, truncate([]byte(err.Error()), maxErrorLen)))
 		}
 		return
 	}
 	var hdr [headerLen]byte
 	for {
-		sc.wait()
+		sc.Wait()
 		c.SetDeadline(time.Now().Add(s.opts.IdleTimeout))
 		// Requests never carry descriptors: a descriptor frame is refused
 		// before its payload is read.
 		t, payload, err := readFrame(c, hdr[:], 0)
-		sc.work()
+		sc.Work()
 		if err != nil {
 			if errors.Is(err, errFrame) {
 				s.reply(c, appendFrame(nil, frameError, truncate([]byte(err.Error()), maxErrorLen)))

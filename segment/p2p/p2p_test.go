@@ -18,6 +18,7 @@ import (
 	"go.uber.org/goleak"
 
 	"github.com/rdmago/te/auth"
+	"github.com/rdmago/te/internal/control"
 	"github.com/rdmago/te/segment"
 )
 
@@ -371,15 +372,15 @@ func testMalformedFrames(t *testing.T, secret *auth.Secret) {
 		return b
 	}
 	cases := map[string][]byte{
-		"bad magic":           hdr("XXXX", wireVersion, 1, 4),
+		"bad magic":           hdr("XXXX", handshake.Version, 1, 4),
 		"wire version":        hdr("TEMD", 9, 1, 4),
 		"old wire version":    hdr("TEMD", 1, 1, 4),
-		"unknown type":        hdr("TEMD", wireVersion, 99, 0),
-		"huge name":           hdr("TEMD", wireVersion, byte(frameGet), 1<<31),
-		"descriptor request":  hdr("TEMD", wireVersion, byte(frameDescriptor), 100),
-		"response as request": append(hdr("TEMD", wireVersion, byte(frameNotFound), 1), 'x'),
-		"get before hello":    append(hdr("TEMD", wireVersion, byte(frameGet), 1), 'x'),
-		"huge hello":          hdr("TEMD", wireVersion, byte(frameHello), 1<<20),
+		"unknown type":        hdr("TEMD", handshake.Version, 99, 0),
+		"huge name":           hdr("TEMD", handshake.Version, byte(frameGet), 1<<31),
+		"descriptor request":  hdr("TEMD", handshake.Version, byte(frameDescriptor), 100),
+		"response as request": append(hdr("TEMD", handshake.Version, byte(frameNotFound), 1), 'x'),
+		"get before hello":    append(hdr("TEMD", handshake.Version, byte(frameGet), 1), 'x'),
+		"huge hello":          hdr("TEMD", handshake.Version, byte(frameHello), 1<<20),
 	}
 	for name, raw := range cases {
 		t.Run(name, func(t *testing.T) {
@@ -405,7 +406,7 @@ func testMalformedFrames(t *testing.T, secret *auth.Secret) {
 		})
 	}
 	// Truncated frames and immediate hang-ups.
-	for _, raw := range [][]byte{nil, []byte("TE"), append(hdr("TEMD", wireVersion, byte(frameHello), 10), 'a')} {
+	for _, raw := range [][]byte{nil, []byte("TE"), append(hdr("TEMD", handshake.Version, byte(frameHello), 10), 'a')} {
 		c, err := net.Dial("tcp", a.ListenAddr().String())
 		if err != nil {
 			t.Fatal(err)
@@ -447,7 +448,7 @@ func TestMalformedResponses(t *testing.T) {
 					return
 				}
 				defer c.Close()
-				if _, err := serverHandshake.Accept(c, nil, auth.Party{Name: ln.Addr().String(), Epoch: 1}); err != nil {
+				if _, err := handshake.Accept(control.Stream(c, c, &requests), nil, auth.Party{Name: ln.Addr().String(), Epoch: 1}, nil); err != nil {
 					return
 				}
 				var h [headerLen]byte
@@ -681,7 +682,7 @@ func TestConnectionBounds(t *testing.T) {
 		defer c.Close()
 		idle = append(idle, c)
 	}
-	waitFor(t, func() bool { a.mu.Lock(); defer a.mu.Unlock(); return len(a.served) == 2 })
+	waitFor(t, func() bool { return a.gate.Len() == 2 })
 	b := newStore(t, Options{})
 	if _, err := b.Get(ctx, a.Name()); err != nil {
 		t.Fatalf("Get with every slot held by idle connections: %v", err)
@@ -713,9 +714,7 @@ func TestConnectionBounds(t *testing.T) {
 		defer c.Close()
 	}
 	waitFor(t, func() bool {
-		p.mu.Lock()
-		defer p.mu.Unlock()
-		return len(p.served) == 3 && p.perSrc[netip.MustParseAddr("127.0.0.1")] == 3
+		return p.gate.Len() == 3 && p.gate.Count(netip.MustParseAddr("127.0.0.1")) == 3
 	})
 	if _, err := b.Get(ctx, p.Name()); err != nil {
 		t.Fatalf("Get past the per-source limit: %v", err)
