@@ -13,7 +13,7 @@ import (
 	"time"
 
 	"github.com/rdmago/te/auth"
-	"github.com/rdmago/te/internal/handshake"
+	"github.com/rdmago/te/internal/control"
 	"github.com/rdmago/te/segment"
 	"github.com/rdmago/te/segment/p2p"
 )
@@ -117,7 +117,7 @@ func TestDataPortLockout(t *testing.T) {
 	d := fetch(t, name, nil)
 	pr, _ := d.Protocol(segment.ProtoTCP)
 	hold(t, pr.Endpoint, 4200, func(c net.Conn) error {
-		return handshake.TCP.Dial(c, nil, auth.Party{Name: "mallory", Epoch: 1}, auth.Party{Name: d.Name, Epoch: d.Epoch})
+		return control.TCP.Dial(control.Stream(c, c, control.TCP.Frames()), nil, auth.Party{Name: "mallory", Epoch: 1}, auth.Party{Name: d.Name, Epoch: d.Epoch})
 	})
 	_, stderr, code := runTE(t, "bench", "--segment", name, "--duration", "1", "--batch-size", "16", "--verify", "--quiet")
 	if code != 0 {
@@ -191,7 +191,7 @@ func TestAuthCLI(t *testing.T) {
 	if strings.Contains(all.String(), testSecret) || strings.Contains(all.String(), "nobody else knows") {
 		t.Fatal("the secret was printed")
 	}
-	if !strings.Contains(serveLog, "handshake failed") {
+	if !strings.Contains(serveLog, "peer failed authentication") {
 		t.Fatalf("te serve logged no failed handshake:\n%s", serveLog)
 	}
 }
@@ -210,5 +210,54 @@ func TestUnauthenticatedWarning(t *testing.T) {
 	srv.Wait()
 	if strings.Contains(srvErr.String(), "without authentication") {
 		t.Fatalf("warned with a secret:\n%s", srvErr.String())
+	}
+}
+
+// TestAuthMessages: te serve says authentication is on and prints a te
+// bench line that works as printed; an initiator without the secret or
+// with another one gets one line that names the fix; the target logs
+// every failed authentication with the peer's address (three wrong-secret
+// attempts more than a second apart: three lines).
+func TestAuthMessages(t *testing.T) {
+	sf := secretFile(t)
+	srv, name, srvErr := serveProcess(t, "--buffer-size", "16MiB", "--auth-file", sf)
+	other := filepath.Join(t.TempDir(), "other")
+	if err := os.WriteFile(other, []byte("another secret of enough length\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	for i, c := range []struct {
+		args []string
+		want string
+	}{
+		{nil, "the target requires the cluster secret and this side has none: set --auth-file or $TE_AUTH_FILE"},
+		{[]string{"--auth-file", other}, "holds a different cluster secret than this side: use the same secret file on both (--auth-file or $TE_AUTH_FILE)"},
+		{[]string{"--auth-file", other}, "holds a different cluster secret"},
+	} {
+		if i > 0 {
+			time.Sleep(1100 * time.Millisecond) // past the log's one line a second
+		}
+		_, stderr, code := runTE(t, append([]string{"bench", "--segment", name, "--duration", "1", "--quiet"}, c.args...)...)
+		msg := strings.TrimSpace(stderr)
+		if code != 1 || !strings.Contains(msg, c.want) || strings.Contains(msg, "\n") || strings.Count(msg, "authentication") > 1 {
+			t.Fatalf("te bench %v: exit %d, want one line saying %q:\n%s", c.args, code, c.want, stderr)
+		}
+	}
+	log := stopped(srv, srvErr)
+	if !strings.Contains(log, "te serve: authentication on") {
+		t.Fatalf("te serve does not say authentication is on:\n%s", log)
+	}
+	if n := strings.Count(log, "peer failed authentication"); n != 3 || !strings.Contains(log, "peer=127.0.0.1:") {
+		t.Fatalf("%d failures logged, want 3 with the peer's address:\n%s", n, log)
+	}
+	_, line, ok := strings.Cut(log, "run: te bench ")
+	line, _, _ = strings.Cut(line, "\n")
+	if !ok || !strings.Contains(line, "--auth-file "+sf) {
+		t.Fatalf("the te bench line lacks --auth-file %s:\n%s", sf, log)
+	}
+	// The line as printed, against a fresh target with the same secret.
+	_, name2, _ := serveProcess(t, "--buffer-size", "16MiB", "--auth-file", sf)
+	args := append(strings.Fields(strings.Replace(line, name, name2, 1)), "--duration", "1", "--quiet")
+	if _, stderr, code := runTE(t, append([]string{"bench"}, args...)...); code != 0 {
+		t.Fatalf("te bench %v: exit %d\n%s", args, code, stderr)
 	}
 }

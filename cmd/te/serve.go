@@ -5,8 +5,10 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"path/filepath"
 	"strings"
 
+	"github.com/rdmago/te/auth"
 	"github.com/rdmago/te/internal/cli"
 )
 
@@ -79,11 +81,30 @@ func runServe(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	for _, b := range d.Buffers {
 		fmt.Fprintf(stderr, "te serve: buffer %#x, %s (%s)\n", b.Addr, bufSize.Format(int64(b.Length)), b.Location)
 	}
-	fmt.Fprintf(stderr, "te serve: metadata %s; run: te bench --segment %s --protocol %s\n", n.metadataAddr(), d.Name, protocol)
+	authArg := ""
+	if secret != nil {
+		abs, err := filepath.Abs(*authFile)
+		if err != nil {
+			abs = *authFile
+		}
+		authArg = " --auth-file " + shellQuote(abs)
+		fmt.Fprintf(stderr, "te serve: authentication on: initiators must hold the cluster secret in %s (--auth-file or $%s)\n", abs, auth.EnvFile)
+	} else {
+		fmt.Fprintf(stderr, "te serve: authentication off (no --auth-file or $%s)\n", auth.EnvFile)
+	}
+	fmt.Fprintf(stderr, "te serve: metadata %s; run: te bench --segment %s --protocol %s%s\n", n.metadataAddr(), d.Name, protocol, authArg)
 	if f, ok := stdout.(*os.File); ok {
 		f.Sync()
 	}
 	<-ctx.Done()
 	fmt.Fprintf(stderr, "te serve: stopping\n")
 	return n.Close()
+}
+
+// shellQuote quotes s for a POSIX shell when it needs it.
+func shellQuote(s string) string {
+	if s != "" && strings.Trim(s, "abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789/._-+,:@=") == "" {
+		return s
+	}
+	return "'" + strings.ReplaceAll(s, "'", `'\''`) + "'"
 }
