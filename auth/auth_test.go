@@ -304,6 +304,28 @@ func TestParseRejects(t *testing.T) {
 	}
 }
 
+func TestFailureLogRateLimited(t *testing.T) {
+	var out bytes.Buffer
+	f := NewFailureLog(slog.New(slog.NewTextHandler(&out, nil)), "tcp", time.Hour)
+	peer := &net.TCPAddr{IP: net.IPv4(192, 0, 2, 7), Port: 4242}
+	if !f.Failed(peer, ErrDenied) {
+		t.Fatal("first failure not logged")
+	}
+	for range 1000 {
+		if f.Failed(peer, ErrDenied) {
+			t.Fatal("flood logged")
+		}
+	}
+	if n := strings.Count(out.String(), "\n"); n != 1 || !strings.Contains(out.String(), "192.0.2.7:4242") {
+		t.Fatalf("%d lines: %s", n, out.String())
+	}
+	f.last = time.Now().Add(-2 * time.Hour)
+	f.Failed(peer, ErrDenied)
+	if !strings.Contains(out.String(), "not_logged_since_last=1000") {
+		t.Fatalf("dropped count missing: %s", out.String())
+	}
+}
+
 func TestWarnUnauthenticated(t *testing.T) {
 	var out bytes.Buffer
 	log := slog.New(slog.NewTextHandler(&out, nil))

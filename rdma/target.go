@@ -11,7 +11,6 @@ import (
 
 	"github.com/rdmago/te/auth"
 	"github.com/rdmago/te/internal/acceptor"
-	"github.com/rdmago/te/internal/control"
 	"github.com/rdmago/te/internal/wire"
 	"github.com/rdmago/te/segment"
 	"github.com/rdmago/te/uverbs"
@@ -26,7 +25,7 @@ type targetState struct {
 	perInit  map[string]int // QPs held per initiator name
 	total    int
 	closed   bool
-	fails    *control.Log
+	fails    *auth.FailureLog
 }
 
 // session is one initiator's control connection and the endpoints it set
@@ -43,7 +42,7 @@ func (ts *targetState) init(t *Transport) {
 	ts.t = t
 	ts.sessions = map[*session]struct{}{}
 	ts.perInit = map[string]int{}
-	ts.fails = control.NewLog(t.log, segment.ProtoRDMA, 0)
+	ts.fails = auth.NewFailureLog(t.log, segment.ProtoRDMA, 0)
 }
 
 func (t *Transport) accept() {
