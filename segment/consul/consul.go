@@ -74,6 +74,7 @@ import (
 	"net/url"
 	"os"
 	"slices"
+	"strconv"
 	"strings"
 	"sync"
 	"time"
@@ -247,10 +248,11 @@ type Store struct {
 type owned struct {
 	val     []byte // encoded descriptor; nil: an Unpublish not yet applied
 	since   time.Time
-	index   uint64 // ModifyIndex of our last write; 0: not in Consul
-	dirty   bool   // val is not (known to be) in Consul
-	inDoubt bool   // a write's outcome is unknown (transport error)
-	sent    []byte // value of the last write sent
+	index   uint64             // ModifyIndex of our last write; 0: not in Consul
+	dirty   bool               // val is not (known to be) in Consul
+	inDoubt bool               // a write's outcome is unknown (transport error)
+	sent    []byte             // value of the last write sent
+	unguard context.CancelFunc // ends the guard (see guard)
 }
 
 type cached struct {
@@ -437,8 +439,11 @@ func (s *Store) decode(name string, p *api.KVPair) (*segment.Descriptor, error) 
 
 // Publish makes d the current descriptor of d.Name, owned by this store. A
 // descriptor with Epoch 0 gets the store's epoch. It fails with
-// segment.ErrConflict when another store holds the name, or when the key
-// changed since this store last wrote it (this store then stops owning it).
+// segment.ErrConflict when another store holds the name (this store then
+// stops owning it). While it owns the name the store watches the key:
+// when another writer that is not a store (a plain KV put or delete)
+// changes or deletes it, the store logs that and writes its descriptor
+// again.
 // On segment.ErrUnavailable or a context error, d stays the desired state
 // and is published when Consul answers; Unpublish withdraws it.
 func (s *Store) Publish(ctx context.Context, d *segment.Descriptor) error {
@@ -461,6 +466,7 @@ func (s *Store) Publish(ctx context.Context, d *segment.Descriptor) error {
 	if o == nil {
 		o = &owned{since: time.Now()}
 		s.owned[d.Name] = o
+		s.guardLocked(d.Name, o)
 	}
 	o.val, o.dirty = val, true
 	sid := s.Session()
@@ -473,7 +479,7 @@ func (s *Store) Publish(ctx context.Context, d *segment.Descriptor) error {
 	case err == nil:
 		s.setCache(d.Name, d, uint64(o.since.UnixMilli()))
 	case errors.Is(err, segment.ErrConflict):
-		delete(s.owned, d.Name)
+		s.disownLocked(d.Name)
 	default:
 		s.wake()
 	}
@@ -498,7 +504,7 @@ func (s *Store) Unpublish(ctx context.Context, name string) error {
 	sid := s.Session()
 	if sid == "" || (o.index == 0 && !o.inDoubt) {
 		// Never reached Consul, or its session (and with it the key) is gone.
-		delete(s.owned, name)
+		s.disownLocked(name)
 		return nil
 	}
 	o.val, o.dirty = nil, true
@@ -556,7 +562,7 @@ func (s *Store) sync(octx, parent context.Context, name string, o *owned, sid st
 		}
 		if ok {
 			if o.val == nil {
-				delete(s.owned, name)
+				s.disownLocked(name)
 				return nil
 			}
 			for _, r := range resp.Results {
@@ -576,7 +582,7 @@ func (s *Store) sync(octx, parent context.Context, name string, o *owned, sid st
 		switch {
 		case o.val == nil:
 			if p == nil || p.Session != sid {
-				delete(s.owned, name) // gone, or no longer ours to delete
+				s.disownLocked(name) // gone, or no longer ours to delete
 				return nil
 			}
 		case p == nil:
@@ -598,7 +604,10 @@ func (s *Store) sync(octx, parent context.Context, name string, o *owned, sid st
 				s.dropSessionLocked(sid)
 				return fmt.Errorf("consul: publish %s: %w: %w; re-registering", name, segment.ErrUnavailable, errSessionLost)
 			}
-			o.index = 0 // deleted under us; create it afresh
+			// Deleted under us (by another writer, or with our
+			// session): create it afresh.
+			s.cfg.Logf("consul: key %s of segment %s disappeared (this store wrote modify index %d); publishing it again", key, name, o.index)
+			o.index = 0
 			seen = 0
 		case p.Session == sid && bytes.Equal(p.Value, o.sent):
 			o.index = p.ModifyIndex // an earlier write of ours landed unseen
@@ -621,17 +630,79 @@ func (s *Store) sync(octx, parent context.Context, name string, o *owned, sid st
 			}
 			return fmt.Errorf("consul: publish %s: %w: key %s is held by another store (%s); if that process is gone, the key expires within twice its TTL (at once when it ran on this machine)", name, segment.ErrConflict, key, holder)
 		default:
-			if p.Session == sid {
-				// A plain write keeps our lock on the other writer's
-				// value; let go of it, value untouched, so that our
-				// session's end does not delete what they wrote.
-				s.kv.Txn(api.KVTxnOps{
-					{Verb: api.KVCheckIndex, Key: key, Index: p.ModifyIndex},
-					{Verb: api.KVUnlock, Key: key, Value: p.Value, Flags: p.Flags, Session: sid},
-				}, s.q(octx))
-			}
-			return fmt.Errorf("consul: publish %s: %w: key %s was changed by another writer (modify index %d, this store wrote %d)", name, segment.ErrConflict, key, p.ModifyIndex, o.index)
+			// Changed by a writer that holds no session of its own on the
+			// key (a plain KV put keeps our lock; a put after a delete
+			// has none): no other store claims the name, so this store's
+			// descriptor is written over it.
+			s.cfg.Logf("consul: key %s of segment %s was changed by another writer (modify index %d, this store wrote %d); publishing this store's descriptor again", key, name, p.ModifyIndex, o.index)
+			o.index = p.ModifyIndex
+			seen = 0
 		}
+	}
+}
+
+// disownLocked forgets a segment this store no longer publishes and ends
+// its guard. pubMu is held.
+func (s *Store) disownLocked(name string) {
+	if o := s.owned[name]; o != nil && o.unguard != nil {
+		o.unguard()
+	}
+	delete(s.owned, name)
+}
+
+// guardLocked starts the guard of a segment this store has begun to own.
+// pubMu is held, and so is an operation (begin), so Close has not begun
+// waiting for the store's goroutines.
+func (s *Store) guardLocked(name string, o *owned) {
+	ctx, cancel := context.WithCancel(s.life)
+	o.unguard = cancel
+	s.wg.Add(1)
+	go s.guard(ctx, name, o)
+}
+
+// guard watches the key of a segment this store owns with blocking
+// queries: when another writer changes or deletes it, the segment is
+// marked dirty and the keeper writes it again (sync logs what it found;
+// a key now held by another store's session is given up instead).
+func (s *Store) guard(ctx context.Context, name string, o *owned) {
+	defer s.wg.Done()
+	key := s.Key(name)
+	const minRetry = 50 * time.Millisecond
+	retry := minRetry
+	var index uint64
+	for {
+		p, meta, err := s.kv.Get(key, (&api.QueryOptions{WaitIndex: index, WaitTime: s.cfg.WatchWait}).WithContext(ctx))
+		if ctx.Err() != nil {
+			return
+		}
+		if err != nil {
+			index = 0 // the keeper reports the outage
+			select {
+			case <-ctx.Done():
+				return
+			case <-time.After(retry):
+			}
+			retry = min(2*retry, 2*time.Second)
+			continue
+		}
+		retry = minRetry
+		if meta.LastIndex < index {
+			index = 0 // the agent restarted
+		} else {
+			index = meta.LastIndex
+		}
+		s.pubMu.Lock()
+		if s.owned[name] != o {
+			s.pubMu.Unlock()
+			return
+		}
+		if o.val != nil && !o.dirty && !o.inDoubt && o.index != 0 &&
+			(p == nil && meta.LastIndex >= o.index || p != nil && p.ModifyIndex > o.index) {
+			// Not a read from before our last write: someone else's.
+			o.dirty = true
+			s.wake()
+		}
+		s.pubMu.Unlock()
 	}
 }
 
@@ -667,7 +738,7 @@ func (s *Store) dropSessionLocked(sid string) {
 	s.mu.Unlock()
 	for name, o := range s.owned {
 		if o.val == nil {
-			delete(s.owned, name)
+			s.disownLocked(name)
 			continue
 		}
 		o.index, o.dirty, o.inDoubt = 0, true, false
@@ -760,7 +831,7 @@ func (s *Store) tend() (ok, again bool) {
 		switch {
 		case err == nil:
 		case errors.Is(err, segment.ErrConflict):
-			delete(s.owned, name)
+			s.disownLocked(name)
 			s.cfg.Logf("consul: segment %s lost: %v", name, err)
 		case errors.Is(err, errSessionLost):
 			return true, true
@@ -824,15 +895,16 @@ func (s *Store) List(ctx context.Context) ([]*segment.Descriptor, error) {
 	}
 	out := make([]*segment.Descriptor, 0, len(pairs))
 	seen := make(map[string]bool, len(pairs))
+	var bad skipped
 	for _, p := range pairs {
 		name, err := url.PathUnescape(strings.TrimPrefix(p.Key, s.keyPrefix))
 		if err != nil {
-			s.cfg.Logf("consul: list: skipping key %s: %v", p.Key, err)
+			bad.add(p.Key, err)
 			continue
 		}
 		d, err := s.decode(name, p)
 		if err != nil {
-			s.cfg.Logf("consul: list: skipping: %v", err)
+			bad.add(p.Key, err)
 			continue
 		}
 		s.setCache(name, d, p.Flags)
@@ -846,8 +918,57 @@ func (s *Store) List(ctx context.Context) ([]*segment.Descriptor, error) {
 		}
 	}
 	s.mu.Unlock()
+	if bad.n > 0 {
+		s.cfg.Logf("consul: list: skipped %s", &bad)
+	}
 	slices.SortFunc(out, func(a, b *segment.Descriptor) int { return strings.Compare(a.Name, b.Name) })
 	return out, nil
+}
+
+// skipped summarizes the keys a List could not read in one log line: how
+// many, the first few (quoted, so a key cannot carry control characters
+// to a terminal) and the first error.
+type skipped struct {
+	n     int
+	keys  []string
+	first error
+}
+
+// skippedShown is how many keys a summary names.
+const skippedShown = 3
+
+func (k *skipped) add(key string, err error) {
+	if k.n == 0 {
+		k.first = err
+	}
+	k.n++
+	if len(k.keys) < skippedShown {
+		k.keys = append(k.keys, key)
+	}
+}
+
+func (k *skipped) String() string {
+	var b strings.Builder
+	fmt.Fprintf(&b, "%d unreadable keys:", k.n)
+	for _, key := range k.keys {
+		b.WriteByte(' ')
+		b.WriteString(quoteCapped(key))
+	}
+	if k.n > len(k.keys) {
+		fmt.Fprintf(&b, " and %d more", k.n-len(k.keys))
+	}
+	fmt.Fprintf(&b, " (first: %s)", quoteCapped(k.first.Error()))
+	return b.String()
+}
+
+// quoteCapped quotes s (escaping control characters) after cutting it to
+// at most 200 bytes, saying how many were cut.
+func quoteCapped(s string) string {
+	const max = 200
+	if len(s) <= max {
+		return strconv.Quote(s)
+	}
+	return fmt.Sprintf("%s…(%d bytes cut)", strconv.Quote(strings.ToValidUTF8(s[:max], "")), len(s)-max)
 }
 
 // Watch reports a segment's state with blocking queries: first its state
