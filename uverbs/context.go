@@ -41,6 +41,7 @@ type Context struct {
 	dropped        atomic.Uint64
 	numCompVectors int
 	limits         DeviceLimits // from QUERY_DEVICE at Open
+	ioctls         ioctlProbe   // the ioctl methods this kernel lacks
 	stopAsync      context.CancelFunc
 	asyncDone      chan struct{}
 
@@ -365,22 +366,24 @@ const maxGIDEntries = 1024
 func (c *Context) QueryGIDTable() ([]GIDEntry, error) {
 	var out []GIDEntry
 	esz := len(ucmd.Bytes(&uapi.GIDEntry{}))
-	err := c.file.Ioctl(uapi.ObjectDevice, uapi.MethodQueryGIDTable, func(b *ucmd.Builder) {
-		b.Const(uapi.AttrQueryGIDTableEntrySize, uint64(esz), uapi.AttrFMandatory)
-		b.Out(uapi.AttrQueryGIDTableRespEntries, maxGIDEntries*esz, uapi.AttrFMandatory)
-		b.Out(uapi.AttrQueryGIDTableRespNumEntries, 8, uapi.AttrFMandatory)
-	}, func(b *ucmd.Builder) {
-		ents := b.Output(1)
-		n := int(le.Uint64(b.Output(2)))
-		for i := 0; i < n && (i+1)*esz <= len(ents); i++ {
-			e := ents[i*esz:]
-			var g GID
-			copy(g[:], e[:16])
-			out = append(out, GIDEntry{
-				GID: g, Index: int(le.Uint32(e[16:])), Port: int(le.Uint32(e[20:])),
-				Type: GIDType(le.Uint32(e[24:])), Ifindex: int(le.Uint32(e[28:])),
-			})
-		}
+	err := c.ioctls.run(uapi.ObjectDevice, uapi.MethodQueryGIDTable, func() error {
+		return c.file.Ioctl(uapi.ObjectDevice, uapi.MethodQueryGIDTable, func(b *ucmd.Builder) {
+			b.Const(uapi.AttrQueryGIDTableEntrySize, uint64(esz), uapi.AttrFMandatory)
+			b.Out(uapi.AttrQueryGIDTableRespEntries, maxGIDEntries*esz, uapi.AttrFMandatory)
+			b.Out(uapi.AttrQueryGIDTableRespNumEntries, 8, uapi.AttrFMandatory)
+		}, func(b *ucmd.Builder) {
+			ents := b.Output(1)
+			n := int(le.Uint64(b.Output(2)))
+			for i := 0; i < n && (i+1)*esz <= len(ents); i++ {
+				e := ents[i*esz:]
+				var g GID
+				copy(g[:], e[:16])
+				out = append(out, GIDEntry{
+					GID: g, Index: int(le.Uint32(e[16:])), Port: int(le.Uint32(e[20:])),
+					Type: GIDType(le.Uint32(e[24:])), Ifindex: int(le.Uint32(e[28:])),
+				})
+			}
+		})
 	})
 	if err != nil {
 		return nil, opErr("query_gid_table", c.dev.Name, err)

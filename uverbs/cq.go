@@ -180,9 +180,8 @@ func (c *Context) CreateCQ(cfg CQConfig) (_ *CQ, err error) {
 	var handle, gotCQE uint32
 	var iHandle, iCQE, iOut int
 	out := make([]byte, outLen)
-	err = ucmd.ENOTTY
-	if useIoctl {
-		err = c.file.Ioctl(uapi.ObjectCQ, uapi.MethodCQCreate, func(b *ucmd.Builder) {
+	err = c.ioctls.run(uapi.ObjectCQ, uapi.MethodCQCreate, func() error {
+		return c.file.Ioctl(uapi.ObjectCQ, uapi.MethodCQCreate, func(b *ucmd.Builder) {
 			iHandle = b.NewIDR(uapi.AttrCreateCQHandle, uapi.AttrFMandatory)
 			b.InU32(uapi.AttrCreateCQCQE, cqe, uapi.AttrFMandatory)
 			b.InU64(uapi.AttrCreateCQUserHandle, uh, uapi.AttrFMandatory)
@@ -198,7 +197,7 @@ func (c *Context) CreateCQ(cfg CQConfig) (_ *CQ, err error) {
 			gotCQE = le.Uint32(b.Output(iCQE))
 			copy(out, b.Output(iOut))
 		})
-	}
+	})
 	if noIoctl(err) {
 		req := uapi.CreateCQ{UserHandle: uh, CQE: cqe, CompVector: uint32(cfg.CompVector), CompChannel: chfd}
 		var r uapi.CreateCQResp
@@ -231,18 +230,56 @@ func noIoctl(err error) bool {
 	return errors.Is(err, ucmd.ENOTTY) || errors.Is(err, ucmd.EPROTONOSUPPORT)
 }
 
+// ioctlProbe remembers which ioctl methods a context's kernel lacks: the
+// first call that finds one missing (ENOTTY: no ioctl channel at all,
+// EPROTONOSUPPORT: not this object or method) is the last to try it, and
+// every later call goes straight to the write() command.
+type ioctlProbe struct {
+	none    atomic.Bool // ENOTTY: the kernel has no verbs ioctl channel
+	mu      sync.Mutex
+	missing map[uint32]bool // object<<16 | method
+}
+
+// run calls ioctl unless the method is known to be missing, in which case
+// (or when ioctl reports it missing now) it returns an error for which
+// noIoctl is true.
+func (p *ioctlProbe) run(object, method uint16, ioctl func() error) error {
+	key := uint32(object)<<16 | uint32(method)
+	if !useIoctl || p.none.Load() {
+		return ucmd.ENOTTY
+	}
+	p.mu.Lock()
+	known := p.missing[key]
+	p.mu.Unlock()
+	if known {
+		return ucmd.EPROTONOSUPPORT
+	}
+	err := ioctl()
+	switch {
+	case errors.Is(err, ucmd.ENOTTY):
+		p.none.Store(true)
+	case errors.Is(err, ucmd.EPROTONOSUPPORT):
+		p.mu.Lock()
+		if p.missing == nil {
+			p.missing = map[uint32]bool{}
+		}
+		p.missing[key] = true
+		p.mu.Unlock()
+	}
+	return err
+}
+
 // destroyObject destroys the object of handle h: the ioctl method (object,
 // method; the handle in attribute hAttr, a response of len(resp) bytes in
 // respAttr) where the kernel has it, else the legacy write() command cmd
 // with request req and response resp.
 func (c *Context) destroyObject(object, method, hAttr, respAttr uint16, h Handle, cmd uint32, req, resp []byte) error {
-	err := error(ucmd.ENOTTY)
-	if useIoctl {
-		err = c.file.Ioctl(object, method, func(b *ucmd.Builder) {
+	err := c.ioctls.run(object, method, func() error {
+		return c.file.Ioctl(object, method, func(b *ucmd.Builder) {
 			b.IDR(hAttr, uint32(h), uapi.AttrFMandatory)
 			b.Out(respAttr, len(resp), uapi.AttrFMandatory)
 		}, nil)
-	}
+	})
 	if noIoctl(err) {
 		err = c.file.Write(cmd, req, nil, resp, nil)
 	}
