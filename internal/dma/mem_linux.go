@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 	"os"
+	"runtime"
 	"sync"
 
 	"golang.org/x/sys/unix"
@@ -24,6 +25,10 @@ type Region struct {
 	len int    // requested length (the mapping is rounded up to pages)
 	raw bool   // mapped with mapRaw (Alloc, AllocShared, MapFD): unmap with unmapRaw
 	fd  int    // the memfd backing an AllocShared region, else -1
+	// cleanup closes fd if the Region becomes unreachable without Unmap.
+	// The mapping stays: slices of it may outlive the Region (the
+	// collector does not see them), so only Unmap may unmap.
+	cleanup runtime.Cleanup
 }
 
 // RoundPage rounds n up to a whole number of pages.
@@ -112,8 +117,13 @@ func AllocShared(n int) (*Region, error) {
 		unmapRaw(b)
 		return fail(err)
 	}
-	return &Region{b: b, len: n, raw: true, fd: fd}, nil
+	r := &Region{b: b, len: n, raw: true, fd: fd}
+	r.cleanup = runtime.AddCleanup(r, closeFD, fd)
+	return r, nil
 }
+
+// closeFD is a cleanup: it closes a memory file its Region leaked.
+func closeFD(fd int) { unix.Close(fd) }
 
 // MapFD maps length bytes at offset of a memory file received from another
 // process (a memfd made by AllocShared), shared and excluded from fork.
@@ -205,6 +215,7 @@ func (r *Region) Unmap() error {
 		err = unix.Munmap(b)
 	}
 	if r.fd >= 0 {
+		r.cleanup.Stop() // before the number can be reused
 		if cerr := unix.Close(r.fd); cerr != nil && err == nil {
 			err = cerr
 		}

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"os"
+	"runtime"
 	"sync"
 	"syscall"
 	"time"
@@ -35,6 +36,11 @@ type File struct {
 	base     uint64
 	driverID uint32
 	ib       Builder
+	// cleanup closes fd if the File becomes unreachable without Close (a
+	// leaked device context), so the kernel still destroys its objects.
+	// The arena is left mapped: nothing outside the File touches it, and
+	// unmapping memory from a cleanup is not worth the risk.
+	cleanup runtime.Cleanup
 }
 
 // Open opens a uverbs character device read-write and close-on-exec.
@@ -49,8 +55,13 @@ func Open(path string) (*File, error) {
 		return nil, err
 	}
 	b := arena.Bytes()
-	return &File{fd: fd, arena: arena, buf: b, base: dma.Addr(b)}, nil
+	f := &File{fd: fd, arena: arena, buf: b, base: dma.Addr(b)}
+	f.cleanup = runtime.AddCleanup(f, closeFD, fd)
+	return f, nil
 }
+
+// closeFD is a cleanup: it closes a descriptor its owner leaked.
+func closeFD(fd int) { unix.Close(fd) }
 
 // FD returns the command fd (for mmap of kernel queues and UARs), or -1 when closed.
 func (f *File) FD() int {
@@ -88,6 +99,7 @@ func (f *File) Close() error {
 		return nil
 	}
 	f.buf = nil
+	f.cleanup.Stop() // before the number can be reused
 	err := unix.Close(f.fd)
 	f.fd = -1
 	if e := f.arena.Unmap(); err == nil {
