@@ -66,14 +66,45 @@ func (f *keyFake) Submit(ss []*driver.Slice) {
 // and replaces it (old Peer closed, fresh Connect with the new descriptor)
 // when the rails (Devices) or the keys of a buffer it already had change,
 // as it does when the protocol entry changes. No slice reaches a closed
-// Peer, and each slice carries the current keys.
+// Peer, and each slice carries the current keys. Rails and keys matter
+// because the transport says so (driver.PeerKeeper, as rdma does); for one
+// that does not, only its protocol entry does.
 func TestRefreshReconnectsOnRailsAndKeys(t *testing.T) {
+	t.Run("PeerKeeper", func(t *testing.T) { testRefreshReconnects(t, true) })
+	t.Run("plain", func(t *testing.T) { testRefreshReconnects(t, false) })
+}
+
+// railFake is a keyFake whose Peers depend on the rails and keys, as
+// rdma's do.
+type railFake struct{ *keyFake }
+
+func (r railFake) Driver() driver.Transport { return r }
+
+func (railFake) KeepPeer(a, b *segment.Descriptor) bool {
+	if !slices.Equal(a.Devices, b.Devices) {
+		return false
+	}
+	for _, x := range a.Buffers {
+		for _, y := range b.Buffers {
+			if x.Addr == y.Addr && !slices.Equal(x.RKeys, y.RKeys) {
+				return false
+			}
+		}
+	}
+	return true
+}
+
+func testRefreshReconnects(t *testing.T, keeper bool) {
 	st := enginetest.NewMemStore()
 	defer st.Close()
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
 	tr := &keyFake{fake: &fake{name: segment.ProtoRDMA}}
-	ini := enginetest.NewNode(t, engine.Config{Name: "ini", Store: st}, 1<<16, tr)
+	var install engine.Transport = tr
+	if keeper {
+		install = railFake{tr}
+	}
+	ini := enginetest.NewNode(t, engine.Config{Name: "ini", Store: st}, 1<<16, install)
 	e := ini.Engine
 
 	// The target is a descriptor published by hand: two rails, one
@@ -165,6 +196,9 @@ func TestRefreshReconnectsOnRailsAndKeys(t *testing.T) {
 		n := len(tr.peers)
 		publish(s.change)
 		p, keys := write(s.addr)
+		if !keeper {
+			s.reconnect = s.what == "protocol endpoint changed"
+		}
 		if got := len(tr.peers) - n; got != map[bool]int{false: 0, true: 1}[s.reconnect] {
 			t.Errorf("%s: %d new Connects, want reconnect %v", s.what, got, s.reconnect)
 		}

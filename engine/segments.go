@@ -5,7 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"maps"
-	"slices"
 	"sync"
 	"sync/atomic"
 
@@ -298,8 +297,8 @@ func (e *Engine) refresh(s *remoteSegment, d *segment.Descriptor) {
 	}
 	if same && !old.gone {
 		// Same process: keep the connections of every transport whose
-		// protocol entry (endpoint, attributes), rails and keys did not
-		// change (samePeer).
+		// protocol entry (endpoint, attributes) did not change and that
+		// does not say otherwise (samePeer).
 		ts := e.transports.Load()
 		var stale []*peerRef
 		for i := range old.peers {
@@ -307,7 +306,7 @@ func (e *Engine) refresh(s *remoteSegment, d *segment.Descriptor) {
 			if ref == nil {
 				continue
 			}
-			if t := ts.slots[i]; t != nil && samePeer(old.desc, d, t.Name()) {
+			if t := ts.slots[i]; t != nil && samePeer(t, old.desc, d) {
 				ns.peers[i].Store(ref)
 			} else {
 				stale = append(stale, ref)
@@ -324,32 +323,20 @@ func (e *Engine) refresh(s *remoteSegment, d *segment.Descriptor) {
 	e.log.Info("engine: segment restarted; endpoints dropped", "segment", s.name, "epoch", d.Epoch)
 }
 
-// samePeer reports whether a Peer that transport name connected for
-// descriptor a still fits b, a later version of the same incarnation: the
-// transport's protocol entry (endpoint, attributes) is unchanged, the
-// rails (Devices: GIDs, LIDs, MTUs, handshake endpoints) are unchanged,
-// and every buffer both versions have at the same address kept its keys.
-// A Peer may hold state derived from any of them (QPs connected to a rail,
-// keys it checked), so a change in any of them gets a fresh Connect.
-// Buffers that were only added or removed leave the Peer alone: slices
-// carry their buffer's keys from the current descriptor.
-func samePeer(a, b *segment.Descriptor, name string) bool {
+// samePeer reports whether a Peer that t connected for descriptor a
+// still fits b, a later version of the same incarnation: t's protocol
+// entry (endpoint, attributes) is unchanged and, when t is a
+// driver.PeerKeeper (rdma: rails and keys), t agrees. The engine knows
+// nothing else of what a Peer was built from.
+func samePeer(t driver.Transport, a, b *segment.Descriptor) bool {
+	name := t.Name()
 	pa, oka := a.Protocol(name)
 	pb, okb := b.Protocol(name)
 	if !oka || !okb || pa.Endpoint != pb.Endpoint || !maps.Equal(pa.Attrs, pb.Attrs) {
 		return false
 	}
-	if !slices.Equal(a.Devices, b.Devices) {
-		return false
-	}
-	keys := make(map[uint64][]uint32, len(a.Buffers))
-	for _, buf := range a.Buffers {
-		keys[buf.Addr] = buf.RKeys
-	}
-	for _, buf := range b.Buffers {
-		if old, ok := keys[buf.Addr]; ok && !slices.Equal(old, buf.RKeys) {
-			return false
-		}
+	if k, ok := t.(driver.PeerKeeper); ok {
+		return k.KeepPeer(a, b)
 	}
 	return true
 }

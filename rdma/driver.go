@@ -2,6 +2,7 @@ package rdma
 
 import (
 	"context"
+	"slices"
 
 	"github.com/rdmago/te/engine/driver"
 	"github.com/rdmago/te/segment"
@@ -36,3 +37,30 @@ func (d drv) Connect(ctx context.Context, remote *segment.Descriptor) (driver.Pe
 func (d drv) SliceSize() uint64         { return d.t.sliceSize() }
 func (d drv) Submit(ss []*driver.Slice) { d.t.submitSlices(ss) }
 func (d drv) Close() error              { return d.t.shutdown() }
+
+var _ driver.PeerKeeper = drv{}
+
+func (d drv) KeepPeer(old, new *segment.Descriptor) bool { return keepPeer(old, new) }
+
+// keepPeer reports whether a peer connected for descriptor a still fits
+// b, a later version of the same incarnation: the rails (Devices: GIDs,
+// LIDs, MTUs) are unchanged, and every buffer both versions have at the
+// same address kept its keys. Endpoints hold QPs connected to a rail and
+// keys checked against it, so a change in either gets a fresh Connect;
+// buffers only added or removed leave the peer alone (slices carry their
+// buffer's keys from the current descriptor).
+func keepPeer(a, b *segment.Descriptor) bool {
+	if !slices.Equal(a.Devices, b.Devices) {
+		return false
+	}
+	keys := make(map[uint64][]uint32, len(a.Buffers))
+	for _, buf := range a.Buffers {
+		keys[buf.Addr] = buf.RKeys
+	}
+	for _, buf := range b.Buffers {
+		if old, ok := keys[buf.Addr]; ok && !slices.Equal(old, buf.RKeys) {
+			return false
+		}
+	}
+	return true
+}

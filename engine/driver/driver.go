@@ -47,10 +47,9 @@ type Transport interface {
 	// remote segment (endpoint addresses, connections, queue pairs). It may
 	// set up connections eagerly or lazily. The engine calls it again,
 	// after closing the old Peer, when the remote epoch changes, and within
-	// one epoch when the transport's protocol entry, the rails
-	// (remote.Devices) or the keys of a buffer the previous descriptor
-	// already had (Buffers[i].RKeys) change; buffers only added or removed
-	// keep the Peer (slices carry the current buffer's keys).
+	// one epoch when the transport's protocol entry changes or, for a
+	// PeerKeeper, when KeepPeer says so; otherwise a new version of the
+	// descriptor keeps the Peer (slices carry the current buffer).
 	Connect(ctx context.Context, remote *segment.Descriptor) (Peer, error)
 	// SliceSize is the largest slice the transport wants; the engine cuts
 	// requests into slices of at most this many bytes unless configured
@@ -94,6 +93,17 @@ type Reacher interface {
 type UnreachableExplainer interface {
 	// Unreachable returns why remote is not reached, nil when it is.
 	Unreachable(remote *segment.Descriptor) error
+}
+
+// PeerKeeper is implemented by a transport whose Peer depends on more of
+// a remote descriptor than its own Protocol entry: rdma's queue pairs are
+// connected to the remote rails (Devices) and check buffer keys (RKeys).
+type PeerKeeper interface {
+	// KeepPeer reports whether a Peer connected for old still serves
+	// new, a later version of the same incarnation whose protocol entry
+	// is unchanged. It is called when the store reports a new version,
+	// not per request.
+	KeepPeer(old, new *segment.Descriptor) bool
 }
 
 // Peer is a transport's state for one incarnation of a remote segment.
