@@ -21,8 +21,14 @@
 // is written with the KV "lock" operation under that session, in a
 // transaction that first checks the key: absent for a new segment
 // (check-not-exists), unchanged since this store last wrote it for an update
-// (check-index on ModifyIndex). So two writers never silently overwrite
-// each other: the second gets segment.ErrConflict. When the owning process
+// (check-index on ModifyIndex). So two stores never silently overwrite
+// each other: the second gets segment.ErrConflict. The owner watches each
+// key it publishes (a blocking query): when a writer that is not a store
+// holding the key changes or deletes it (a plain KV put or delete, which
+// leaves the owner's lock or no lock), the owner logs it and writes its
+// descriptor again; a key another store's session has locked is given up,
+// logged as lost. List logs the keys it cannot read in one line: their
+// count, the first few names and the first error. When the owning process
 // dies, its session stops being renewed and Consul deletes its keys within
 // TTL to 2×TTL; Close destroys the session, which deletes them at once.
 // A process restarted after a crash need not wait that long: the session's
