@@ -197,43 +197,82 @@ func (sc *serverConn) offer(addr, n uint64) error {
 	return uds.Send(sc.c, sc.out, nil)
 }
 
-// revoke stops the peer's copies into sr: zero the slot's generation, wait
-// until no copy is inside it, tell the peer to unmap.
-func (sc *serverConn) revoke(sr *sharedRegion) {
+// revokeStart stops the peer's copies into sr from starting (zeroes the
+// slot's generation) and reports whether the peer has sr mapped: then
+// the caller waits until none of its copies is inside it (inCopyAt) and
+// tells it to unmap (revokeFinish). Another region may take the slot
+// meanwhile: the peer drops only the mapping of sr's generation.
+func (sc *serverConn) revokeStart(sr *sharedRegion) bool {
 	sc.mu.Lock()
 	defer sc.mu.Unlock()
 	if sc.page == nil {
-		return
+		return false
 	}
 	sc.page.gen[sr.slot].Store(0)
 	if sc.mapped[sr.slot] != sr.gen {
-		return
+		return false
 	}
 	delete(sc.mapped, sr.slot)
-	deadline := time.Now().Add(sc.t.cfg.IOTimeout)
-	for spins := 0; sc.page.busy[sr.slot].Load() > 0 && !sc.dead.Load(); spins++ {
-		if spins < 100 {
-			runtime.Gosched()
-			continue
-		}
-		if time.Now().After(deadline) {
-			sc.t.log.Warn("shm: peer stuck inside a copy into memory being unregistered; disconnecting it",
-				"pid", sc.cred.PID, "addr", sr.r.Addr(), "waited", sc.t.cfg.IOTimeout)
-			sc.dead.Store(true)
-			sc.c.Close()
-			return
-		}
-		time.Sleep(50 * time.Microsecond)
-	}
-	if sc.dead.Load() {
+	return true
+}
+
+// inCopyAt reports whether the peer says it is inside a copy into slot.
+func (sc *serverConn) inCopyAt(slot uint32) bool {
+	sc.mu.Lock()
+	defer sc.mu.Unlock()
+	return sc.page != nil && !sc.dead.Load() && sc.page.busy[slot].Load() > 0
+}
+
+// revokeFinish tells the peer to unmap sr, by deadline.
+func (sc *serverConn) revokeFinish(sr *sharedRegion, deadline time.Time) {
+	sc.mu.Lock()
+	defer sc.mu.Unlock()
+	if sc.page == nil || sc.dead.Load() {
 		return
 	}
 	sc.out = appendUnmap(sc.out[:0], sr.slot, sr.gen)
-	sc.c.SetWriteDeadline(time.Now().Add(sc.t.cfg.IOTimeout))
+	sc.c.SetWriteDeadline(deadline)
 	if err := uds.Send(sc.c, sc.out, nil); err != nil {
 		sc.dead.Store(true)
 		sc.c.Close()
 	}
+}
+
+// disconnect drops a peer that will not leave a copy.
+func (sc *serverConn) disconnect() {
+	sc.dead.Store(true)
+	sc.c.Close()
+}
+
+// waitOut waits until inCopy reports false for every connection of
+// conns, at most until deadline, and returns those for which it still
+// reports true then. The connections are polled together: one deadline
+// for all, whatever each peer does.
+func waitOut(conns []*serverConn, inCopy func(*serverConn) bool, deadline time.Time) []*serverConn {
+	pending := slices.Clone(conns)
+	for spins := 0; ; spins++ {
+		pending = slices.DeleteFunc(pending, func(sc *serverConn) bool { return !inCopy(sc) })
+		if len(pending) == 0 || time.Now().After(deadline) {
+			return pending
+		}
+		switch {
+		case spins < 100:
+			runtime.Gosched()
+		case spins < 1000:
+			time.Sleep(50 * time.Microsecond)
+		default:
+			time.Sleep(time.Millisecond) // many stuck peers: do not burn a core
+		}
+	}
+}
+
+// pids lists the first few peers' process IDs, for a log line.
+func pids(conns []*serverConn) []int32 {
+	out := make([]int32, 0, min(len(conns), 8))
+	for _, sc := range conns[:min(len(conns), 8)] {
+		out = append(out, sc.cred.PID)
+	}
+	return out
 }
 
 // close drops the connection and the control page. The initiator's
@@ -286,31 +325,12 @@ func (t *Transport) fenceAll(conns []*serverConn) int {
 		}
 		sc.mu.Unlock()
 	}
-	deadline := time.Now().Add(t.cfg.IOTimeout)
-	pending := slices.Clone(conns)
-	for spins := 0; ; spins++ {
-		pending = slices.DeleteFunc(pending, func(sc *serverConn) bool { return !sc.inCopy() })
-		if len(pending) == 0 {
-			return 0
-		}
-		if time.Now().After(deadline) {
-			break
-		}
-		switch {
-		case spins < 100:
-			runtime.Gosched()
-		case spins < 1000:
-			time.Sleep(50 * time.Microsecond)
-		default:
-			time.Sleep(time.Millisecond) // many stuck peers: do not burn a core
-		}
+	pending := waitOut(conns, (*serverConn).inCopy, time.Now().Add(t.cfg.IOTimeout))
+	if len(pending) == 0 {
+		return 0
 	}
-	pids := make([]int32, 0, min(len(pending), 8))
-	for _, sc := range pending[:min(len(pending), 8)] {
-		pids = append(pids, sc.cred.PID)
-	}
-	t.log.Warn("shm: gave up waiting for peers stuck inside a copy; disconnecting them",
-		"peers", len(pending), "pids", pids, "waited", t.cfg.IOTimeout)
+	t.log.Warn("shm: closing: gave up waiting for peers stuck inside a copy; disconnecting them",
+		"peers", len(pending), "pids", pids(pending), "waited", t.cfg.IOTimeout)
 	return len(pending)
 }
 

@@ -451,8 +451,26 @@ func (t *Transport) unregisterMemory(r driver.Region, key any) error {
 	}
 	t.slots[sr.slot] = nil
 	t.mu.Unlock()
+	// Every peer at once, one deadline for all: a peer stuck inside a
+	// copy (or claiming to be: the busy counters live in memory it
+	// writes) costs one IOTimeout in all, not one each.
+	var mapped []*serverConn
 	for _, c := range t.gate.Conns() {
-		c.revoke(sr)
+		if c.revokeStart(sr) {
+			mapped = append(mapped, c)
+		}
+	}
+	stuck := waitOut(mapped, func(c *serverConn) bool { return c.inCopyAt(sr.slot) }, time.Now().Add(t.cfg.IOTimeout))
+	if len(stuck) > 0 {
+		t.log.Warn("shm: peers stuck inside a copy into memory being unregistered; disconnecting them",
+			"peers", len(stuck), "pids", pids(stuck), "addr", sr.r.Addr(), "waited", t.cfg.IOTimeout)
+		for _, c := range stuck {
+			c.disconnect()
+		}
+	}
+	send := time.Now().Add(t.cfg.IOTimeout)
+	for _, c := range mapped {
+		c.revokeFinish(sr, send) // nothing for the disconnected
 	}
 	return nil
 }

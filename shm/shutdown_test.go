@@ -120,3 +120,56 @@ func TestUnmapIgnoresTargetBusy(t *testing.T) {
 		t.Fatalf("peer Close took %v", d)
 	}
 }
+
+// TestUnregisterHostileBusy: 64 peers hold up the busy counter of one
+// region; unregistering it waits for all of them together, at most one
+// IOTimeout (it used to wait one IOTimeout for each in turn), disconnects
+// them with one log line, and the region is gone.
+func TestUnregisterHostileBusy(t *testing.T) {
+	const peers, timeout = 64, time.Second
+	var log testenv.Buffer
+	st := enginetest.NewMemStore()
+	t.Cleanup(func() { st.Close() })
+	ttr := New(Config{IOTimeout: timeout})
+	tgt := enginetest.NewNode(t, engine.Config{Name: "target", Store: st,
+		Logger: slog.New(slog.NewTextHandler(&log, &slog.HandlerOptions{Level: slog.LevelWarn}))}, 0, ttr)
+	mem, err := engine.AllocShared(1 << 20)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { mem.Close() })
+	if err := tgt.Engine.RegisterLocalMemory(mem.Bytes(), ""); err != nil {
+		t.Fatal(err)
+	}
+	itr := New(Config{IOTimeout: timeout})
+	enginetest.NewNode(t, engine.Config{Name: "mallory"}, 0, itr)
+	d := tgt.Engine.LocalDescriptor()
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	for range peers {
+		p, err := dialPeer(ctx, itr, d, ttr.Endpoint())
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { p.Close() })
+		m := (*p.maps.Load())[0]
+		p.page.busy[m.slot].Store(1)
+	}
+	eventually(t, 5*time.Second, "all peers served", func() bool { return ttr.Stats().Served == peers })
+	start := time.Now()
+	if err := tgt.Engine.UnregisterLocalMemory(mem.Bytes()); err != nil {
+		t.Fatal(err)
+	}
+	took := time.Since(start)
+	t.Logf("unregistered in %v with %d stuck peers (IOTimeout %v)", took.Round(time.Millisecond), peers, timeout)
+	if took > timeout+2*time.Second {
+		t.Fatalf("UnregisterLocalMemory took %v: want at most one IOTimeout (%v) and a margin", took, timeout)
+	}
+	if l := log.String(); strings.Count(l, "stuck inside a copy") != 1 || !strings.Contains(l, "peers=64") {
+		t.Fatalf("want one line naming the peers:\n%s", l)
+	}
+	eventually(t, 5*time.Second, "stuck peers disconnected", func() bool { return ttr.Stats().Served == 0 })
+	if ttr.Stats().Shared != 0 {
+		t.Fatalf("region still shared: %+v", ttr.Stats())
+	}
+}
