@@ -14,17 +14,20 @@ import (
 	"testing"
 )
 
-// allowSyscall lists product files outside internal/ that may still import
-// syscall or golang.org/x/sys/unix, each with the reason and the change
-// that removes it. Keep it empty.
+// allowSyscall lists files that may still import syscall outside
+// internal/, or golang.org/x/sys/unix outside internal/unix, each with the
+// reason and the change that removes it. Keep it empty.
 var allowSyscall = map[string]string{}
 
 // importRule checks one file's imports against the module's rules and
 // returns the violations:
 //   - no cgo, in any file;
 //   - unsafe only in files named *_unsafe.go (tests: *_unsafe_test.go);
-//   - syscall and golang.org/x/sys/unix only in internal/ (tests exempt:
-//     they send signals and check errnos).
+//   - golang.org/x/sys/unix only in internal/unix, tests included: every
+//     other package calls the kernel through that one list (dependencies
+//     such as cilium/ebpf are not walked);
+//   - syscall only in internal/ (tests exempt: they send signals and check
+//     errnos).
 //
 // path is slash-separated and relative to the module root.
 func importRule(path string, imports []string) []string {
@@ -39,7 +42,13 @@ func importRule(path string, imports []string) []string {
 			if !strings.HasSuffix(base, "_unsafe.go") && !strings.HasSuffix(base, "_unsafe_test.go") {
 				bad = append(bad, path+": imports unsafe outside a *_unsafe.go file")
 			}
-		case "syscall", "golang.org/x/sys/unix":
+		case "golang.org/x/sys/unix":
+			if !strings.HasPrefix(path, "internal/unix/") {
+				if _, ok := allowSyscall[path]; !ok {
+					bad = append(bad, path+": imports "+p+" outside internal/unix (call internal/unix)")
+				}
+			}
+		case "syscall":
 			if !test && !strings.HasPrefix(path, "internal/") {
 				if _, ok := allowSyscall[path]; !ok {
 					bad = append(bad, path+": imports "+p+" outside internal/")
@@ -59,11 +68,15 @@ func TestImportRuleCases(t *testing.T) {
 		{"uverbs/qp.go", []string{"fmt", "github.com/rdmago/te/internal/ucmd"}, 0},
 		{"uverbs/qp.go", []string{"syscall"}, 1},
 		{"rdma/poll.go", []string{"golang.org/x/sys/unix", "unsafe"}, 2},
-		{"internal/ucmd/file_linux.go", []string{"golang.org/x/sys/unix", "syscall"}, 0},
+		{"internal/ucmd/file_linux.go", []string{"github.com/rdmago/te/internal/unix", "syscall"}, 0},
+		{"internal/ucmd/file_linux.go", []string{"golang.org/x/sys/unix"}, 1},
+		{"internal/unix/unix_linux.go", []string{"golang.org/x/sys/unix"}, 0},
+		{"internal/ucmd/write_test.go", []string{"golang.org/x/sys/unix"}, 1},
 		{"internal/ucmd/bytes.go", []string{"unsafe"}, 1},
 		{"internal/ucmd/bytes_unsafe.go", []string{"unsafe"}, 0},
 		{"engine/memory_unsafe.go", []string{"unsafe"}, 0},
-		{"engine/mem_test.go", []string{"syscall", "golang.org/x/sys/unix"}, 0},
+		{"engine/mem_test.go", []string{"syscall"}, 0},
+		{"engine/mem_test.go", []string{"golang.org/x/sys/unix"}, 1},
 		{"engine/mem_test.go", []string{"unsafe"}, 1},
 		{"engine/view_unsafe_test.go", []string{"unsafe"}, 0},
 		{"internal/x/x_test.go", []string{"C"}, 1},
@@ -143,7 +156,8 @@ func TestImportRules(t *testing.T) {
 		t.Errorf("only %d Go files found under %s", files, root)
 	}
 	for p, want := range map[string]string{
-		"internal/ucmd/file_linux.go":   "golang.org/x/sys/unix",
+		"internal/unix/unix_linux.go":   "golang.org/x/sys/unix",
+		"internal/ucmd/file_linux.go":   "github.com/rdmago/te/internal/unix",
 		"internal/ucmd/bytes_unsafe.go": "unsafe",
 		"internal/importrules_test.go":  "go/parser",
 		"engine/memory_unsafe.go":       "unsafe",

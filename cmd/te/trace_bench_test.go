@@ -12,11 +12,10 @@ import (
 	"time"
 
 	cebpf "github.com/cilium/ebpf"
-	"golang.org/x/sys/unix"
-
 	"github.com/rdmago/te/ebpf"
 	"github.com/rdmago/te/internal/bench"
 	"github.com/rdmago/te/internal/testenv"
+	"github.com/rdmago/te/internal/unix"
 )
 
 // BenchmarkTraceOverhead measures what tracing costs te bench: TCP over

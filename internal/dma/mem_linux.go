@@ -7,7 +7,7 @@ import (
 	"runtime"
 	"sync"
 
-	"golang.org/x/sys/unix"
+	"github.com/rdmago/te/internal/unix"
 )
 
 // PageSize is the system page size.

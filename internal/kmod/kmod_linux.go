@@ -7,7 +7,7 @@ import (
 	"os/exec"
 	"strings"
 
-	"golang.org/x/sys/unix"
+	"github.com/rdmago/te/internal/unix"
 )
 
 // moduleInitCompressedFile asks the kernel to decompress the file itself

@@ -10,6 +10,6 @@
 // compares every offset and size with unsafe.Offsetof/Sizeof.
 //
 // The package also maps UAR pages of the uverbs fd for the provider, since
-// only internal/ packages may import x/sys/unix (queue memory comes from
+// only internal/ packages make system calls (queue memory comes from
 // internal/dma).
 package mlx5

@@ -4,7 +4,7 @@ import (
 	"fmt"
 	"os"
 
-	"golang.org/x/sys/unix"
+	"github.com/rdmago/te/internal/unix"
 )
 
 // PageSize is the system page size.
@@ -32,5 +32,5 @@ func Unmap(b []byte) error {
 	return nil
 }
 
-// ENOMEM is re-exported so that the provider does not import x/sys/unix.
+// ENOMEM is re-exported so that the provider needs no system call package.
 var ENOMEM error = unix.ENOMEM

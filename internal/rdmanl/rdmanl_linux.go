@@ -3,7 +3,7 @@ package rdmanl
 import (
 	"fmt"
 
-	"golang.org/x/sys/unix"
+	"github.com/rdmago/te/internal/unix"
 )
 
 func roundTrip(req []byte, seq uint32) ([]message, error) {

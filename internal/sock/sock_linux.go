@@ -8,7 +8,7 @@ import (
 	"syscall"
 	"time"
 
-	"golang.org/x/sys/unix"
+	"github.com/rdmago/te/internal/unix"
 )
 
 // Cookie returns the socket's cookie: a number the kernel gives each socket

@@ -6,7 +6,7 @@ package ucmd
 import (
 	"unsafe"
 
-	"golang.org/x/sys/unix"
+	"github.com/rdmago/te/internal/unix"
 )
 
 // Bytes returns the memory of *p as a byte slice (no copy). T must be one of

@@ -10,10 +10,9 @@ import (
 	"syscall"
 	"time"
 
-	"golang.org/x/sys/unix"
-
 	"github.com/rdmago/te/internal/dma"
 	"github.com/rdmago/te/internal/uapi"
+	"github.com/rdmago/te/internal/unix"
 )
 
 // RDMAVerbsIoctl is the ioctl request number of the verbs ioctl channel.

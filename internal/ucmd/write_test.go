@@ -5,7 +5,7 @@ import (
 	"errors"
 	"testing"
 
-	"golang.org/x/sys/unix"
+	"github.com/rdmago/te/internal/unix"
 )
 
 // Both command writers deliver the whole command, report the kernel's

@@ -10,7 +10,7 @@ import (
 	"fmt"
 	"net"
 
-	"golang.org/x/sys/unix"
+	"github.com/rdmago/te/internal/unix"
 )
 
 // Cred is a connected peer's identity as the kernel recorded it when the
