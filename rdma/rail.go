@@ -375,8 +375,10 @@ func (r *rail) expire() {
 		sl.s = nil
 		err := fmt.Errorf("rdma: %s of %d bytes on %s to %s rail %d: %w: none %v after the post (Config.SliceTimeout): %w",
 			s.Op, sl.n, r.name, ep.p.name, ep.rrail, ErrSliceTimeout, r.sliceTimeout, driver.ErrTransient)
-		r.finish(s, ep, 0, err)
+		// Break first, so a retry that Done submits at once finds a
+		// fresh endpoint rather than this one.
 		r.breakEP(ep, err)
+		r.finish(s, ep, 0, err)
 	}
 }
 
