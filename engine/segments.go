@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"maps"
 	"sync"
 	"sync/atomic"
 
@@ -325,14 +324,14 @@ func (e *Engine) refresh(s *remoteSegment, d *segment.Descriptor) {
 
 // samePeer reports whether a Peer that t connected for descriptor a
 // still fits b, a later version of the same incarnation: t's protocol
-// entry (endpoint, attributes) is unchanged and, when t is a
+// entry (endpoint, attributes, version, extra fields) is unchanged and, when t is a
 // driver.PeerKeeper (rdma: rails and keys), t agrees. The engine knows
 // nothing else of what a Peer was built from.
 func samePeer(t driver.Transport, a, b *segment.Descriptor) bool {
 	name := t.Name()
 	pa, oka := a.Protocol(name)
 	pb, okb := b.Protocol(name)
-	if !oka || !okb || pa.Endpoint != pb.Endpoint || !maps.Equal(pa.Attrs, pb.Attrs) {
+	if !oka || !okb || !pa.Equal(pb) {
 		return false
 	}
 	if k, ok := t.(driver.PeerKeeper); ok {

@@ -1,6 +1,7 @@
 package segment
 
 import (
+	"bytes"
 	"errors"
 	"testing"
 
@@ -99,6 +100,7 @@ func FuzzUnmarshal(f *testing.F) {
 	b, _ := Marshal(sample())
 	f.Add(b)
 	f.Add([]byte(`{"schema":1,"segment":{"name":"a","buffers":[{"addr":1,"length":18446744073709551615}]}}`))
+	f.Add([]byte(`{"schema":1,"segment":{"name":"a","protocols":[{"name":"rdma","version":2,"rails":[{"gid":"fe80::1", "mtu":4096}],"x":"<\u00e9>"}],"buffers":[]}}`))
 	f.Fuzz(func(t *testing.T, in []byte) {
 		d, err := Unmarshal(in)
 		if (d == nil) == (err == nil) {
@@ -120,3 +122,50 @@ func FuzzUnmarshal(f *testing.F) {
 
 // cmpEqual treats nil and empty slices alike: omitempty drops empty ones.
 func cmpEqual(a, b *Descriptor) bool { return cmp.Equal(a, b, cmpopts.EquateEmpty()) }
+
+// TestProtocolExtraKept: a protocol entry from a newer peer (a version
+// and fields this build does not know) decodes, and encodes again with
+// those fields unchanged; unknown fields elsewhere are still refused, and
+// the known fields of an entry keep their types.
+func TestProtocolExtraKept(t *testing.T) {
+	in := []byte(`{"schema":1,"segment":{"name":"a","protocols":[` +
+		`{"name":"rdma","endpoint":"10.0.0.1:7000","version":2,"rails":[{"gid":"fe80::1", "mtu": 4096}],"note":"<b>"},` +
+		`{"name":"tcp","endpoint":"10.0.0.1:7001"}],"buffers":[]}}`)
+	d, err := Unmarshal(in)
+	if err != nil {
+		t.Fatal(err)
+	}
+	p := d.Protocols[0]
+	if p.Version != 2 || len(p.Extra) != 2 || string(p.Extra["rails"]) != `[{"gid":"fe80::1","mtu":4096}]` {
+		t.Fatalf("entry: version %d, extra %q", p.Version, p.Extra)
+	}
+	if d.Protocols[1].Extra != nil {
+		t.Errorf("an entry without unknown fields got Extra %q", d.Protocols[1].Extra)
+	}
+	out, err := Marshal(d)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !bytes.Contains(out, []byte(`"rails":[{"gid":"fe80::1","mtu":4096}]`)) || !bytes.Contains(out, []byte(`"version":2`)) {
+		t.Fatalf("re-encoded without the entry's fields: %s", out)
+	}
+	d2, err := Unmarshal(out)
+	if err != nil || !cmpEqual(d, d2) || !d2.Protocols[0].Equal(p) {
+		t.Fatalf("round trip: %v\n%s", err, out)
+	}
+	c := d.Clone()
+	c.Protocols[0].Extra["rails"][0] = 'x'
+	if !d.Protocols[0].Equal(p) || c.Protocols[0].Equal(p) {
+		t.Error("Clone shares Extra's bytes")
+	}
+	for _, bad := range []string{
+		`{"schema":1,"segment":{"name":"a","protocols":[],"buffers":[],"newfield":1}}`,
+		`{"schema":1,"segment":{"name":"a","protocols":[{"name":"tcp","version":"2"}],"buffers":[]}}`,
+		`{"schema":1,"segment":{"name":"a","protocols":[{"name":7}],"buffers":[]}}`,
+		`{"schema":1,"segment":{"name":"a","protocols":[null],"buffers":[]}}`,
+	} {
+		if _, err := Unmarshal([]byte(bad)); !errors.Is(err, ErrInvalid) {
+			t.Errorf("%s: %v, want ErrInvalid", bad, err)
+		}
+	}
+}

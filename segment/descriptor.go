@@ -12,9 +12,12 @@
 package segment
 
 import (
+	"bytes"
 	"cmp"
+	"encoding/json"
 	"errors"
 	"fmt"
+	"maps"
 	"slices"
 )
 
@@ -45,7 +48,8 @@ type Descriptor struct {
 	Buffers []Buffer `json:"buffers"`
 }
 
-// Protocol is one way of reaching a segment.
+// Protocol is one way of reaching a segment: the protocol's own part of
+// the descriptor, which only its transport interprets.
 type Protocol struct {
 	Name string `json:"name"`
 	// Endpoint is the protocol's address (for tcp the data listener,
@@ -53,6 +57,20 @@ type Protocol struct {
 	Endpoint string `json:"endpoint,omitempty"`
 	// Attrs holds protocol-specific settings (wire version, lanes, ...).
 	Attrs map[string]string `json:"attrs,omitempty"`
+	// Version is the entry's own format version, chosen by the transport
+	// that writes it (0: the first); a reader reads what its version
+	// knows and keeps the rest (Extra).
+	Version int `json:"version,omitempty"`
+	// Extra holds the entry's fields this build does not know, as a newer
+	// peer wrote them (compact JSON). Decoding and encoding keep them, so
+	// a store or a relay passes an entry on whole.
+	Extra map[string]json.RawMessage `json:"-"`
+}
+
+// Equal reports whether p and q are the same entry, Extra included.
+func (p Protocol) Equal(q Protocol) bool {
+	return p.Name == q.Name && p.Endpoint == q.Endpoint && p.Version == q.Version &&
+		maps.Equal(p.Attrs, q.Attrs) && maps.EqualFunc(p.Extra, q.Extra, func(a, b json.RawMessage) bool { return bytes.Equal(a, b) })
 }
 
 // Device is one RDMA rail of a segment's owner.
@@ -173,6 +191,12 @@ func (d *Descriptor) Clone() *Descriptor {
 			c.Protocols[i].Attrs = make(map[string]string, len(p.Attrs))
 			for k, v := range p.Attrs {
 				c.Protocols[i].Attrs[k] = v
+			}
+		}
+		if p.Extra != nil {
+			c.Protocols[i].Extra = make(map[string]json.RawMessage, len(p.Extra))
+			for k, v := range p.Extra {
+				c.Protocols[i].Extra[k] = bytes.Clone(v)
 			}
 		}
 	}
