@@ -261,3 +261,47 @@ func TestAuthMessages(t *testing.T) {
 		t.Fatalf("te bench %v: exit %d\n%s", args, code, stderr)
 	}
 }
+
+// TestSHMLockout: one process holding 1100 connections to te serve's shm
+// socket (more than its 1024), silent or past the handshake, does not stop
+// the default te bench --verify (tcp and shm): the target admits shm
+// connections per process and evicts the longest-waiting.
+func TestSHMLockout(t *testing.T) {
+	srv, name, srvErr := serveProcess(t, "--buffer-size", "16MiB")
+	d := fetch(t, name, nil)
+	pr, ok := d.Protocol(segment.ProtoSHM)
+	if !ok {
+		t.Fatalf("te serve offers no shm: %+v", d.Protocols)
+	}
+	var mu sync.Mutex
+	var conns []net.Conn
+	t.Cleanup(func() {
+		mu.Lock()
+		defer mu.Unlock()
+		for _, c := range conns {
+			c.Close()
+		}
+	})
+	var wg sync.WaitGroup
+	for i := range 1100 {
+		wg.Go(func() {
+			c, err := net.DialUnix("unixpacket", nil, &net.UnixAddr{Name: pr.Endpoint, Net: "unixpacket"})
+			if err != nil {
+				return
+			}
+			mu.Lock()
+			conns = append(conns, c)
+			mu.Unlock()
+			if i%2 == 0 {
+				c.SetDeadline(time.Now().Add(10 * time.Second))
+				control.SHM.Dial(control.Packet(c, control.SHM.Frames(), make([]byte, 1<<16)), nil,
+					auth.Party{Name: "mallory", Epoch: 1}, auth.Party{Name: d.Name, Epoch: d.Epoch})
+			}
+		})
+	}
+	wg.Wait()
+	_, stderr, code := runTE(t, "bench", "--segment", name, "--duration", "1", "--batch-size", "16", "--verify", "--quiet")
+	if code != 0 {
+		t.Fatalf("te bench with 1100 shm connections held: exit %d\n%s\nte serve:\n%s", code, stderr, stopped(srv, srvErr))
+	}
+}
