@@ -35,6 +35,8 @@ func runChildIfAsked() {
 		err = childWriter(target)
 	case "stranger":
 		err = childStranger(target)
+	case "busy":
+		err = childBusy(target)
 	default:
 		err = fmt.Errorf("unknown role %q", role)
 	}
@@ -96,6 +98,47 @@ func childWriter(target string) error {
 			fmt.Println("wrote")
 		}
 	}
+}
+
+// childBusy is a hostile same-user initiator for tests outside this
+// package (cmd/te starts this test binary with TE_SHM_TEST_CHILD=busy,NAME):
+// it opens 64 shm connections to the p2p segment NAME, raises the busy
+// counter of every region each maps, prints "held 64" and never lowers
+// them, until it is killed.
+func childBusy(target string) error {
+	tr := New(Config{})
+	_, _, done, err := childNode(tr)
+	if err != nil {
+		return err
+	}
+	defer done()
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	st, err := p2p.New(ctx, p2p.Options{Listen: "127.0.0.1:0"})
+	if err != nil {
+		return err
+	}
+	defer st.Close()
+	d, err := st.Get(ctx, target)
+	if err != nil {
+		return err
+	}
+	pr, ok := d.Protocol("shm")
+	if !ok {
+		return fmt.Errorf("%s offers no shm", target)
+	}
+	const conns = 64
+	for range conns {
+		p, err := dialPeer(ctx, tr, d, pr.Endpoint)
+		if err != nil {
+			return err
+		}
+		for _, m := range *p.maps.Load() {
+			p.page.busy[m.slot].Store(1)
+		}
+	}
+	fmt.Println("held", conns)
+	select {}
 }
 
 // childStranger runs as another user: the engine must not choose shm for
