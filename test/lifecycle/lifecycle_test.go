@@ -1,8 +1,10 @@
-// Package lifecycle calls the public lifecycle methods of every transport,
-// store and engine in orders chosen by the fuzzer, on a host without an
-// RDMA device, a Consul agent or any peer but a second engine in the same
-// process. Every call may fail; none may panic, and whatever is left open
-// at the end is closed without leaking a goroutine or a file descriptor.
+// Package lifecycle calls the public lifecycle methods of every transport
+// (tcp, shm, rdma, Mooncake's tcp), store (p2p, consul, Mooncake's
+// P2PHANDSHAKE and HTTP metadata) and engine in orders chosen by the
+// fuzzer, on a host without an RDMA device, a Consul agent, a metadata
+// server or any peer but a second engine in the same process. Every call
+// may fail; none may panic or hang, and whatever is left open at the end is
+// closed without leaking a goroutine or a file descriptor.
 package lifecycle
 
 import (
@@ -22,6 +24,8 @@ import (
 
 	"github.com/rdmago/te/engine"
 	"github.com/rdmago/te/engine/driver"
+	"github.com/rdmago/te/mooncake"
+	"github.com/rdmago/te/mooncake/mctcp"
 	"github.com/rdmago/te/rdma"
 	"github.com/rdmago/te/segment"
 	"github.com/rdmago/te/segment/consul"
@@ -57,16 +61,17 @@ const (
 	opCloseSegment
 	opTransfer
 	opConsul
+	opOtherStore
 	nOps
 )
 
 var opNames = [nOps]string{"NewStore", "CloseStore", "StoreCall", "NewEngine", "CloseEngine", "NewTransport",
 	"Install", "Uninstall", "CloseTransport", "InstallDirect", "DescribeDirect", "ConnectDirect", "Alloc",
 	"CloseMemory", "Register", "Unregister", "AllocateBatch", "Submit", "WaitBatch", "FreeBatch",
-	"OpenSegment", "CloseSegment", "Transfer", "Consul"}
+	"OpenSegment", "CloseSegment", "Transfer", "Consul", "OtherStore"}
 
 // protocols are the transports every node can build, by index.
-var protocols = [...]string{segment.ProtoTCP, segment.ProtoSHM, segment.ProtoRDMA}
+var protocols = [...]string{segment.ProtoTCP, segment.ProtoSHM, segment.ProtoRDMA, mooncake.TEProtoTCP}
 
 const memSize = 64 << 10
 
@@ -132,6 +137,8 @@ func newTransport(i int) engine.Transport {
 		return tcp.New(tcp.Config{DialTimeout: 200 * time.Millisecond, IOTimeout: time.Second})
 	case segment.ProtoSHM:
 		return shm.New(shm.Config{IOTimeout: time.Second, Copiers: 1})
+	case mooncake.TEProtoTCP:
+		return mctcp.New(mctcp.Config{DialTimeout: 200 * time.Millisecond, IOTimeout: time.Second})
 	default:
 		return rdma.New(rdma.Config{})
 	}
@@ -424,6 +431,47 @@ func (w *world) step(op int, n, other *node, a, a2 int) {
 		if _, err := stores.Open(ctx, "consul://"+closedPort(t)+"/te?timeout=200ms"); err == nil {
 			t.Errorf("stores.Open of consul without an agent succeeded")
 		}
+	case opOtherStore:
+		// The stores for Mooncake's metadata, by URI, without a server:
+		// errors, never a panic, and Close twice.
+		ctx, cancel := w.ctx()
+		defer cancel()
+		uri := "p2phandshake://127.0.0.1:0"
+		if a&1 == 1 {
+			uri = "http://" + closedPort(t) + "/metadata"
+		}
+		s, err := stores.Open(ctx, uri)
+		if err != nil {
+			return
+		}
+		n.every = append(n.every, s.Close)
+		anyStoreCall(s, a2)
+		anyStoreCall(s, a2>>3)
+		s.Close()
+		anyStoreCall(s, a2>>5)
+	}
+}
+
+// anyStoreCall calls one method of any Store with a short deadline; only
+// a panic or a hang would matter.
+func anyStoreCall(s segment.Store, k int) {
+	ctx, cancel := context.WithTimeout(context.Background(), 100*time.Millisecond)
+	defer cancel()
+	switch k % 5 {
+	case 0:
+		s.Publish(ctx, &segment.Descriptor{Name: "127.0.0.1:1", Epoch: 7, Version: 1,
+			Protocols: []segment.Protocol{}, Buffers: []segment.Buffer{}})
+	case 1:
+		s.Get(ctx, "127.0.0.1:1")
+	case 2:
+		s.List(ctx)
+	case 3:
+		if ch, err := s.Watch(ctx, "127.0.0.1:1"); err == nil {
+			for range ch {
+			}
+		}
+	case 4:
+		s.Unpublish(ctx, "127.0.0.1:1")
 	}
 }
 
@@ -621,9 +669,12 @@ func prog(steps ...[]byte) []byte {
 
 // Transport indexes in protocols.
 const (
-	iTCP  = 0
-	iSHM  = 1
-	iRDMA = 2
+	iTCP   = 0
+	iSHM   = 1
+	iRDMA  = 2
+	iMCTCP = 3
+	// noHint: a request or OpenSegment that names no transport.
+	noHint = byte(len(protocols))
 )
 
 // seeds are programs worth keeping: the orders that used to panic or leak.
@@ -632,6 +683,7 @@ var seeds = [][]byte{
 	prog(A(opNewEngine), A(opNewTransport, iTCP), A(opInstall, iTCP), A(opCloseEngine), A(opCloseTransport, iTCP)),
 	prog(A(opNewEngine), A(opNewTransport, iSHM), A(opInstall, iSHM), A(opCloseEngine), A(opCloseTransport, iSHM)),
 	prog(A(opNewEngine), A(opNewTransport, iRDMA), A(opInstall, iRDMA), A(opCloseEngine), A(opCloseTransport, iRDMA)),
+	prog(A(opNewEngine), A(opNewTransport, iMCTCP), A(opInstall, iMCTCP), A(opCloseEngine), A(opCloseTransport, iMCTCP)),
 	// Close without Install, then Install (must fail).
 	prog(A(opNewTransport, iRDMA), A(opCloseTransport, iRDMA), A(opInstallDirect, iRDMA), A(opCloseTransport, iRDMA)),
 	prog(A(opNewTransport, iTCP), A(opCloseTransport, iTCP), A(opInstallDirect, iTCP), A(opConnectDirect, iTCP)),
@@ -653,11 +705,16 @@ var seeds = [][]byte{
 	// under the initiator.
 	prog(B(opNewStore), B(opNewEngine), B(opNewTransport, iSHM), B(opInstall, iSHM), B(opAlloc, 1), B(opRegister),
 		A(opNewStore), A(opNewEngine), A(opNewTransport, iSHM), A(opInstall, iSHM), A(opAlloc, 1), A(opRegister),
-		A(opOpenSegment, 0, iSHM), A(opTransfer, 1, 3), B(opCloseMemory), A(opTransfer, 3, 3), B(opCloseTransport, iSHM),
-		A(opTransfer, 1, 3)),
-	// Stores closed under engines; consul without an agent.
+		A(opOpenSegment, 0, iSHM), A(opTransfer, 1, noHint), B(opCloseMemory), A(opTransfer, 3, noHint), B(opCloseTransport, iSHM),
+		A(opTransfer, 1, noHint)),
+	// Stores closed under engines; consul without an agent; Mooncake's
+	// stores without a server.
 	prog(A(opNewStore), A(opNewEngine), A(opCloseStore), A(opAlloc), A(opRegister), A(opStoreCall, 0),
-		A(opStoreCall, 3), A(opCloseEngine), A(opConsul)),
+		A(opStoreCall, 3), A(opCloseEngine), A(opConsul), A(opOtherStore, 0, 0x53), A(opOtherStore, 1, 0x2a)),
+	// Two nodes over Mooncake's TCP protocol.
+	prog(B(opNewStore), B(opNewEngine), B(opNewTransport, iMCTCP), B(opInstall, iMCTCP), B(opAlloc), B(opRegister),
+		A(opNewStore), A(opNewEngine), A(opNewTransport, iMCTCP), A(opInstall, iMCTCP), A(opAlloc), A(opRegister),
+		A(opOpenSegment, 0, iMCTCP), A(opTransfer, 1, iMCTCP), B(opCloseTransport, iMCTCP), A(opTransfer, 1, iMCTCP)),
 	// Memory closed while registered, engine closed while a batch runs.
 	prog(A(opNewEngine, 1), A(opAlloc, 1), A(opRegister), A(opAllocateBatch), A(opSubmit, 0, 4), A(opCloseMemory),
 		A(opCloseEngine), A(opWaitBatch), A(opRegister), A(opUnregister), A(opNewEngine, 1), A(opRegister)),
