@@ -85,6 +85,18 @@ func TestCLIHelp(t *testing.T) {
 			t.Errorf("te help %s differs from te %s -h", cmd, cmd)
 		}
 	}
+	// The other commands follow the same conventions.
+	for _, cmd := range []string{"perf", "devices", "rxe", "metadata"} {
+		for _, args := range [][]string{{cmd, "-h"}, {"help", cmd}} {
+			stdout, _, code := runTE(t, args...)
+			if code != 0 || !strings.HasPrefix(stdout, "usage:") || !strings.Contains(stdout, "te "+cmd) {
+				t.Errorf("te %v: exit %d\n%s", args, code, stdout)
+			}
+		}
+		if _, stderr, code := runTE(t, cmd, "--bogus-flag"); code != 2 || strings.Count(stderr, "\n") > 2 {
+			t.Errorf("te %s --bogus-flag: exit %d, %d lines:\n%s", cmd, code, strings.Count(stderr, "\n"), stderr)
+		}
+	}
 	for _, args := range [][]string{{"-h"}, {"--help"}, {"help"}} {
 		if stdout, _, code := runTE(t, args...); code != 0 || !strings.Contains(stdout, "bench") || !strings.Contains(stdout, "version") {
 			t.Errorf("te %v: exit %d\n%s", args, code, stdout)
@@ -193,8 +205,11 @@ func TestCLIDurationBound(t *testing.T) {
 	}
 	measured += rs[1].Memcpy.Seconds
 	t.Logf("measured %.2fs of a 1s duration, wall %v\n%s", measured, wall, stderr)
-	if measured > 1.6 {
-		t.Errorf("tcp, shm and memcpy measured %.2fs in all: --duration 1s does not bound them", measured)
+	// Each part overruns its turn by the batches in flight (before, each
+	// measured the whole second); on a starved machine that can be long,
+	// and then te says so.
+	if measured > 2 && !strings.Contains(stderr, "lower --threads, --batch-size or --block-size") {
+		t.Errorf("tcp, shm and memcpy measured %.2fs in all, without a word: --duration 1s does not bound them", measured)
 	}
 	if wall > 30*time.Second && !strings.Contains(stderr, "setup") {
 		t.Errorf("ran %v with no word of its setup", wall)
@@ -204,7 +219,7 @@ func TestCLIDurationBound(t *testing.T) {
 // TestCLIHugeBatch: a batch that takes longer than a second to complete
 // reports that, never a rate of 0.00.
 func TestCLIHugeBatch(t *testing.T) {
-	_, stderr, code := runTE(t, "bench", "--protocol", "tcp", "--batch-size", "100000", "--block-size", "8KiB", "--duration", "2")
+	_, stderr, code := runTEFor(t, 3*time.Minute, "bench", "--protocol", "tcp", "--batch-size", "100000", "--block-size", "8KiB", "--duration", "2")
 	if code != 0 || strings.Contains(stderr, " 0.00 GB/s") {
 		t.Fatalf("exit %d\n%s", code, stderr)
 	}
