@@ -345,10 +345,20 @@ func (l *lane) readAnswers(c *net.TCPConn) error {
 		return l.cause(c, fmt.Errorf("%w: read from %s at %s: %v", ErrConnection, l.p.name, l.p.addr, err))
 	}
 	v2 := l.p.v2
+	direct := false // the last READ payload bypassed the buffer
 	for {
 		// Wait for the next answer's first byte before taking a request:
-		// the writer may not have queued it yet.
-		if _, err := br.Peek(1); err != nil {
+		// the writer may not have queued it yet. After a large payload
+		// the status word is read exactly, so the payload behind it
+		// lands in memory without passing through the buffer.
+		pre := 0
+		if v2 && direct && br.Buffered() == 0 {
+			n, err := c.Read(st[:])
+			if err != nil {
+				return connErr(err)
+			}
+			pre = n
+		} else if _, err := br.Peek(1); err != nil {
 			return connErr(err)
 		}
 		l.mu.Lock()
@@ -366,7 +376,13 @@ func (l *lane) readAnswers(c *net.TCPConn) error {
 
 		var serr, rerr error
 		if v2 {
-			if _, err := io.ReadFull(br, st[:]); err != nil {
+			var err error
+			if pre > 0 {
+				_, err = io.ReadFull(c, st[pre:])
+			} else {
+				_, err = io.ReadFull(br, st[:])
+			}
+			if err != nil {
 				rerr = connErr(err)
 			} else if code, err := decodeStatus(st[:]); err != nil {
 				rerr = fmt.Errorf("%w (from %s)", err, l.p.addr)
@@ -374,8 +390,10 @@ func (l *lane) readAnswers(c *net.TCPConn) error {
 				serr = errRejected
 			}
 		}
+		direct = false
 		if rerr == nil && serr == nil && s.Op == driver.Read {
-			if _, err := io.ReadFull(br, s.Local); err != nil {
+			var err error
+			if direct, err = readPayload(br, c, s.Local); err != nil {
 				rerr = connErr(err)
 			}
 		}

@@ -189,6 +189,30 @@ func (t *Transport) serve(sc *sconn) {
 
 var errUnknownOp = errors.New("mctcp: unknown opcode")
 
+// directRead is the payload size from which payload bytes bypass the read
+// buffer: what is buffered is copied, the rest is read by the kernel
+// straight into registered memory.
+const directRead = 16 << 10
+
+// readPayload fills dst from br's buffered bytes and then, for a large
+// payload, straight from c; it reports whether it read directly.
+func readPayload(br *bufio.Reader, c net.Conn, dst []byte) (bool, error) {
+	if len(dst) < directRead {
+		_, err := io.ReadFull(br, dst)
+		return false, err
+	}
+	n := 0
+	if br.Buffered() > 0 {
+		n, _ = br.Read(dst) // buffered bytes only: no system call
+	}
+	if n < len(dst) {
+		if _, err := io.ReadFull(c, dst[n:]); err != nil {
+			return true, err
+		}
+	}
+	return true, nil
+}
+
 // serveConn answers one connection's requests in order until it closes,
 // breaks the protocol or asks for memory it may not have. Answers are
 // gathered while further requests are already buffered and written
@@ -204,21 +228,40 @@ func (t *Transport) serveConn(sc *sconn) error {
 		sc.work()
 		return err
 	}
+	direct := false // the last payload bypassed the read buffer
 	for {
 		if sc.br.Buffered() < headerLen {
 			if err := flush(); err != nil {
 				return err
 			}
 			sc.wait()
-			if sc.br.Buffered() == 0 {
+			switch {
+			case direct && sc.br.Buffered() == 0:
+				// After a large payload read the next header exactly,
+				// so the payload behind it lands in memory without
+				// passing through the buffer.
 				sc.c.SetReadDeadline(time.Time{}) // idle lanes may wait for ever (admission evicts them)
-				if _, err := sc.br.Peek(1); err != nil {
+				n, err := sc.c.Read(sc.hb[:])
+				if err != nil {
+					return err
+				}
+				sc.c.SetReadDeadline(time.Now().Add(t.cfg.IOTimeout))
+				if _, err := io.ReadFull(sc.c, sc.hb[n:]); err != nil {
+					return err
+				}
+			default:
+				if sc.br.Buffered() == 0 {
+					sc.c.SetReadDeadline(time.Time{})
+					if _, err := sc.br.Peek(1); err != nil {
+						return err
+					}
+				}
+				sc.c.SetReadDeadline(time.Now().Add(t.cfg.IOTimeout))
+				if _, err := io.ReadFull(sc.br, sc.hb[:]); err != nil {
 					return err
 				}
 			}
-			sc.c.SetReadDeadline(time.Now().Add(t.cfg.IOTimeout))
-		}
-		if _, err := io.ReadFull(sc.br, sc.hb[:]); err != nil {
+		} else if _, err := io.ReadFull(sc.br, sc.hb[:]); err != nil {
 			return err
 		}
 		sc.work()
@@ -247,7 +290,7 @@ func (t *Transport) serveConn(sc *sconn) error {
 				sc.c.SetReadDeadline(time.Now().Add(t.cfg.IOTimeout))
 			}
 			sc.wait()
-			_, err = io.ReadFull(sc.br, mem)
+			direct, err = readPayload(sc.br, sc.c, mem)
 			sc.work()
 			r.Release()
 			if err != nil {
