@@ -1,15 +1,14 @@
 package control
 
 import (
-	"context"
 	"errors"
 	"log/slog"
 	"net"
 	"os"
-	"sync"
 	"time"
 
 	"github.com/rdmago/te/auth"
+	"github.com/rdmago/te/internal/ratelog"
 )
 
 // Log records a target's failed handshakes with the peer's address and
@@ -20,13 +19,8 @@ import (
 // because the initiator addressed a previous incarnation (it restarted),
 // are not failures. Safe for concurrent use.
 type Log struct {
-	log   *slog.Logger
+	rl    *ratelog.Log
 	label string
-	every time.Duration
-
-	mu      sync.Mutex
-	last    time.Time
-	dropped int
 }
 
 // DefaultLogInterval is a Log's interval when none is given.
@@ -35,13 +29,10 @@ const DefaultLogInterval = time.Second
 // NewLog returns a Log writing to log (nil: discarded) for the handshakes
 // of the protocol label; every <= 0 selects DefaultLogInterval.
 func NewLog(log *slog.Logger, label string, every time.Duration) *Log {
-	if log == nil {
-		log = slog.New(slog.DiscardHandler)
-	}
 	if every <= 0 {
 		every = DefaultLogInterval
 	}
-	return &Log{log: log, label: label, every: every}
+	return &Log{rl: ratelog.New(log, every), label: label}
 }
 
 // What says what a handshake error means, for a log line, and the level
@@ -75,20 +66,9 @@ func (l *Log) Failed(peer net.Addr, err error) bool {
 	if !ok {
 		return false
 	}
-	now := time.Now()
-	l.mu.Lock()
-	if !l.last.IsZero() && now.Sub(l.last) < l.every {
-		l.dropped++
-		l.mu.Unlock()
-		return false
-	}
-	dropped := l.dropped
-	l.last, l.dropped = now, 0
-	l.mu.Unlock()
 	addr := "?"
 	if peer != nil {
 		addr = peer.String()
 	}
-	l.log.Log(context.Background(), level, "te: "+l.label+": "+what, "peer", addr, "reason", err.Error(), "not_logged_since_last", dropped)
-	return true
+	return l.rl.Log(level, "te: "+l.label+": "+what, "peer", addr, "reason", err.Error())
 }

@@ -4,6 +4,7 @@
 package ratelog
 
 import (
+	"context"
 	"log/slog"
 	"sync"
 	"time"
@@ -36,6 +37,12 @@ func New(log *slog.Logger, every time.Duration) *Log {
 // dropped since the last one, unless a line was written less than the
 // interval ago. It reports whether it wrote.
 func (l *Log) Warn(msg string, args ...any) bool {
+	return l.Log(slog.LevelWarn, msg, args...)
+}
+
+// Log writes msg with args at level, as Warn does at Warn level; every
+// level shares the one interval.
+func (l *Log) Log(level slog.Level, msg string, args ...any) bool {
 	now := time.Now()
 	l.mu.Lock()
 	if !l.last.IsZero() && now.Sub(l.last) < l.every {
@@ -46,6 +53,6 @@ func (l *Log) Warn(msg string, args ...any) bool {
 	dropped := l.dropped
 	l.last, l.dropped = now, 0
 	l.mu.Unlock()
-	l.log.Warn(msg, append(args, "not_logged_since_last", dropped)...)
+	l.log.Log(context.Background(), level, msg, append(args, "not_logged_since_last", dropped)...)
 	return true
 }
