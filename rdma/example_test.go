@@ -24,6 +24,8 @@ func Example() {
 		log.Fatal(err)
 	}
 	defer e.Close()
+	// The rails open with the verbs providers te carries (rxe and mlx5,
+	// uverbs/providers); Config.Options passes others.
 	tr := rdma.New(rdma.Config{
 		Devices:  []string{"mlx5_0", "mlx5_1"},
 		Priority: map[string][]string{"cpu:0": {"mlx5_0"}, "cpu:1": {"mlx5_1"}},
