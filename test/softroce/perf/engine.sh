@@ -91,8 +91,9 @@ tebench() {
 		cat $W/te.json $W/te.err >&2
 		return 1
 	}
-	# the summary's rate comes before "rails"; each rail has its own "rate" (bytes/s)
-	awk -F'[:,]' '/"rails"/{r=1} !r && /"rate"/{rate=$2} r && /"bytes"/{b=b " " $2+0} END{printf "%s%s\n", rate+0, b}' $W/te.json
+	# te/v1 report: the result's gb_per_s (1e9 B/s) comes before "rails";
+	# each rail has its own "bytes"; the flags object has neither
+	awk -F'[:,]' '/"results"/{res=1} res && /"rails"/{r=1} res && !r && /"gb_per_s"/{rate=$2*1e9} r && /"bytes"/{b=b " " $2+0} END{printf "%.0f%s\n", rate+0, b}' $W/te.json
 }
 
 # ptbw TOOL SIZE ITERS "SRV:CLI:SGID:CGID ..." -> "MB/s n": the summed BW average
