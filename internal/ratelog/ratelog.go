@@ -15,6 +15,7 @@ import (
 type Log struct {
 	log   *slog.Logger
 	every time.Duration
+	now   func() time.Time // time.Now; tests step a clock instead
 
 	mu      sync.Mutex
 	last    time.Time
@@ -30,7 +31,7 @@ func New(log *slog.Logger, every time.Duration) *Log {
 	if every <= 0 {
 		every = time.Second
 	}
-	return &Log{log: log, every: every}
+	return &Log{log: log, every: every, now: time.Now}
 }
 
 // Warn writes msg with args at Warn level, plus the count of lines
@@ -43,7 +44,7 @@ func (l *Log) Warn(msg string, args ...any) bool {
 // Log writes msg with args at level, as Warn does at Warn level; every
 // level shares the one interval.
 func (l *Log) Log(level slog.Level, msg string, args ...any) bool {
-	now := time.Now()
+	now := l.now()
 	l.mu.Lock()
 	if !l.last.IsZero() && now.Sub(l.last) < l.every {
 		l.dropped++
