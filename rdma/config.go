@@ -48,8 +48,13 @@ type Config struct {
 	// (default 1024); MaxTargetQPs bounds them all (default 16384).
 	MaxInitiatorQPs int
 	MaxTargetQPs    int
-	// MaxSessions bounds concurrent control connections (default 4096).
-	MaxSessions int
+	// MaxSessions bounds concurrent control connections (default 4096);
+	// MaxSessionsPerSource those from one IP address (default 1024, at
+	// most MaxSessions). At a bound the connection that has waited
+	// longest (in its handshake, or holding no QP) makes room; one
+	// holding QPs is kept (internal/acceptor.Gate).
+	MaxSessions          int
+	MaxSessionsPerSource int
 	// HandshakeTimeout bounds one handshake (default 5 s).
 	HandshakeTimeout time.Duration
 	// QPTimeout and RetryCount set the ACK timeout exponent and the retry
@@ -113,6 +118,9 @@ func (c *Config) defaults() {
 	}
 	if c.MaxSessions <= 0 {
 		c.MaxSessions = 4096
+	}
+	if c.MaxSessionsPerSource <= 0 {
+		c.MaxSessionsPerSource = 1024
 	}
 	if c.HandshakeTimeout <= 0 {
 		c.HandshakeTimeout = 5 * time.Second

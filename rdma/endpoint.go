@@ -8,12 +8,14 @@ import (
 	"errors"
 	"fmt"
 	"net"
+	"os"
 	"sync"
 	"sync/atomic"
 	"time"
 
 	"github.com/rdmago/te/auth"
 	"github.com/rdmago/te/engine/driver"
+	"github.com/rdmago/te/internal/control"
 	"github.com/rdmago/te/internal/wire"
 	"github.com/rdmago/te/segment"
 	"github.com/rdmago/te/uverbs"
@@ -349,7 +351,7 @@ func (p *peer) dial(ctx context.Context) error {
 	return nil
 }
 
-// authenticate runs the auth handshake on a fresh control connection: the
+// authenticate runs te's handshake on a fresh control connection: the
 // target must prove it holds the cluster secret before we prove we do,
 // and before any endpoint is asked for.
 func (p *peer) authenticate(ctx context.Context, c net.Conn, rd *bufio.Reader) error {
@@ -358,42 +360,17 @@ func (p *peer) authenticate(ctx context.Context, c net.Conn, rd *bufio.Reader) e
 		c.SetDeadline(dl)
 		defer c.SetDeadline(time.Time{})
 	}
-	in := t.cfg.Auth.Initiate(segment.ProtoRDMA, auth.Party{Name: t.host.LocalName(), Epoch: t.host.Epoch()},
+	err := handshake.Dial(control.Stream(rd, c, &hsProto), t.cfg.Auth, auth.Party{Name: t.host.LocalName(), Epoch: t.host.Epoch()},
 		auth.Party{Name: p.name, Epoch: p.epoch})
-	if err := hsProto.Write(c, hsHello, 0, auth.AppendHello(nil, in.Hello())); err != nil {
-		return fmt.Errorf("rdma: control connection to %s: %w: %w", p.name, err, driver.ErrTransient)
+	switch {
+	case err == nil:
+		return nil
+	case errors.Is(err, control.ErrStale):
+		err = control.Mark(err, driver.ErrPeerReset)
+	case errors.Is(err, control.ErrClosed), errors.Is(err, os.ErrDeadlineExceeded):
+		err = control.Mark(err, driver.ErrTransient)
 	}
-	var hdr [wire.HeaderLen]byte
-	h, payload, err := hsProto.Read(rd, hdr[:], nil)
-	if err != nil {
-		return fmt.Errorf("rdma: control connection to %s: %w: %w", p.name, err, driver.ErrTransient)
-	}
-	switch h.Type {
-	case hsChallenge:
-	case hsReject:
-		rj, err := decodeReject(payload)
-		if err != nil {
-			return err
-		}
-		return fmt.Errorf("%w by %s: %s", errRejected, p.name, rj.Msg)
-	default:
-		return fmt.Errorf("rdma: control connection to %s: %w: %s frame before the challenge", p.name, wire.ErrFrame, hsProto.TypeName(h.Type))
-	}
-	ch, rest, err := auth.ParseChallenge(payload)
-	if err == nil && len(rest) > 0 {
-		err = fmt.Errorf("%w: %d trailing bytes", auth.ErrMessage, len(rest))
-	}
-	if err != nil {
-		return fmt.Errorf("rdma: control connection to %s: %w", p.name, err)
-	}
-	ans, err := in.Finish(ch)
-	if err != nil {
-		return fmt.Errorf("rdma: %s (%s): %w", p.name, c.RemoteAddr(), err)
-	}
-	if err := hsProto.Write(c, hsAnswer, 0, auth.AppendAnswer(nil, ans)); err != nil {
-		return fmt.Errorf("rdma: control connection to %s: %w: %w", p.name, err, driver.ErrTransient)
-	}
-	return nil
+	return fmt.Errorf("rdma: control connection to %s (%s): %w", p.name, p.addr, err)
 }
 
 // readLoop owns the control connection's reads. When the connection ends

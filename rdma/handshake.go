@@ -4,26 +4,23 @@ import (
 	"errors"
 	"fmt"
 
-	"github.com/rdmago/te/auth"
+	"github.com/rdmago/te/internal/control"
 	"github.com/rdmago/te/internal/wire"
 	"github.com/rdmago/te/uverbs"
 )
 
-// The control connection carries internal/wire frames. The initiator sends
-// hsConnect for each endpoint it needs and hsRelease for one it evicts; the
-// target answers every hsConnect with hsAccept or hsReject. Frames of one
+// The control connection carries internal/wire frames (magic "TERH"). It
+// opens with te's handshake (internal/control: control.RDMA's hello,
+// challenge, answer and verdict, with or without a secret): no endpoint is
+// set up before the target's verdict. Then the initiator sends hsConnect
+// for each endpoint it needs and hsRelease for one it evicts; the target
+// answers every hsConnect with hsAccept or hsReject. Frames of one
 // connection are strictly request/response, one at a time.
 const (
 	hsConnect wire.Type = 1
 	hsAccept  wire.Type = 2
 	hsReject  wire.Type = 3
 	hsRelease wire.Type = 4
-	// Authentication (package auth), always first on a connection, with
-	// or without a secret: initiator Hello, target Challenge, initiator
-	// Answer. No endpoint is set up before the target checked the Answer.
-	hsHello     wire.Type = 5
-	hsChallenge wire.Type = 6
-	hsAnswer    wire.Type = 7
 
 	maxNameLen = 1024
 	maxMsgLen  = 1024
@@ -31,11 +28,9 @@ const (
 	maxQPsPerMsg = 64
 )
 
-var hsProto = wire.Proto{
-	Name:    "rdma handshake",
-	Magic:   [4]byte{'T', 'E', 'R', 'H'},
-	Version: 1,
-	Limit: func(t wire.Type) (int, bool) {
+var (
+	handshake = &control.RDMA
+	hsProto   = handshake.Proto("rdma handshake", func(t wire.Type) (int, bool) {
 		switch t {
 		case hsConnect:
 			return 2 + maxNameLen + 8 + 8 + 4 + 2 + 2 + portInfoLen + 1 + maxQPsPerMsg*8, true
@@ -45,16 +40,9 @@ var hsProto = wire.Proto{
 			return 1 + 2 + maxMsgLen, true
 		case hsRelease:
 			return 4, true
-		case hsHello:
-			return 1 + auth.NonceLen + 3*(2+auth.MaxNameLen) + 16, true
-		case hsChallenge:
-			return 1 + 8 + auth.NonceLen + 1 + auth.ProofLen, true
-		case hsAnswer:
-			return 2 + auth.ProofLen, true
 		}
 		return 0, false
-	},
-	TypeName: func(t wire.Type) string {
+	}, func(t wire.Type) string {
 		switch t {
 		case hsConnect:
 			return "connect"
@@ -64,16 +52,10 @@ var hsProto = wire.Proto{
 			return "reject"
 		case hsRelease:
 			return "release"
-		case hsHello:
-			return "hello"
-		case hsChallenge:
-			return "challenge"
-		case hsAnswer:
-			return "answer"
 		}
 		return fmt.Sprintf("type %d", uint8(t))
-	},
-}
+	})
+)
 
 // rejectCode says why a target refused an endpoint.
 type rejectCode uint8
@@ -83,7 +65,6 @@ const (
 	rejectLimit      rejectCode = 2 // QP bounds reached
 	rejectBadRail    rejectCode = 3 // no such target rail
 	rejectInternal   rejectCode = 4 // creating or connecting a QP failed
-	rejectAuth       rejectCode = 5 // authentication failed
 	rejectProtocol   rejectCode = 6 // a malformed or unexpected message
 )
 

@@ -15,6 +15,7 @@ import (
 	"github.com/rdmago/te/auth"
 	"github.com/rdmago/te/engine"
 	"github.com/rdmago/te/engine/enginetest"
+	"github.com/rdmago/te/internal/control"
 	"github.com/rdmago/te/internal/wire"
 	"github.com/rdmago/te/rdma"
 	"github.com/rdmago/te/segment"
@@ -24,7 +25,7 @@ import (
 
 // The control protocol as a hostile client speaks it (the frame layout is
 // internal/wire's; the types are the transport's).
-var ctl = wire.Proto{Name: "test", Magic: [4]byte{'T', 'E', 'R', 'H'}, Version: 1,
+var ctl = wire.Proto{Name: "test", Magic: control.RDMA.Magic, Version: control.RDMA.Version,
 	Limit: func(wire.Type) (int, bool) { return 1 << 16, true }}
 
 const (
@@ -34,6 +35,7 @@ const (
 	tHello     wire.Type = 5
 	tChallenge wire.Type = 6
 	tAnswer    wire.Type = 7
+	tVerdict   wire.Type = 8
 )
 
 type rawClient struct {
@@ -75,16 +77,17 @@ func (r *rawClient) next(t *testing.T) (wire.Header, []byte, bool) {
 
 func isReset(err error) bool { return err != nil && strings.Contains(err.Error(), "connection reset") }
 
-// closed waits for the target to close the connection (after at most
-// one reject frame).
+// closed waits for the target to close the connection (after at most a
+// refusal: a reject, or a handshake message with a status not OK).
 func (r *rawClient) closed(t *testing.T) {
 	t.Helper()
-	for range 2 {
-		h, _, ok := r.next(t)
+	for range 3 {
+		h, p, ok := r.next(t)
 		if !ok {
 			return
 		}
-		if h.Type != tReject {
+		refusal := h.Type == tReject || (h.Type == tChallenge || h.Type == tVerdict) && len(p) >= 2 && p[1] != 0
+		if !refusal {
 			t.Fatalf("target answered with frame type %d instead of closing", h.Type)
 		}
 	}
@@ -97,10 +100,10 @@ func (r *rawClient) hello(t *testing.T, s *auth.Secret, target *segment.Descript
 	in := s.Initiate(segment.ProtoRDMA, auth.Party{Name: "mallory", Epoch: 7}, auth.Party{Name: target.Name, Epoch: target.Epoch})
 	r.send(t, tHello, auth.AppendHello(nil, in.Hello()))
 	h, p, ok := r.next(t)
-	if !ok || h.Type != tChallenge {
+	if !ok || h.Type != tChallenge || len(p) < 2 || p[1] != 0 {
 		return false
 	}
-	ch, _, err := auth.ParseChallenge(p)
+	ch, _, err := auth.ParseChallenge(p[2:])
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -108,8 +111,9 @@ func (r *rawClient) hello(t *testing.T, s *auth.Secret, target *segment.Descript
 	if err != nil {
 		ans = auth.Answer{} // a client without the secret answers without a proof
 	}
-	r.send(t, tAnswer, auth.AppendAnswer(nil, ans))
-	return true
+	r.send(t, tAnswer, control.AppendAnswer(nil, control.StatusOK, ans))
+	h, p, ok = r.next(t)
+	return ok && h.Type == tVerdict && len(p) == 2 && p[1] == 0
 }
 
 // loGID is the loopback device's RoCE GID, which the target's QPs can
@@ -277,7 +281,10 @@ func TestHostileControl(t *testing.T) {
 		if h, _, ok := nw.next(t); !ok || h.Type != tChallenge {
 			t.Fatal("no challenge")
 		}
-		nw.send(t, tAnswer, auth.AppendAnswer(nil, auth.Answer{}))
+		nw.send(t, tAnswer, control.AppendAnswer(nil, control.StatusOK, auth.Answer{}))
+		if h, _, ok := nw.next(t); !ok || h.Type != tVerdict {
+			t.Fatal("no verdict")
+		}
 		old.closed(t)
 		deadline := time.Now().Add(10 * time.Second)
 		for ts.tr.TargetQPs() != 0 {
@@ -327,12 +334,12 @@ func TestAuth(t *testing.T) {
 		hello := auth.AppendHello(nil, in.Hello())
 		r.send(t, tHello, hello)
 		_, p, _ := r.next(t)
-		ch, _, _ := auth.ParseChallenge(p)
+		ch, _, _ := auth.ParseChallenge(p[2:])
 		ans, err := in.Finish(ch)
 		if err != nil {
 			t.Fatal(err)
 		}
-		answer := auth.AppendAnswer(nil, ans)
+		answer := control.AppendAnswer(nil, control.StatusOK, ans)
 		r.c.Close()
 		// Replayed on a new connection: the target's nonce is new.
 		r2 := dialRaw(t, ts.tr.ControlAddr())

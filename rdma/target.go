@@ -6,11 +6,13 @@ import (
 	"fmt"
 	"io"
 	"net"
+	"net/netip"
 	"sync"
 	"time"
 
 	"github.com/rdmago/te/auth"
 	"github.com/rdmago/te/internal/acceptor"
+	"github.com/rdmago/te/internal/control"
 	"github.com/rdmago/te/internal/wire"
 	"github.com/rdmago/te/segment"
 	"github.com/rdmago/te/uverbs"
@@ -25,13 +27,18 @@ type targetState struct {
 	perInit  map[string]int // QPs held per initiator name
 	total    int
 	closed   bool
-	fails    *auth.FailureLog
+	fails    *control.Log
+	// gate admits control connections (internal/acceptor.Gate): a
+	// session waits (is evictable) in its handshake and while it holds
+	// no QP; one holding QPs is the initiator's lease and is kept.
+	gate *acceptor.Gate[netip.Addr, *session]
 }
 
 // session is one initiator's control connection and the endpoints it set
 // up; closing it destroys them.
 type session struct {
 	conn      net.Conn
+	slot      *acceptor.Slot[netip.Addr, *session]
 	initiator string
 	epoch     uint64
 	eps       map[uint32]targetEP
@@ -42,19 +49,31 @@ func (ts *targetState) init(t *Transport) {
 	ts.t = t
 	ts.sessions = map[*session]struct{}{}
 	ts.perInit = map[string]int{}
-	ts.fails = auth.NewFailureLog(t.log, segment.ProtoRDMA, 0)
+	ts.fails = control.NewLog(t.log, segment.ProtoRDMA, 0)
+	ts.gate = acceptor.NewGate[netip.Addr, *session](t.cfg.MaxSessions, t.cfg.MaxSessionsPerSource)
 }
 
 func (t *Transport) accept() {
 	defer t.wg.Done()
 	acceptor.Run(t.log, "rdma", t.ln.Addr(), t.ctx.Done(), t.ln.Accept, func(c net.Conn) {
 		s := &session{conn: c, eps: map[uint32]targetEP{}}
-		if !t.tgt.add(s) {
-			t.log.Warn("rdma: control connection refused: session limit", "peer", c.RemoteAddr().String(), "limit", t.cfg.MaxSessions)
+		var src netip.Addr
+		if ta, ok := c.RemoteAddr().(*net.TCPAddr); ok {
+			src = ta.AddrPort().Addr().Unmap()
+		}
+		slot, ok := t.tgt.gate.Admit(src, s, func() { c.Close() })
+		if !ok {
+			t.log.Debug("rdma: control connection refused: every session holds QPs", "peer", c.RemoteAddr().String(), "limit", t.cfg.MaxSessions)
 			c.Close()
 			return
 		}
-		t.wg.Add(1)
+		s.slot = slot
+		if !t.tgt.add(s) {
+			t.tgt.gate.Leave(slot)
+			c.Close()
+			return
+		}
+		t.wg.Add(1) // the accept loop holds the group: no race with Close's Wait
 		go t.serve(s)
 	})
 }
@@ -62,7 +81,7 @@ func (t *Transport) accept() {
 func (ts *targetState) add(s *session) bool {
 	ts.mu.Lock()
 	defer ts.mu.Unlock()
-	if ts.closed || len(ts.sessions) >= ts.t.cfg.MaxSessions {
+	if ts.closed {
 		return false
 	}
 	ts.sessions[s] = struct{}{}
@@ -83,11 +102,6 @@ func (t *Transport) serve(s *session) {
 		if !t.closed.Load() {
 			t.tgt.fails.Failed(s.conn.RemoteAddr(), err)
 		}
-		code := rejectProtocol
-		if errors.Is(err, auth.ErrDenied) {
-			code = rejectAuth
-		}
-		t.reply(s, hsReject, (&rejectMsg{Code: code, Msg: err.Error()}).encode())
 		return
 	}
 	ts := &t.tgt
@@ -104,7 +118,15 @@ func (t *Transport) serve(s *session) {
 		} else {
 			s.conn.SetReadDeadline(time.Time{})
 		}
+		t.tgt.mu.Lock()
+		if s.nqps == 0 {
+			s.slot.Wait()
+		} else {
+			s.slot.Work()
+		}
+		t.tgt.mu.Unlock()
 		h, payload, err := hsProto.Read(rd, hdr[:], nil)
+		s.slot.Work()
 		if err != nil {
 			if !errors.Is(err, io.EOF) && !t.closed.Load() {
 				t.log.Warn("rdma: control connection", "peer", s.conn.RemoteAddr().String(), "err", err)
@@ -143,54 +165,23 @@ func (t *Transport) serve(s *session) {
 	}
 }
 
-// admit runs the auth handshake that opens every control connection: the
-// Hello names the initiator (segment and epoch) the session then serves.
+// admit runs te's handshake that opens every control connection: the
+// hello names the initiator (segment and epoch) the session then serves.
 func (t *Transport) admit(s *session, rd *bufio.Reader) error {
 	s.conn.SetDeadline(time.Now().Add(t.cfg.HandshakeTimeout))
 	defer s.conn.SetDeadline(time.Time{})
-	var hdr [wire.HeaderLen]byte
-	h, payload, err := hsProto.Read(rd, hdr[:], nil)
+	ini, err := handshake.Accept(control.Stream(rd, s.conn, &hsProto), t.cfg.Auth, auth.Party{Name: t.host.LocalName(), Epoch: t.host.Epoch()},
+		func(h *auth.Hello) error {
+			if h.Initiator.Name == "" {
+				return errors.New("hello without an initiator name")
+			}
+			return nil
+		})
 	if err != nil {
-		return err
-	}
-	if h.Type != hsHello {
-		return fmt.Errorf("%w: %s frame before hello", wire.ErrFrame, hsProto.TypeName(h.Type))
-	}
-	hello, rest, err := auth.ParseHello(payload)
-	if err == nil && len(rest) > 0 {
-		err = fmt.Errorf("%w: %d trailing bytes", auth.ErrMessage, len(rest))
-	}
-	if err != nil {
-		return err
-	}
-	if hello.Initiator.Name == "" {
-		return fmt.Errorf("%w: hello without an initiator name", auth.ErrMessage)
-	}
-	re, err := t.cfg.Auth.Respond(segment.ProtoRDMA, auth.Party{Name: t.host.LocalName(), Epoch: t.host.Epoch()}, hello)
-	if err != nil {
-		return err
-	}
-	if err := hsProto.Write(s.conn, hsChallenge, 0, auth.AppendChallenge(nil, re.Challenge())); err != nil {
-		return err
-	}
-	if h, payload, err = hsProto.Read(rd, hdr[:], nil); err != nil {
-		return err
-	}
-	if h.Type != hsAnswer {
-		return fmt.Errorf("%w: %s frame instead of the answer", wire.ErrFrame, hsProto.TypeName(h.Type))
-	}
-	ans, rest, err := auth.ParseAnswer(payload)
-	if err == nil && len(rest) > 0 {
-		err = fmt.Errorf("%w: %d trailing bytes", auth.ErrMessage, len(rest))
-	}
-	if err != nil {
-		return err
-	}
-	if err := re.Check(ans); err != nil {
 		return err
 	}
 	t.tgt.mu.Lock()
-	s.initiator, s.epoch = hello.Initiator.Name, hello.Initiator.Epoch
+	s.initiator, s.epoch = ini.Name, ini.Epoch
 	t.tgt.mu.Unlock()
 	return nil
 }
@@ -333,6 +324,7 @@ func (ts *targetState) release(s *session, id uint32) {
 // end destroys a finished session's QPs.
 func (ts *targetState) end(s *session) {
 	s.conn.Close()
+	ts.gate.Leave(s.slot)
 	ts.mu.Lock()
 	delete(ts.sessions, s)
 	eps := s.eps
@@ -355,4 +347,7 @@ func (ts *targetState) closeAll() {
 		s.conn.Close()
 	}
 	ts.mu.Unlock()
+	if ts.gate != nil {
+		ts.gate.Close()
+	}
 }
