@@ -1,6 +1,7 @@
 // Package hostile runs one table of hostile-peer cases against every te
-// server: the tcp transport's data port, the p2p store's metadata port and
-// the shm transport's socket. Each server
+// server: the tcp transport's data port, the p2p store's metadata port,
+// the shm transport's socket and the RDMA transport's control port (in
+// the Soft-RoCE guest: test/softroce/run.sh ./test/hostile). Each server
 // speaks te's one handshake (internal/control) and admits connections
 // under one policy (internal/acceptor.Gate), so each must pass every case:
 // held connections lock nobody out, stalled frames are dropped within the
@@ -29,10 +30,12 @@ import (
 	"github.com/rdmago/te/internal/control"
 	"github.com/rdmago/te/internal/testenv"
 	"github.com/rdmago/te/internal/wire"
+	"github.com/rdmago/te/rdma"
 	"github.com/rdmago/te/segment"
 	"github.com/rdmago/te/segment/p2p"
 	"github.com/rdmago/te/shm"
 	"github.com/rdmago/te/tcp"
+	"github.com/rdmago/te/test/softroce/srenv"
 )
 
 // Bounds every server is started with: small, so the lockout case holds
@@ -69,6 +72,7 @@ var kinds = []kind{
 	{"tcp", startTCP},
 	{"p2p", startP2P},
 	{"shm", startSHM},
+	{"rdma", startRDMA},
 }
 
 func logger(buf *testenv.Buffer) *slog.Logger { return slog.New(slog.NewTextHandler(buf, nil)) }
@@ -189,6 +193,27 @@ func startSHM(t *testing.T, s *auth.Secret) *server {
 			if err := ini.Engine.RegisterLocalMemory(m.Bytes(), ""); err != nil {
 				t.Fatal(err)
 			}
+			return write(ctxT(t), ini, tgt, "target")
+		},
+	}
+}
+
+func startRDMA(t *testing.T, s *auth.Secret) *server {
+	topo := srenv.Require(t)
+	devs := []string{topo.Lo.Name}
+	st := enginetest.NewMemStore()
+	t.Cleanup(func() { st.Close() })
+	buf := &testenv.Buffer{}
+	tr := rdma.New(rdma.Config{Devices: devs, Auth: s, HandshakeTimeout: timeout, MaxSessions: maxConns, MaxSessionsPerSource: maxConns})
+	tgt := enginetest.NewNode(t, engine.Config{Name: "target", Store: st, Logger: logger(buf)}, 1<<16, tr)
+	d := tgt.Engine.LocalDescriptor()
+	pr, _ := d.Protocol(segment.ProtoRDMA)
+	return &server{
+		spec: &control.RDMA, name: "target", epoch: d.Epoch, log: buf, protocolMsg: 1, // connect
+		dial: streamDial(pr.Endpoint, &control.RDMA),
+		use: func(t *testing.T, s *auth.Secret) error {
+			ini := enginetest.NewNode(t, engine.Config{Name: fmt.Sprintf("initiator-%d", time.Now().UnixNano()), Store: st}, 1<<16,
+				rdma.New(rdma.Config{Devices: devs, Auth: s}))
 			return write(ctxT(t), ini, tgt, "target")
 		},
 	}
