@@ -57,9 +57,8 @@
 //
 // The Append/Parse functions give every protocol one bounded encoding of
 // the three messages (fuzzed in this package); a protocol may append its
-// own fields after them. FailureLog reports failed handshakes with the
-// peer's address, at most one line per interval (the RDMA transport's;
-// the others use internal/control's log); WarnUnauthenticated is the one
+// own fields after them (internal/control frames them for every te
+// connection, and logs the failures). WarnUnauthenticated is the one
 // warning a listener on a non-loopback address without a secret logs.
 package auth
 

@@ -5,7 +5,6 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"io"
 	"log/slog"
 	"net"
 	"os"
@@ -304,28 +303,6 @@ func TestParseRejects(t *testing.T) {
 	}
 }
 
-func TestFailureLogRateLimited(t *testing.T) {
-	var out bytes.Buffer
-	f := NewFailureLog(slog.New(slog.NewTextHandler(&out, nil)), "tcp", time.Hour)
-	peer := &net.TCPAddr{IP: net.IPv4(192, 0, 2, 7), Port: 4242}
-	if !f.Failed(peer, ErrDenied) {
-		t.Fatal("first failure not logged")
-	}
-	for range 1000 {
-		if f.Failed(peer, ErrDenied) {
-			t.Fatal("flood logged")
-		}
-	}
-	if n := strings.Count(out.String(), "\n"); n != 1 || !strings.Contains(out.String(), "192.0.2.7:4242") {
-		t.Fatalf("%d lines: %s", n, out.String())
-	}
-	f.last = time.Now().Add(-2 * time.Hour)
-	f.Failed(peer, ErrDenied)
-	if !strings.Contains(out.String(), "not_logged_since_last=1000") {
-		t.Fatalf("dropped count missing: %s", out.String())
-	}
-}
-
 func TestWarnUnauthenticated(t *testing.T) {
 	var out bytes.Buffer
 	log := slog.New(slog.NewTextHandler(&out, nil))
@@ -336,33 +313,5 @@ func TestWarnUnauthenticated(t *testing.T) {
 	}
 	if !WarnUnauthenticated(log, "tcp", any4, nil) || !strings.Contains(out.String(), EnvFile) {
 		t.Fatalf("no warning for 0.0.0.0 without a secret: %q", out.String())
-	}
-}
-
-// A failed handshake's line says what happened: only a wrong or missing
-// proof is an authentication failure; silence, a close or a reset is not
-// (they all used to read "peer refused").
-func TestFailureLogSaysWhat(t *testing.T) {
-	peer := &net.TCPAddr{IP: net.IPv4(192, 0, 2, 7), Port: 4242}
-	for _, c := range []struct {
-		err  error
-		want string
-	}{
-		{fmt.Errorf("x: %w", ErrDenied), "peer failed authentication"},
-		{ErrUnauthenticated, "peer failed authentication"},
-		{ErrMessage, "malformed handshake message"},
-		{fmt.Errorf("read: %w", os.ErrDeadlineExceeded), "peer sent no handshake in time"},
-		{io.EOF, "peer closed the connection"},
-		{io.ErrUnexpectedEOF, "peer closed the connection"},
-		{errors.New("read: connection reset by peer"), "connection failed"},
-	} {
-		var out bytes.Buffer
-		NewFailureLog(slog.New(slog.NewTextHandler(&out, nil)), "tcp", 0).Failed(peer, c.err)
-		if l := out.String(); !strings.Contains(l, "handshake failed: "+c.want) || !strings.Contains(l, "192.0.2.7:4242") {
-			t.Errorf("%v: %s", c.err, l)
-		}
-		if c.want != "peer failed authentication" && strings.Contains(out.String(), "authentication") {
-			t.Errorf("%v logged as an authentication failure: %s", c.err, out.String())
-		}
 	}
 }
