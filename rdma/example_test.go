@@ -2,6 +2,7 @@ package rdma_test
 
 import (
 	"context"
+	"fmt"
 	"log"
 
 	"github.com/rdmago/te/engine"
@@ -10,10 +11,78 @@ import (
 	"github.com/rdmago/te/tcp"
 )
 
+// Two engines, as two processes would run them, each with its own
+// embedded metadata store: the initiator WRITEs 4 KiB into the target's
+// memory over RDMA and READs it back. Both use rxelo, Soft-RoCE over the
+// loopback interface (`sudo te rxe add lo --name rxelo`); on a real host
+// name its NICs instead. This example runs in the Soft-RoCE guest tier.
+func Example() {
+	ctx := context.Background()
+	start := func() (*engine.Engine, *engine.Memory, func()) {
+		store, err := p2p.Open(ctx, "p2p://127.0.0.1:0")
+		if err != nil {
+			log.Fatal(err)
+		}
+		e, err := engine.New(engine.Config{Name: store.Name(), Store: store})
+		if err != nil {
+			log.Fatal(err)
+		}
+		if err := e.Install(rdma.New(rdma.Config{Devices: []string{"rxelo"}})); err != nil {
+			log.Fatal(err) // e.g. no such device: `te devices` says why
+		}
+		mem, err := engine.Alloc(1 << 20) // registered with the NIC: mmap'd, never Go heap
+		if err != nil {
+			log.Fatal(err)
+		}
+		if err := e.RegisterLocalMemory(mem.Bytes(), "cpu:0"); err != nil {
+			log.Fatal(err)
+		}
+		return e, mem, func() { e.Close(); mem.Close(); store.Close() }
+	}
+	target, _, stopTarget := start()
+	defer stopTarget()
+	ini, imem, stopIni := start()
+	defer stopIni()
+
+	seg, err := ini.OpenSegment(ctx, target.Name(), nil)
+	if err != nil {
+		log.Fatal(err)
+	}
+	desc, err := ini.SegmentDescriptor(seg)
+	if err != nil {
+		log.Fatal(err)
+	}
+	remote := desc.Buffers[0].Addr // the target's own address of its buffer
+
+	copy(imem.Bytes(), "hello, rdma")
+	batch, err := ini.AllocateBatch(2) // room for both tasks
+	if err != nil {
+		log.Fatal(err)
+	}
+	defer ini.FreeBatch(batch)
+	for _, r := range []engine.Request{
+		{Op: engine.Write, Local: imem.Bytes()[:4096], Target: seg, TargetAddr: remote},
+		{Op: engine.Read, Local: imem.Bytes()[8192 : 8192+4096], Target: seg, TargetAddr: remote},
+	} {
+		if err := ini.Submit(batch, []engine.Request{r}); err != nil {
+			log.Fatal(err)
+		}
+		if err := ini.Wait(ctx, batch); err != nil {
+			log.Fatal(err)
+		}
+	}
+	st, err := ini.Status(batch, 1) // the READ
+	if err != nil {
+		log.Fatal(err)
+	}
+	fmt.Println(st.State, st.Transport, st.Transferred, string(imem.Bytes()[8192:8192+11]))
+	// Output: COMPLETED rdma 4096 hello, rdma
+}
+
 // An engine that serves its memory over RDMA on two rails and over TCP:
 // initiators whose descriptor lists rdma use it, the others TCP. Memory
 // registered with a location tag prefers the rails listed for it.
-func Example() {
+func Example_rails() {
 	store, err := p2p.New(context.Background(), p2p.Options{Listen: "0.0.0.0:0"})
 	if err != nil {
 		log.Fatal(err)

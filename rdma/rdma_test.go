@@ -4,7 +4,9 @@ import (
 	"bytes"
 	"context"
 	"crypto/rand"
+	"flag"
 	"fmt"
+	"os"
 	"os/exec"
 	"testing"
 	"time"
@@ -21,7 +23,17 @@ import (
 	"github.com/rdmago/te/uverbs/leakcheck"
 )
 
-func TestMain(m *testing.M) { leakcheck.Main(m) }
+func TestMain(m *testing.M) {
+	// The runnable examples need RDMA devices: outside the Soft-RoCE
+	// guest, unless -run says otherwise, only tests and fuzz seeds run
+	// (test/softroce/run.sh ./rdma runs the examples).
+	flag.Parse()
+	if !srenv.InGuest() && flag.Lookup("test.run").Value.String() == "" {
+		fmt.Fprintln(os.Stderr, "rdma: SKIP examples (they need the Soft-RoCE guest: test/softroce/run.sh ./rdma)")
+		flag.Set("test.run", "^(Test|Fuzz)")
+	}
+	leakcheck.Main(m)
+}
 
 var opts = &uverbs.Options{Providers: []uverbs.Provider{rxe.Provider(), mlx5.Provider()}}
 
