@@ -190,6 +190,10 @@ func tcpPair(t *testing.T) (net.Conn, net.Conn) {
 func TestLogRateLimited(t *testing.T) {
 	var out bytes.Buffer
 	l := NewLog(slog.New(slog.NewTextHandler(&out, nil)), "tcp", 300*time.Millisecond)
+	// A stepped clock: the flood falls inside the interval however slowly
+	// a loaded machine (or qemu-user) runs it.
+	clock := time.Unix(1e9, 0)
+	l.rl.SetClock(func() time.Time { return clock })
 	peer := &net.TCPAddr{IP: net.IPv4(192, 0, 2, 7), Port: 4242}
 	denied := fail(auth.ErrDenied, "x")
 	if l.Failed(peer, ErrStale) || l.Failed(peer, net.ErrClosed) {
@@ -206,7 +210,7 @@ func TestLogRateLimited(t *testing.T) {
 	if n := strings.Count(out.String(), "\n"); n != 1 || !strings.Contains(out.String(), "peer=192.0.2.7:4242") || !strings.Contains(out.String(), "peer failed authentication") {
 		t.Fatalf("%d lines: %s", n, out.String())
 	}
-	time.Sleep(400 * time.Millisecond)
+	clock = clock.Add(400 * time.Millisecond)
 	l.Failed(peer, fail(ErrClosed, "y"))
 	if !strings.Contains(out.String(), "not_logged_since_last=1000") || !strings.Contains(out.String(), "peer closed the connection during the handshake") {
 		t.Fatalf("dropped count or closed peer missing: %s", out.String())

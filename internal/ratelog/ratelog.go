@@ -34,6 +34,10 @@ func New(log *slog.Logger, every time.Duration) *Log {
 	return &Log{log: log, every: every, now: time.Now}
 }
 
+// SetClock replaces time.Now for l, so a test can step time instead of
+// sleeping past the interval. Only before l is shared.
+func (l *Log) SetClock(now func() time.Time) { l.now = now }
+
 // Warn writes msg with args at Warn level, plus the count of lines
 // dropped since the last one, unless a line was written less than the
 // interval ago. It reports whether it wrote.
