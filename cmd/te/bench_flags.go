@@ -68,7 +68,7 @@ func benchFlags(c *benchConfig, help io.Writer) *cli.FlagSet {
 			"Sizes: 4096, 64K or 64KiB, 1.5MiB, 1G or 1GiB (powers of 1024); 64KB, 1GB\n"+
 			"(powers of 1000); any case.", help)
 	op := cli.NewChoice("write", "read", "write")
-	proto := &cli.List{V: []string{"tcp", "shm"}, OK: []string{"tcp", "shm", "rdma"}}
+	proto := &cli.List{V: []string{"tcp", "shm"}, OK: []string{"tcp", "shm", "rdma", "mooncake"}}
 	unit := cli.NewChoice("GB", "GB", "GiB", "Gb", "MB", "MiB", "Mb", "KB", "KiB", "Kb")
 	c.block = cli.NewSize(64 << 10)
 	buf := cli.NewSize(256 << 20)

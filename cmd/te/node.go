@@ -13,6 +13,9 @@ import (
 
 	"github.com/rdmago/te/auth"
 	"github.com/rdmago/te/engine"
+	"github.com/rdmago/te/mooncake"
+	"github.com/rdmago/te/mooncake/mctcp"
+	mcp2p "github.com/rdmago/te/mooncake/p2p"
 	"github.com/rdmago/te/rdma"
 	"github.com/rdmago/te/segment"
 	"github.com/rdmago/te/segment/p2p"
@@ -62,12 +65,23 @@ func openNode(ctx context.Context, cfg nodeConfig) (_ *node, err error) {
 		return nil, err
 	}
 	name, listen := cfg.name, cfg.listen
-	if ps, ok := n.store.(*p2p.Store); ok {
-		// The embedded store names the segment after its listener, and
-		// the data listener goes on the same interface.
-		name = ps.Name()
+	// The embedded stores (te's p2p and Mooncake's P2PHANDSHAKE) name the
+	// segment after their listener, and the data listener goes on the
+	// same interface.
+	var named interface {
+		Name() string
+		ListenAddr() net.Addr
+	}
+	switch s := n.store.(type) {
+	case *p2p.Store:
+		named = s
+	case *mcp2p.Store:
+		named = s
+	}
+	if named != nil {
+		name = named.Name()
 		if listen == "" && !cfg.initiator {
-			host, _, _ := net.SplitHostPort(ps.ListenAddr().String())
+			host, _, _ := net.SplitHostPort(named.ListenAddr().String())
 			listen = net.JoinHostPort(host, "0")
 		}
 	}
@@ -169,8 +183,15 @@ func newTransport(protocol, listen string, secret *auth.Secret, devices []string
 			ctl = net.JoinHostPort(host, "0")
 		}
 		return rdma.New(rdma.Config{Devices: devices, Listen: ctl, Options: verbsOptions, Auth: secret}), nil
+	case mooncake.TEProtoTCP:
+		// Mooncake's TCP wire, for Mooncake peers; it has no
+		// authentication, so it never runs beside a secret.
+		if secret != nil {
+			return nil, fmt.Errorf("--protocol mooncake: Mooncake's wire has no authentication; drop --auth-file (and $TE_AUTH_FILE) or use tcp")
+		}
+		return mctcp.New(mctcp.Config{Listen: listen}), nil
 	}
-	return nil, fmt.Errorf("--protocol %q: unknown (tcp, shm or rdma)", protocol)
+	return nil, fmt.Errorf("--protocol %q: unknown (tcp, shm, rdma or mooncake)", protocol)
 }
 
 // Close stops the engine (and with it the transport), then frees the

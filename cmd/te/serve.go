@@ -27,7 +27,7 @@ func runServe(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 			"until SIGINT or SIGTERM. Prints the segment name for te bench --segment.\n"+
 			"To be reached from other hosts: --metadata 'p2p://0.0.0.0?ports=15000-17000'.", stdout)
 	metadata := fs.String("metadata", defaultMetadata(), "metadata store: p2p[://host:port?ports=lo-hi] (embedded, no server) or consul://host:port[/prefix] ($TE_METADATA sets the default; p2p listens on 127.0.0.1)")
-	protocol := &cli.List{V: []string{"tcp", "shm"}, OK: []string{"tcp", "shm", "rdma"}}
+	protocol := &cli.List{V: []string{"tcp", "shm"}, OK: []string{"tcp", "shm", "rdma", "mooncake"}}
 	fs.Var(protocol, "protocol", "the `transports` to serve: tcp, shm (same-host initiators), rdma, or a comma-separated list")
 	bufSize := cli.NewSize(256 << 20)
 	fs.Var(bufSize, "buffer-size", "`bytes` of memory to expose (mmap'd, touched lazily)")

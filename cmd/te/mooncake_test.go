@@ -1,0 +1,33 @@
+package main
+
+import (
+	"strings"
+	"testing"
+)
+
+// TestMooncakeWireCLI: te serve --protocol mooncake publishes through
+// Mooncake's P2PHANDSHAKE socket and serves Mooncake's TCP wire; te bench
+// and te segments reach it the same way, and the bytes check out both
+// ways. Mooncake's wire has no authentication, so a secret is refused.
+func TestMooncakeWireCLI(t *testing.T) {
+	meta := "p2phandshake://127.0.0.1:0"
+	srv, name, srvErr := serveProcess(t, "--protocol", "mooncake", "--metadata", meta, "--buffer-size", "16MiB")
+	for _, op := range []string{"write", "read"} {
+		stdout, stderr, code := runTE(t, "bench", "--protocol", "mooncake", "--metadata", meta, "--segment", name,
+			"--operation", op, "--block-size", "64KiB", "--batch-size", "16", "--duration", "1", "--verify", "--quiet")
+		if code != 0 || !strings.Contains(stdout, "over mooncake") || !strings.Contains(stdout, "verify: true") {
+			t.Fatalf("te bench %s over mooncake: exit %d\n%s\n%s", op, code, stdout, stderr)
+		}
+	}
+	stdout, stderr, code := runTE(t, "segments", "--metadata", meta, name)
+	if code != 0 || !strings.Contains(stdout, "mooncake=") {
+		t.Fatalf("te segments over P2PHANDSHAKE: exit %d\n%s\n%s", code, stdout, stderr)
+	}
+	if log := stopped(srv, srvErr); !strings.Contains(log, "te serve: mooncake on ") {
+		t.Fatalf("te serve does not say it serves mooncake:\n%s", log)
+	}
+	_, stderr, code = runTE(t, "serve", "--protocol", "mooncake", "--auth-file", secretFile(t))
+	if code == 0 || !strings.Contains(stderr, "Mooncake's wire has no authentication") {
+		t.Fatalf("te serve --protocol mooncake --auth-file: exit %d\n%s", code, stderr)
+	}
+}
