@@ -134,25 +134,21 @@ func TestServeBenchOverConsul(t *testing.T) {
 	if err != nil {
 		t.Fatalf("te bench: %v\n%s", err, out)
 	}
-	// One result object, or an array of them (--sweep).
+	// The te/v1 report: one result per protocol and configuration.
 	type result struct {
 		Segment  string  `json:"segment"`
 		Bytes    uint64  `json:"bytes"`
 		GBps     float64 `json:"gb_per_s"`
 		Verified *bool   `json:"verified"`
 	}
-	var results []result
-	body := strings.TrimSpace(out)
-	if strings.HasPrefix(body, "[") {
-		err = json.Unmarshal([]byte(body), &results)
-	} else {
-		var r result
-		err = json.Unmarshal([]byte(body), &r)
-		results = append(results, r)
+	var report struct {
+		Schema  string   `json:"schema"`
+		Results []result `json:"results"`
 	}
-	if err != nil {
-		t.Fatalf("te bench --json output: %v\n%s", err, out)
+	if err := json.Unmarshal([]byte(out), &report); err != nil || report.Schema != "te/v1" || len(report.Results) == 0 {
+		t.Fatalf("te bench --json output (schema %q, %d results): %v\n%s", report.Schema, len(report.Results), err, out)
 	}
+	results := report.Results
 	for _, r := range results {
 		if r.Segment != seg || r.Bytes == 0 || r.Verified == nil || !*r.Verified {
 			t.Fatalf("te bench result %+v: want bytes moved to %s and verified", r, seg)
