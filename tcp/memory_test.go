@@ -35,6 +35,11 @@ func rss(t *testing.T) int64 {
 // closed the target gives it back to the system, without waiting for a
 // garbage collection that an idle server would not run for minutes.
 func TestStalledConnsMemoryReturned(t *testing.T) {
+	if raceEnabled {
+		// The race detector's shadow memory follows the heap up and is
+		// not given back: RSS says nothing about the buffers here.
+		t.Skip("RSS under the race detector includes shadow memory that is never returned")
+	}
 	const conns = 1024
 	n := newNode(t, nil, "victim", 1<<20, Config{IOTimeout: time.Minute, MaxConnsPerSource: 2 * conns})
 	runtime.GC()
