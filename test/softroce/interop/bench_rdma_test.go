@@ -67,10 +67,15 @@ func TestTeBenchRDMA(t *testing.T) {
 	for _, op := range []string{"write", "read"} {
 		out := runOut(t, "te", "bench", "--segment", seg, "--protocol", "rdma", "--devices", strings.Join(a, ","),
 			"--operation", op, "--block-size", "64KiB", "--batch-size", "64", "--duration", "2s", "--verify", "--json", "--quiet")
-		var r benchJSON
-		if err := json.Unmarshal([]byte(out[strings.Index(out, "{"):]), &r); err != nil {
-			t.Fatalf("te bench %s: %v\n%s", op, err, out)
+		// The te/v1 report: one result for the one protocol.
+		var report struct {
+			Schema  string      `json:"schema"`
+			Results []benchJSON `json:"results"`
 		}
+		if err := json.Unmarshal([]byte(out[strings.Index(out, "{"):]), &report); err != nil || report.Schema != "te/v1" || len(report.Results) != 1 {
+			t.Fatalf("te bench %s: schema %q, %d results, %v\n%s", op, report.Schema, len(report.Results), err, out)
+		}
+		r := report.Results[0]
 		t.Logf("%s: %.3f GB/s, rails %+v", op, r.GBps, r.Rails)
 		if r.Protocol != "rdma" || r.Bytes == 0 || r.Verified == nil || !*r.Verified {
 			t.Fatalf("te bench %s: %+v", op, r)
