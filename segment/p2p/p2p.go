@@ -38,7 +38,6 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
-	mrand "math/rand/v2"
 	"net"
 	"net/netip"
 	"net/url"
@@ -51,6 +50,7 @@ import (
 	"github.com/rdmago/te/auth"
 	"github.com/rdmago/te/internal/acceptor"
 	"github.com/rdmago/te/internal/control"
+	"github.com/rdmago/te/internal/listen"
 	"github.com/rdmago/te/segment"
 )
 
@@ -245,14 +245,14 @@ func ParseURI(u *url.URL) (Options, error) {
 // New starts a store listening on opts.Listen.
 func New(ctx context.Context, opts Options) (*Store, error) {
 	opts.setDefaults()
-	ln, err := listen(ctx, &opts)
+	ln, err := listen.TCP(ctx, opts.Listen, opts.PortMin, opts.PortMax)
 	if err != nil {
-		return nil, err
+		return nil, fmt.Errorf("p2p: listen: %w", err)
 	}
-	addr, err := advertised(ln.Addr().(*net.TCPAddr), opts.Advertise)
+	addr, err := listen.Advertised(ln.Addr().(*net.TCPAddr), opts.Advertise)
 	if err != nil {
 		ln.Close()
-		return nil, err
+		return nil, fmt.Errorf("p2p: %w", err)
 	}
 	var eb [8]byte
 	rand.Read(eb[:]) // never fails (crypto/rand since Go 1.24)
@@ -275,71 +275,6 @@ func New(ctx context.Context, opts Options) (*Store, error) {
 	s.wg.Add(1)
 	go s.acceptLoop()
 	return s, nil
-}
-
-func listen(ctx context.Context, o *Options) (net.Listener, error) {
-	host, port, err := net.SplitHostPort(o.Listen)
-	if err != nil {
-		return nil, fmt.Errorf("p2p: listen address %q: %w", o.Listen, err)
-	}
-	var lc net.ListenConfig
-	if port != "0" || o.PortMin == 0 || o.PortMax == 0 {
-		ln, err := lc.Listen(ctx, "tcp", o.Listen)
-		if err != nil {
-			return nil, fmt.Errorf("p2p: listen: %w", err)
-		}
-		return ln, nil
-	}
-	if o.PortMin < 1 || o.PortMax > 65535 || o.PortMin > o.PortMax {
-		return nil, fmt.Errorf("p2p: port range %d-%d is not within 1-65535", o.PortMin, o.PortMax)
-	}
-	// Start at a random port and walk the whole range once, so concurrent
-	// processes rarely collide and a nearly full range still succeeds.
-	n := o.PortMax - o.PortMin + 1
-	start := mrand.IntN(n)
-	var last error
-	for i := range n {
-		p := o.PortMin + (start+i)%n
-		ln, err := lc.Listen(ctx, "tcp", net.JoinHostPort(host, strconv.Itoa(p)))
-		if err == nil {
-			return ln, nil
-		}
-		last = err
-		if ctx.Err() != nil {
-			break
-		}
-	}
-	return nil, fmt.Errorf("p2p: no free port in %d-%d on %q: %w", o.PortMin, o.PortMax, host, last)
-}
-
-// advertised returns the host:port peers should dial.
-func advertised(a *net.TCPAddr, host string) (string, error) {
-	port := strconv.Itoa(a.Port)
-	if host != "" {
-		return net.JoinHostPort(host, port), nil
-	}
-	if !a.IP.IsUnspecified() {
-		return net.JoinHostPort(a.IP.String(), port), nil
-	}
-	ifs, err := net.Interfaces()
-	if err != nil {
-		return "", fmt.Errorf("p2p: choose an address to advertise: %w", err)
-	}
-	for _, ifc := range ifs {
-		if ifc.Flags&net.FlagUp == 0 || ifc.Flags&net.FlagLoopback != 0 {
-			continue
-		}
-		addrs, err := ifc.Addrs()
-		if err != nil {
-			continue
-		}
-		for _, ad := range addrs {
-			if ipn, ok := ad.(*net.IPNet); ok && ipn.IP.To4() != nil && ipn.IP.IsGlobalUnicast() {
-				return net.JoinHostPort(ipn.IP.String(), port), nil
-			}
-		}
-	}
-	return net.JoinHostPort("127.0.0.1", port), nil
 }
 
 // Name returns the name of this process's segment: the advertised address
