@@ -24,6 +24,7 @@ func FuzzReadFrame(f *testing.F) {
 	f.Add(appendFrame(nil, frameDescriptor, []byte(`{"schema":1,"segment":{"name":"127.0.0.1:1","epoch":1,"version":1,"protocols":[{"name":"tcp"}],"buffers":[{"addr":4096,"length":4096}]}}`)))
 	f.Add([]byte("TEMD\x01\x02\x00\x00\xff\xff\xff\xff"))
 	f.Add([]byte("TEMD"))
+	f.Add(requests.Append(nil, frameAnswer, 0, make([]byte, 18)))
 	f.Fuzz(func(t *testing.T, in []byte) {
 		for _, maxDesc := range []int{0, segment.MaxEncodedSize} {
 			var h [headerLen]byte
@@ -37,7 +38,10 @@ func FuzzReadFrame(f *testing.F) {
 				}
 				continue
 			}
-			limit, ok := maxPayload(typ, maxDesc)
+			// The socket also carries internal/control's handshake
+			// frames, so the bound is the protocol's, not maxPayload's.
+			proto := newProto(maxDesc)
+			limit, ok := proto.Limit(typ)
 			if !ok || len(p) > limit {
 				t.Fatalf("accepted %v frame of %d bytes (limit %d, known %v)", typ, len(p), limit, ok)
 			}
