@@ -155,9 +155,10 @@ func streamWrite(t *testing.T, p *pair, subs, per, blk, total int) []uint64 {
 // TestMultiRailScaling limits each rail's link with tc so that the links,
 // not the guest's CPUs, are the bottleneck: one WRITE batch over two equal
 // rails moves at least 1.6x the bytes per second of the same batch over one,
-// and with rail 2 at half rail 1's rate a stream of WRITEs, and then one
-// batch submitted at once, splits its bytes about 2:1. Both are ratios of rates measured side by side against limits
-// the test sets, not performance figures.
+// and with rail 2 at half rail 1's rate a stream of WRITEs splits its
+// bytes about 2:1 and one batch submitted at once splits as the rates the
+// engine measured. All are ratios of rates measured side by side against
+// limits the test sets, not performance figures.
 func TestMultiRailScaling(t *testing.T) {
 	topo := srenv.Require(t)
 	if len(topo.HostA) < 2 {
@@ -198,15 +199,24 @@ func TestMultiRailScaling(t *testing.T) {
 		t.Errorf("rail 1 carried %d bytes, rail 2 (half the rate) %d: %.2f:1, want about 2:1 (1.5 to 3)", split[0], split[1], x)
 	}
 	// One batch submitted at once: rail choice weighs bytes outstanding by
-	// each rail's measured rate (learnt above), so it splits about 2:1 too
-	// (1.00:1 before rates were weighed).
+	// each rail's measured rate (learnt above), so the batch splits as the
+	// rates it was given (1.00:1 before rates were weighed). The split is
+	// compared with those rates, not with 2:1: on a loaded host the
+	// guest's CPU, not the shaped link, can set a rail's rate (1.4:1 seen
+	// at load 19 on 2 cores), and the rail choice must follow what it
+	// measured either way.
 	for i := range 2 {
 		before := two.it.Stats()
 		_, split := timedWrite(t, two, tasks, blk)
 		x := float64(split[0]) / float64(split[1])
-		t.Logf("one batch, rail 2 at half rate: %v (%.2f:1); rates before it %d, %d B/s", split, x, before[0].Rate, before[1].Rate)
-		if x < 1.5 || x > 3 {
-			t.Errorf("batch %d: rail 1 carried %d bytes, rail 2 (half the rate) %d: %.2f:1, want about 2:1 (1.5 to 3)", i, split[0], split[1], x)
+		want := float64(before[0].Rate) / float64(max(before[1].Rate, 1))
+		t.Logf("one batch, rail 2 at half rate: %v (%.2f:1); rates before it %d, %d B/s (%.2f:1)", split, x, before[0].Rate, before[1].Rate, want)
+		if want < 1.25 {
+			t.Errorf("batch %d: measured rates %d and %d B/s (%.2f:1) although rail 2 is shaped to half rail 1's rate: the rate estimate missed the shaping", i, before[0].Rate, before[1].Rate, want)
+			continue
+		}
+		if x < 0.75*want || x > 1.33*want {
+			t.Errorf("batch %d: rail 1 carried %d bytes, rail 2 %d: %.2f:1, want about the measured rates' %.2f:1 (0.75x to 1.33x)", i, split[0], split[1], x, want)
 		}
 	}
 }
