@@ -6,6 +6,7 @@ import (
 	"io"
 	"net"
 	"os"
+	"slices"
 	"strings"
 	"time"
 
@@ -33,6 +34,7 @@ type benchConfig struct {
 	Baseline   bool
 	Sweep      bool
 	Verify     bool
+	Mooncake   bool // --mooncake: Mooncake's wire and its P2PHANDSHAKE socket
 	Quiet      bool
 	AuthFile   string
 	Auth       bool         // a cluster secret is in use (never the secret)
@@ -97,6 +99,7 @@ func benchFlags(c *benchConfig, help io.Writer) *cli.FlagSet {
 	mode := cli.NewChoice("initiator", "initiator", "target")
 	fs.Var(mode, "mode", "Mooncake's --mode: initiator (what te bench does) or target (runs te serve with the flags that apply)")
 	fs.StringVar(&c.LocalServerName, "local-server-name", "", "Mooncake's `host[:port]`: with p2p metadata the host the stores listen on (with --mode target also the port), else the target's segment name")
+	fs.BoolVar(&c.Mooncake, "mooncake", false, "speak Mooncake's wire, to reach Mooncake's transfer_engine_bench --mode=target: --protocol mooncake, and p2p (P2PHANDSHAKE) metadata is Mooncake's handshake socket")
 	fs.Alias("segment", "segment_id")
 	fs.Alias("metadata", "metadata_server")
 	fs.Alias("devices", "device_name")
@@ -123,15 +126,21 @@ func parseBench(args []string, help io.Writer) (*benchConfig, error) {
 	if m := mooncakeMetadata(c.Metadata); m != "" {
 		return nil, fs.Usagef("--metadata %s: %s", cli.Printable(c.Metadata), m)
 	}
-	c.Metadata = metadataURI(c.Metadata)
-	if c.LocalServerName != "" && c.Mode != "target" && strings.HasPrefix(c.Metadata, "p2p://") {
+	if c.Mooncake {
+		if c.protoSet && !mooncakeProtocol(c.Protocols) {
+			return nil, fs.Usagef("--mooncake speaks Mooncake's TCP wire: --protocol tcp (Mooncake's spelling) or mooncake, not %s", c.Protocol)
+		}
+		c.Protocol, c.Protocols = "mooncake", []string{"mooncake"}
+	}
+	c.Metadata = metadataURI(c.Metadata, slices.Equal(c.Protocols, []string{"mooncake"}))
+	if scheme, ok := embedded(c.Metadata); ok && c.LocalServerName != "" && c.Mode != "target" {
 		// The initiator's store listens on that host; the port stays
 		// free (an in-process target needs one of its own).
 		host, _, err := net.SplitHostPort(c.LocalServerName)
 		if err != nil {
 			host = c.LocalServerName
 		}
-		c.Metadata = "p2p://" + net.JoinHostPort(host, "0")
+		c.Metadata = scheme + net.JoinHostPort(host, "0")
 	}
 	if err := checkSegment(fs, c.Metadata, c.Segment); err != nil {
 		return nil, err
@@ -160,7 +169,7 @@ func (c *benchConfig) serveArgs() []string {
 	var out []string
 	c.fs.Visit(func(f *flag.Flag) {
 		switch f.Name {
-		case "metadata", "protocol", "buffer-size", "devices", "auth-file", "local-server-name":
+		case "metadata", "protocol", "buffer-size", "devices", "auth-file", "local-server-name", "mooncake":
 			out = append(out, "--"+f.Name+"="+f.Value.String())
 		}
 	})
@@ -203,7 +212,8 @@ func defaultMetadata() string {
 // localServerName applies Mooncake's --local_server_name host[:port]:
 // with p2p metadata the store listens there, else it names the segment.
 func localServerName(metadata, lsn, name string) (string, string, error) {
-	if !strings.HasPrefix(metadata, "p2p://") {
+	scheme, ok := embedded(metadata)
+	if !ok {
 		if name == "" {
 			name = lsn
 		}
@@ -216,20 +226,43 @@ func localServerName(metadata, lsn, name string) (string, string, error) {
 	if host == "" || strings.ContainsAny(host, "/?#@") {
 		return "", "", errors.New("want host or host:port")
 	}
-	u := "p2p://" + net.JoinHostPort(host, port)
+	u := scheme + net.JoinHostPort(host, port)
 	if _, q, ok := strings.Cut(metadata, "?"); ok {
 		u += "?" + q
 	}
 	return u, name, nil
 }
 
-// metadataURI maps Mooncake's spellings of the embedded store to ours.
-func metadataURI(v string) string {
+// metadataURI maps Mooncake's spellings of the embedded store to ours:
+// te's p2p store, or Mooncake's handshake socket when te speaks only
+// Mooncake's wire (its peers are Mooncake processes).
+func metadataURI(v string, mooncakeWire bool) string {
 	switch strings.ToLower(v) {
 	case "", "p2p", "p2phandshake", "p2p://":
+		if mooncakeWire {
+			return "p2phandshake://127.0.0.1:0"
+		}
 		return "p2p://127.0.0.1:0"
 	}
 	return v
+}
+
+// mooncakeProtocol reports whether --protocol names Mooncake's TCP wire
+// for --mooncake: Mooncake's own spelling (tcp) or te's (mooncake).
+func mooncakeProtocol(v []string) bool {
+	return len(v) == 1 && (v[0] == "tcp" || v[0] == "mooncake")
+}
+
+// embedded returns the scheme prefix of an embedded store's URI (te's
+// p2p:// or Mooncake's p2phandshake://), whose segments are named by the
+// store's host:port.
+func embedded(metadata string) (string, bool) {
+	for _, s := range []string{"p2p://", "p2phandshake://"} {
+		if strings.HasPrefix(metadata, s) {
+			return s, true
+		}
+	}
+	return "", false
 }
 
 // authFlag adds --auth-file to fs: the cluster secret's file, default

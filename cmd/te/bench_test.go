@@ -385,15 +385,19 @@ func TestBenchTargetDies(t *testing.T) {
 
 // Every command reads --metadata through the same two functions: the
 // default comes from $TE_METADATA, and Mooncake's spellings of the
-// embedded store all mean a p2p store on loopback.
+// embedded store all mean a store on loopback: te's p2p, or Mooncake's
+// handshake socket when te speaks Mooncake's wire only.
 func TestMetadataFlag(t *testing.T) {
 	for _, v := range []string{"", "p2p", "P2P", "p2phandshake", "P2PHANDSHAKE", "p2p://"} {
-		if got := metadataURI(v); got != "p2p://127.0.0.1:0" {
+		if got := metadataURI(v, false); got != "p2p://127.0.0.1:0" {
 			t.Errorf("metadataURI(%q) = %q", v, got)
 		}
+		if got := metadataURI(v, true); got != "p2phandshake://127.0.0.1:0" {
+			t.Errorf("metadataURI(%q, mooncake) = %q", v, got)
+		}
 	}
-	for _, v := range []string{"consul://127.0.0.1:8500/te", "p2p://0.0.0.0?ports=15000-17000"} {
-		if got := metadataURI(v); got != v {
+	for _, v := range []string{"consul://127.0.0.1:8500/te", "p2p://0.0.0.0?ports=15000-17000", "http://127.0.0.1:8080/metadata"} {
+		if got := metadataURI(v, true); got != v {
 			t.Errorf("metadataURI(%q) = %q, want it unchanged", v, got)
 		}
 	}

@@ -71,7 +71,7 @@ func mooncakeMetadata(v string) string {
 // checkSegment refuses a p2p segment name that is not host:port: p2p
 // names a segment by its store's address.
 func checkSegment(fs *cli.FlagSet, metadata, seg string) error {
-	if seg == "" || !strings.HasPrefix(metadata, "p2p://") {
+	if _, ok := embedded(metadata); seg == "" || !ok {
 		return nil
 	}
 	hostport, _, _ := strings.Cut(seg, "/")

@@ -31,3 +31,35 @@ func TestMooncakeWireCLI(t *testing.T) {
 		t.Fatalf("te serve --protocol mooncake --auth-file: exit %d\n%s", code, stderr)
 	}
 }
+
+// TestMooncakeFlagCLI: --mooncake spells the same thing the way Mooncake
+// users say it: te serve --mooncake is a target on Mooncake's handshake
+// socket, and te bench --mooncake reaches it with Mooncake's metadata
+// spelling (P2PHANDSHAKE) and its transfer_engine_bench flags, --protocol
+// tcp meaning Mooncake's TCP wire. Another protocol is refused.
+func TestMooncakeFlagCLI(t *testing.T) {
+	srv, name, srvErr := serveProcess(t, "--mooncake", "--buffer-size", "16MiB")
+	stdout, stderr, code := runTE(t, "bench", "--mooncake", "--metadata", "P2PHANDSHAKE", "--segment", name,
+		"--block-size", "64KiB", "--batch-size", "8", "--duration", "1", "--verify", "--quiet")
+	if code != 0 || !strings.Contains(stdout, "over mooncake") || !strings.Contains(stdout, "verify: true") {
+		t.Fatalf("te bench --mooncake --metadata P2PHANDSHAKE: exit %d\n%s\n%s", code, stdout, stderr)
+	}
+	stdout, stderr, code = runTE(t, "bench", "--mooncake", "--mode=initiator", "--metadata_server=P2PHANDSHAKE", "--segment_id="+name,
+		"--protocol=tcp", "--operation=read", "--block_size=4096", "--batch_size=4", "--duration=1", "--verify")
+	if code != 0 || !strings.Contains(stdout, "over mooncake") || !strings.Contains(stdout, "verify: true") {
+		t.Fatalf("te bench --mooncake with transfer_engine_bench's flags: exit %d\n%s\n%s", code, stdout, stderr)
+	}
+	stdout, stderr, code = runTE(t, "segments", "--mooncake", "--metadata", "P2PHANDSHAKE", name)
+	if code != 0 || !strings.Contains(stdout, "mooncake=") {
+		t.Fatalf("te segments --mooncake: exit %d\n%s\n%s", code, stdout, stderr)
+	}
+	if log := stopped(srv, srvErr); !strings.Contains(log, "te serve: mooncake on ") || !strings.Contains(log, "p2phandshake://127.0.0.1:") {
+		t.Fatalf("te serve --mooncake does not say it serves mooncake on the handshake socket:\n%s", log)
+	}
+	for _, cmd := range []string{"serve", "bench"} {
+		_, stderr, code = runTE(t, cmd, "--mooncake", "--protocol", "rdma")
+		if code != 2 || !strings.Contains(stderr, "--mooncake") || !strings.Contains(stderr, "not rdma") {
+			t.Errorf("te %s --mooncake --protocol rdma: exit %d\n%s", cmd, code, stderr)
+		}
+	}
+}

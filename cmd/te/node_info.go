@@ -2,6 +2,7 @@ package main
 
 import (
 	"github.com/rdmago/te/internal/bench"
+	mcp2p "github.com/rdmago/te/mooncake/p2p"
 	"github.com/rdmago/te/rdma"
 	"github.com/rdmago/te/segment/p2p"
 )
@@ -10,8 +11,11 @@ import (
 // store's real listening address (not the :0 it was asked for), else the
 // URI it was opened with.
 func (n *node) metadataAddr() string {
-	if ps, ok := n.store.(*p2p.Store); ok {
-		return "p2p://" + ps.ListenAddr().String()
+	switch s := n.store.(type) {
+	case *p2p.Store:
+		return "p2p://" + s.ListenAddr().String()
+	case *mcp2p.Store:
+		return "p2phandshake://" + s.ListenAddr().String()
 	}
 	return n.uri
 }

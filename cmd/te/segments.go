@@ -36,6 +36,7 @@ func runSegments(ctx context.Context, args []string) error {
 	timeout := &cli.Seconds{D: 10 * time.Second}
 	fs.Var(timeout, "timeout", "give up after this `time`")
 	authFile := authFlag(fs.FlagSet)
+	mc := fs.Bool("mooncake", false, "the peers are Mooncake processes: p2p (P2PHANDSHAKE) metadata is Mooncake's handshake socket")
 	fs.Alias("metadata", "metadata_server")
 	if err := fs.Parse(args); err != nil {
 		return err
@@ -60,7 +61,7 @@ func runSegments(ctx context.Context, args []string) error {
 	if *asJSON {
 		rep = cli.NewReport[*segment.Descriptor](fs)
 	}
-	return listSegments(ctx, os.Stdout, metadataURI(*metadata), secret, names, rep, time.Now())
+	return listSegments(ctx, os.Stdout, metadataURI(*metadata, *mc), secret, names, rep, time.Now())
 }
 
 // publishedAt is implemented by stores that know when a segment's current

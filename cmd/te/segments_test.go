@@ -79,7 +79,7 @@ func TestSegmentsP2P(t *testing.T) {
 		t.Fatal(err)
 	}
 	var out bytes.Buffer
-	if err := listSegments(ctx, &out, metadataURI("p2p"), nil, []string{peer.Name()}, nil, time.Now()); err != nil {
+	if err := listSegments(ctx, &out, metadataURI("p2p", false), nil, []string{peer.Name()}, nil, time.Now()); err != nil {
 		t.Fatal(err)
 	}
 	t.Logf("\n%s", out.String())
@@ -87,7 +87,7 @@ func TestSegmentsP2P(t *testing.T) {
 		t.Fatalf("no row for the peer:\n%s", out.String())
 	}
 	var ue *cli.UsageError
-	if err := listSegments(ctx, &out, metadataURI("p2p"), nil, nil, nil, time.Now()); !errors.As(err, &ue) {
+	if err := listSegments(ctx, &out, metadataURI("p2p", false), nil, nil, nil, time.Now()); !errors.As(err, &ue) {
 		t.Fatalf("p2p without peers: %v, want a usage error", err)
 	}
 }
@@ -109,7 +109,7 @@ func TestSegmentsTableEscapes(t *testing.T) {
 		t.Fatal(err)
 	}
 	var out bytes.Buffer
-	if err := listSegments(ctx, &out, metadataURI("p2p"), nil, []string{peer.Name()}, nil, time.Now()); err != nil {
+	if err := listSegments(ctx, &out, metadataURI("p2p", false), nil, []string{peer.Name()}, nil, time.Now()); err != nil {
 		t.Fatal(err)
 	}
 	table, rails, _ := strings.Cut(out.String(), "\n\n")

@@ -6,6 +6,7 @@ import (
 	"io"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 
 	"github.com/rdmago/te/auth"
@@ -38,6 +39,7 @@ func runServe(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	authFile := authFlag(fs.FlagSet)
 	lsn := fs.String("local-server-name", "", "Mooncake's `host[:port]` of this server: with p2p metadata the address the store listens on, else the segment name")
 	mode := fs.String("mode", "target", "Mooncake's --mode: target (what te serve does); for initiator run te bench")
+	mc := fs.Bool("mooncake", false, "serve Mooncake's initiators (transfer_engine_bench, vLLM, SGLang): --protocol mooncake, and p2p (P2PHANDSHAKE, the default) metadata is Mooncake's handshake socket; Mooncake's wire has no authentication")
 	fs.Alias("metadata", "metadata_server")
 	fs.Alias("devices", "device_name")
 	if err := fs.Parse(args); err != nil {
@@ -49,7 +51,13 @@ func runServe(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	if m := mooncakeMetadata(*metadata); m != "" {
 		return fs.Usagef("--metadata %s: %s", cli.Printable(*metadata), m)
 	}
-	*metadata = metadataURI(*metadata)
+	if *mc {
+		if protocol.Given && !mooncakeProtocol(protocol.V) {
+			return fs.Usagef("--mooncake serves Mooncake's TCP wire: --protocol tcp (Mooncake's spelling) or mooncake, not %s", protocol)
+		}
+		protocol.V = []string{"mooncake"}
+	}
+	*metadata = metadataURI(*metadata, slices.Equal(protocol.V, []string{"mooncake"}))
 	if *lsn != "" {
 		if *metadata, *name, err0 = localServerName(*metadata, *lsn, *name); err0 != nil {
 			return fs.Usagef("--local-server-name %s: %v", cli.Printable(*lsn), err0)
