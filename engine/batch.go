@@ -2,6 +2,7 @@ package engine
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"runtime"
 	"strings"
@@ -56,6 +57,9 @@ const (
 	StateCompleted // COMPLETED
 	// StateFailed: finished with at least one slice failed.
 	StateFailed // FAILED
+	// StateCanceled: cancelled (Cancel) before all its slices started;
+	// those that had started finished.
+	StateCanceled // CANCELED
 )
 
 // TaskStatus is a task's (or a batch's aggregated) state.
@@ -101,6 +105,7 @@ type task struct {
 	tname    string        // the transport's name
 	nslices  int64
 	sliceMax uint64
+	note     *note // the notification following the task's submission
 }
 
 func (t *task) setErr(err error) {
@@ -119,10 +124,26 @@ func (t *task) finish() {
 	st := StateCompleted
 	if t.failed.Load() {
 		st = StateFailed
+		t.mu.Lock()
+		if errors.Is(t.err, ErrCanceled) {
+			st = StateCanceled
+		}
+		t.mu.Unlock()
 	}
 	t.release()
 	b := t.b
 	t.state.Store(uint32(st))
+	if n := t.note; n != nil {
+		if st != StateCompleted {
+			n.bad.Store(true)
+		}
+		n.step()
+	}
+	b.done()
+}
+
+// done counts one finished task or note down.
+func (b *batch) done() {
 	if b.pending.Add(-1) == 0 {
 		select {
 		case b.notify <- struct{}{}:
@@ -164,7 +185,10 @@ type batch struct {
 	mu        sync.Mutex // serialises Submit and FreeBatch
 	tasks     []task
 	submitted atomic.Int64 // tasks submitted (a prefix of tasks)
-	pending   atomic.Int64 // submitted tasks not finished
+	pending   atomic.Int64 // submitted tasks and notes not finished
+	canceled  atomic.Bool
+	notes     []*note // notes of submissions, the first nnotes in use; reused
+	nnotes    int
 	notify    chan struct{}
 	chunks    [][]slice // slice arena; never moves once allocated
 	nslices   int
@@ -280,6 +304,11 @@ func (e *Engine) FreeBatch(id BatchID) error {
 	}
 	b.nslices = 0
 	b.submitted.Store(0)
+	b.canceled.Store(false)
+	for _, n := range b.notes[:b.nnotes] {
+		*n = note{b: b, msg: n.msg[:0]}
+	}
+	b.nnotes = 0
 	select {
 	case <-b.notify:
 	default:
@@ -305,6 +334,16 @@ func (e *Engine) FreeBatch(id BatchID) error {
 // (a refusal lets it through). On the steady-state path it does not
 // allocate.
 func (e *Engine) Submit(id BatchID, reqs []Request) error {
+	return e.submit(id, reqs, nil, LocalSegment)
+}
+
+// submit is Submit, followed by the notification n (when not nil) to seg.
+func (e *Engine) submit(id BatchID, reqs []Request, n *Notify, seg SegmentID) error {
+	if n != nil {
+		if err := checkNotify(n); err != nil {
+			return fmt.Errorf("engine: submit: %w", err)
+		}
+	}
 	if e.closed.Load() {
 		return ErrClosed
 	}
@@ -316,6 +355,9 @@ func (e *Engine) Submit(id BatchID, reqs []Request) error {
 	defer b.mu.Unlock()
 	if b.id != id {
 		return fmt.Errorf("%w: %#x", ErrInvalidBatch, uint64(id))
+	}
+	if b.canceled.Load() {
+		return fmt.Errorf("engine: submit: %w: the batch was cancelled; free it and allocate another", ErrCanceled)
 	}
 	base := int(b.submitted.Load())
 	if base+len(reqs) > len(b.tasks) {
@@ -330,6 +372,16 @@ func (e *Engine) Submit(id BatchID, reqs []Request) error {
 			return fmt.Errorf("engine: submit: request %d: %w", i, err)
 		}
 	}
+	var nt *note
+	if n != nil {
+		var err error
+		if nt, err = e.prepareNote(b, base, len(reqs), n, seg, ts); err != nil {
+			for j := base; j < base+len(reqs); j++ {
+				b.tasks[j].unpin()
+			}
+			return fmt.Errorf("engine: submit: %w", err)
+		}
+	}
 	// Everything is valid: account for the tasks before any slice can
 	// complete, then dispatch.
 	var used uint32
@@ -337,9 +389,13 @@ func (e *Engine) Submit(id BatchID, reqs []Request) error {
 		t := &b.tasks[base+i]
 		t.state.Store(uint32(StatePending))
 		t.pending.Store(t.nslices)
+		t.note = nt
 		if t.seg != nil {
 			used |= 1 << t.slot
 		}
+	}
+	if nt != nil {
+		b.pending.Add(1)
 	}
 	b.pending.Add(int64(len(reqs)))
 	b.submitted.Store(int64(base + len(reqs)))
@@ -359,6 +415,12 @@ func (e *Engine) Submit(id BatchID, reqs []Request) error {
 			copy(t.local, t.tmem)
 		}
 		s.Done(uint64(len(t.local)), nil)
+	}
+	if nt != nil && nt.tr == nil {
+		e.sendLocalNote(nt)
+	} else if nt != nil && nt.alone {
+		nt.Bind(nt, 0)
+		nt.tr.SubmitNotify(b.scratch[:0], &nt.Note)
 	}
 	for slot := 0; used != 0; slot++ {
 		if used&(1<<slot) == 0 {
@@ -391,7 +453,12 @@ func (e *Engine) Submit(id BatchID, reqs []Request) error {
 			}
 		}
 		b.scratch = ss
-		ts.slots[slot].Submit(ss)
+		if nt != nil && nt.tr != nil {
+			nt.Bind(nt, 0)
+			nt.tr.SubmitNotify(ss, &nt.Note)
+		} else {
+			ts.slots[slot].Submit(ss)
+		}
 		clear(ss)
 	}
 	return nil
@@ -555,12 +622,23 @@ func (e *Engine) BatchStatus(id BatchID) (TaskStatus, error) {
 		switch ts.State {
 		case StatePending:
 			out.State = StatePending
-		case StateFailed:
-			if out.State != StatePending {
-				out.State = StateFailed
+		case StateFailed, StateCanceled:
+			if out.State != StatePending && out.State != StateFailed {
+				out.State = ts.State
 			}
-			if out.Err == nil {
+			if out.Err == nil || errors.Is(out.Err, ErrCanceled) && ts.State == StateFailed {
 				out.Err = ts.Err
+			}
+		}
+	}
+	if out.State == StateCompleted && b.pending.Load() > 0 {
+		out.State = StatePending // a notification still on its way
+	}
+	if out.State == StateCompleted {
+		for _, nt := range b.notes[:b.nnotes] {
+			if nt.err != nil {
+				out.State, out.Err = StateFailed, fmt.Errorf("engine: notification %q: %w", nt.Name, nt.err)
+				break
 			}
 		}
 	}
@@ -605,6 +683,11 @@ func (e *Engine) Wait(ctx context.Context, id BatchID) error {
 			return fmt.Errorf("engine: batch: %d of %d tasks failed; task %d: %w", failed, n, i, st.Err)
 		}
 	}
+	for _, nt := range b.notes[:b.nnotes] {
+		if nt.err != nil {
+			return fmt.Errorf("engine: batch: notification %q: %w", nt.Name, nt.err)
+		}
+	}
 	return nil
 }
 
@@ -614,11 +697,16 @@ func (e *Engine) Wait(ctx context.Context, id BatchID) error {
 // background once its tasks have finished — never while a completion may
 // still write it.
 func (e *Engine) Transfer(ctx context.Context, reqs []Request) error {
+	return e.transfer(ctx, reqs, nil, LocalSegment)
+}
+
+// transfer is Transfer, with a notification n (when not nil) to seg.
+func (e *Engine) transfer(ctx context.Context, reqs []Request, n *Notify, seg SegmentID) error {
 	b, err := e.AllocateBatch(max(len(reqs), 1))
 	if err != nil {
 		return err
 	}
-	if err := e.Submit(b, reqs); err != nil {
+	if err := e.submit(b, reqs, n, seg); err != nil {
 		e.FreeBatch(b)
 		return err
 	}

@@ -54,6 +54,11 @@ type Config struct {
 	// then tcp). When a transport fails to connect, the segment falls
 	// back to the next one (logged once) until its descriptor changes.
 	Selector Selector
+	// NotifyQueue bounds the notifications queued for the application
+	// in total, NotifyQueuePerSender those of one sender (Notifications).
+	// Defaults DefaultNotifyQueue and DefaultNotifyQueuePerSender.
+	NotifyQueue          int
+	NotifyQueuePerSender int
 }
 
 // Engine is a transfer engine instance: one local segment, its registered
@@ -88,6 +93,9 @@ type Engine struct {
 	segs segTable
 
 	batches batchTable
+
+	inbox   inbox
+	noteSeq atomic.Uint64 // Note IDs
 }
 
 // transportSet is an immutable snapshot of the installed transports.
@@ -183,6 +191,14 @@ func New(cfg Config) (*Engine, error) {
 	}
 	e := &Engine{cfg: cfg, log: log, epoch: binary.LittleEndian.Uint64(eb[:]) | 1}
 	e.ctx, e.cancel = context.WithCancel(context.Background())
+	if cfg.NotifyQueue <= 0 {
+		cfg.NotifyQueue = DefaultNotifyQueue
+	}
+	if cfg.NotifyQueuePerSender <= 0 {
+		cfg.NotifyQueuePerSender = DefaultNotifyQueuePerSender
+	}
+	e.cfg = cfg
+	e.inbox.init(cfg.NotifyQueue, min(cfg.NotifyQueuePerSender, cfg.NotifyQueue), e.ctx.Done())
 	e.transports.Store(&transportSet{inflight: new([maxTransports]atomic.Int64), closing: new([maxTransports]atomic.Bool)})
 	e.segs.init()
 	if err := e.republish(); err != nil {
@@ -214,6 +230,7 @@ func (e *Engine) Close() error {
 	e.closeOnce.Do(func() {
 		e.closed.Store(true)
 		e.cancel()
+		e.inbox.close()
 		e.segs.closeAll()
 		e.tmu.Lock()
 		ts := e.transports.Load()
@@ -426,6 +443,7 @@ type host struct{ e *Engine }
 func (h host) LocalName() string    { return h.e.cfg.Name }
 func (h host) Epoch() uint64        { return h.e.epoch }
 func (h host) Logger() *slog.Logger { return h.e.log }
+func (h host) Inbox() driver.Inbox  { return &h.e.inbox }
 func (h host) AcquireLocal(addr, length uint64) ([]byte, driver.Region, error) {
 	mem, r, err := h.e.acquireLocal(addr, length)
 	if r == nil {

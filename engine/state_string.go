@@ -12,11 +12,12 @@ func _() {
 	_ = x[StatePending-1]
 	_ = x[StateCompleted-2]
 	_ = x[StateFailed-3]
+	_ = x[StateCanceled-4]
 }
 
-const _State_name = "INVALIDPENDINGCOMPLETEDFAILED"
+const _State_name = "INVALIDPENDINGCOMPLETEDFAILEDCANCELED"
 
-var _State_index = [...]uint8{0, 7, 14, 23, 29}
+var _State_index = [...]uint8{0, 7, 14, 23, 29, 37}
 
 func (i State) String() string {
 	idx := int(i) - 0

@@ -42,7 +42,7 @@ type slice struct {
 func (s *slice) Complete(n uint64, err error) {
 	t := s.task
 	if err != nil {
-		if e := t.b.e; t.slot >= 0 && s.Attempt() < e.cfg.Retries && !e.closed.Load() && errors.Is(err, ErrTransient) {
+		if e := t.b.e; t.slot >= 0 && s.Attempt() < e.cfg.Retries && !e.closed.Load() && !t.b.canceled.Load() && errors.Is(err, ErrTransient) {
 			if tr := e.transports.Load().slots[t.slot]; tr != nil {
 				s.Bind(s, s.Attempt()+1)
 				s.self[0] = &s.Slice
@@ -66,4 +66,10 @@ func (s *slice) Complete(n uint64, err error) {
 	if t.pending.Add(-1) == 0 {
 		t.finish()
 	}
+}
+
+// Canceled implements the engine side of driver.Slice.Canceled.
+func (s *slice) Canceled() bool {
+	t := s.task
+	return t != nil && t.b.canceled.Load()
 }

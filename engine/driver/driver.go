@@ -7,7 +7,8 @@
 // The engine owns requests, tasks, batches and slicing; a transport only
 // executes slices (Slice) whose every address, key and endpoint the engine
 // has already resolved and checked, and serves remote initiators' accesses
-// to local memory through Host. Tests of a new Transport start with
+// to local memory through Host. A transport that carries notifications
+// implements Notifier and hands arrivals to Host.Inbox. Tests of a new Transport start with
 // engine/transporttest.Run.
 package driver
 
@@ -130,6 +131,9 @@ type Host interface {
 	AcquireLocal(addr, length uint64) (mem []byte, r Region, err error)
 	// Logger is the engine's logger.
 	Logger() *slog.Logger
+	// Inbox receives the notifications a Notifier's target side
+	// carries in.
+	Inbox() Inbox
 }
 
 // Region is a registered range of local memory. The engine creates it when

@@ -126,6 +126,7 @@ type fakeHost struct{}
 
 func (fakeHost) LocalName() string    { return "lifecycle" }
 func (fakeHost) Epoch() uint64        { return 1 }
+func (fakeHost) Inbox() driver.Inbox  { return nil }
 func (fakeHost) Logger() *slog.Logger { return slog.New(slog.DiscardHandler) }
 func (fakeHost) AcquireLocal(uint64, uint64) ([]byte, driver.Region, error) {
 	return nil, nil, engine.ErrOutOfRange

@@ -1,0 +1,169 @@
+package driver
+
+import (
+	"context"
+	"errors"
+
+	"github.com/rdmago/te/segment"
+)
+
+// Notifications: a submission may carry a notification (a name and an
+// opaque message) that the target's engine receives only after every
+// slice of that submission has landed in its memory. A transport carries
+// them by implementing Notifier (initiator side) and handing what arrives
+// to Host.Inbox (target side). The engine detects Notifier at Install; a
+// submission with a notification over a transport without it fails before
+// anything moves (engine.ErrNotifyUnsupported), it is never dropped.
+
+// Bounds of one notification, checked by the engine before a transport
+// sees it; a transport may size its frames by them and refuse more.
+const (
+	MaxNotifyName = 256
+	MaxNotifyMsg  = 4096
+)
+
+// Notifier is implemented by a transport that carries notifications in
+// order after the data of their submission.
+//
+// SubmitNotify starts ss exactly as Submit does, followed by n. All of ss
+// go to n.Peer; ss may be empty (a notification alone, or a resend, see
+// below). The transport must hand n to the target's Inbox only after
+// every slice of ss has been applied to the target's memory, and never
+// when one of them failed there or was not sent (Slice.Canceled). It
+// calls n.Done exactly once, after every slice of ss was Done (their
+// retries aside): nil once the target's Inbox accepted n; an error
+// wrapping ErrTransient when it cannot tell whether the target got it (a
+// connection broke); any other error when the target did not take it
+// (ErrNotifyFull, ErrPeerReset, ErrCanceled, a slice failed at the
+// target).
+//
+// After a transient n.Done, the engine waits until every slice of ss has
+// finished: if all succeeded (on retries) it calls SubmitNotify(nil, n)
+// again with n.Attempt() > 0, which the transport delivers at once: the
+// data is known to be in place. The target's Inbox drops a second copy
+// of a note it already accepted (same sender incarnation and Note.ID),
+// so a transport may deliver on both paths. If a slice failed or was
+// cancelled, n is not sent again and no notification is delivered.
+//
+// SubmitNotify follows Submit's rules on re-entry: it may be called from
+// inside Slice.Done or Note.Done and must then only enqueue.
+type Notifier interface {
+	SubmitNotify(ss []*Slice, n *Note)
+}
+
+// Note is a notification on its way to a target: the initiator's side of
+// it, handed to Notifier.SubmitNotify. Transports read its fields and call
+// Done exactly once; they must not keep the pointer after Done.
+type Note struct {
+	// ID is unique per initiator incarnation (engine epoch); the target
+	// drops a note whose ID from the same sender incarnation it has
+	// already accepted.
+	ID uint64
+	// Name and Msg are the user's; Msg belongs to the engine and stays
+	// unchanged until Done. len(Name) <= MaxNotifyName, len(Msg) <=
+	// MaxNotifyMsg.
+	Name string
+	Msg  []byte
+	// Bytes is the submission's byte count: the sum of its slices'
+	// lengths (0 for a notification alone).
+	Bytes uint64
+	// Remote is the target's descriptor; Peer what Connect returned for
+	// it. Read-only.
+	Remote *segment.Descriptor
+	Peer   Peer
+
+	c       NoteCompleter
+	attempt int
+}
+
+// NoteCompleter is the engine's side of a Note. Transports do not
+// implement it.
+type NoteCompleter interface {
+	CompleteNote(err error)
+}
+
+// Bind readies n for a submission whose outcome goes to c. Only the engine
+// calls it.
+func (n *Note) Bind(c NoteCompleter, attempt int) {
+	n.c = c
+	n.attempt = attempt
+}
+
+// Attempt is 0 for the note sent behind its data and counts resends (sent
+// alone, once the data has completed).
+func (n *Note) Attempt() int { return n.attempt }
+
+// Canceled reports whether the note's submission was cancelled
+// (engine.Cancel): a transport that has not sent the note yet completes it
+// with ErrCanceled instead.
+func (n *Note) Canceled() bool {
+	c, ok := n.c.(canceler)
+	return ok && c.Canceled()
+}
+
+// Done completes the note. Calling it twice for one submission panics.
+func (n *Note) Done(err error) {
+	c := n.c
+	if c == nil {
+		panic("engine: Note.Done called twice")
+	}
+	n.c = nil
+	c.CompleteNote(err)
+}
+
+// canceler is implemented by the engine's completers.
+type canceler interface{ Canceled() bool }
+
+// Canceled reports whether the slice's submission was cancelled
+// (engine.Cancel). A transport that has not started the slice yet may
+// complete it with an error wrapping ErrCanceled instead of moving it;
+// one already on the wire finishes.
+func (s *Slice) Canceled() bool {
+	c, ok := s.c.(canceler)
+	return ok && c.Canceled()
+}
+
+// Sender is a notification's sender as the transport's handshake
+// established it: the initiator's segment name and epoch (proved with the
+// cluster secret when authentication is on; a transport must not deliver
+// notifications from a connection whose handshake did not succeed).
+type Sender struct {
+	Name  string
+	Epoch uint64
+}
+
+// Delivery is a notification arrived at the target, as a transport hands
+// it to Inbox.Deliver.
+type Delivery struct {
+	From  Sender
+	ID    uint64 // Note.ID
+	Name  []byte
+	Msg   []byte
+	Bytes uint64
+}
+
+// Inbox is the target's engine as a Notifier's target side sees it
+// (Host.Inbox).
+type Inbox interface {
+	// Deliver queues d for the application. It copies what it keeps, so
+	// the transport may reuse d's buffers when it returns. It waits for
+	// room while the sender's queue (or the total) is full, until ctx
+	// ends: then it fails with ErrNotifyFull, and the transport reports
+	// that to the initiator (back-pressure: the sender's lane stalls
+	// meanwhile, nothing grows). It returns nil, without queueing again,
+	// for a note it already accepted (same sender incarnation and ID);
+	// it drops a note from a sender incarnation that has been replaced by
+	// a newer one and fails with ErrPeerReset. It does not block on
+	// anything but room in the queue.
+	Deliver(ctx context.Context, d *Delivery) error
+}
+
+// Errors of notifications; compare with errors.Is.
+var (
+	// ErrNotifyFull: the target's notification queue for this sender
+	// (or in total) stayed full: its application does not drain it.
+	ErrNotifyFull = errors.New("engine: target's notification queue full (the target does not drain its notifications)")
+	// ErrCanceled: the submission was cancelled before the slice (or
+	// note) was started.
+	ErrCanceled = errors.New("engine: canceled")
+)

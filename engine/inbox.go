@@ -1,0 +1,326 @@
+package engine
+
+import (
+	"context"
+	"fmt"
+	"sync"
+	"sync/atomic"
+
+	"github.com/rdmago/te/engine/driver"
+)
+
+// Notification is a notification as its target receives it: sent by a
+// remote segment with SubmitNotify (after the data of that submission) or
+// Notify (alone).
+type Notification struct {
+	// From and FromEpoch name the sender's incarnation, as its
+	// transport's handshake established it (authenticated when the
+	// transports have a cluster secret).
+	From      string
+	FromEpoch uint64
+	// Name and Msg are what the sender passed.
+	Name string
+	Msg  []byte
+	// Bytes is the byte count of the sender's submission: every one of
+	// them had landed in this segment's memory (for WRITEs) before the
+	// notification was queued. 0 for a notification sent alone.
+	Bytes uint64
+}
+
+// Queue bounds, Config.NotifyQueue and Config.NotifyQueuePerSender.
+const (
+	DefaultNotifyQueue          = 4096
+	DefaultNotifyQueuePerSender = 1024
+)
+
+// Per sender, the inbox remembers this many accepted IDs (to drop a
+// resent copy) and this many replaced epochs (to drop a restarted
+// sender's late notes).
+const (
+	recentIDs    = 1024
+	retiredEpoch = 4
+	maxSenders   = 1024
+)
+
+// NotifyStats counts what the inbox did with arrived notifications.
+type NotifyStats struct {
+	// Queued is how many wait to be received now.
+	Queued int
+	// Accepted counts notifications queued since New.
+	Accepted uint64
+	// Duplicates counts second copies dropped (a note resent after a
+	// connection broke, which had arrived after all).
+	Duplicates uint64
+	// Stale counts notes dropped because their sender had restarted.
+	Stale uint64
+	// Full counts notes refused because the queue stayed full.
+	Full uint64
+}
+
+// inbox is the target's queue of notifications: a ring bounded in total
+// and per sender, fed by transports (driver.Inbox) and drained by the
+// application (Notifications, DrainNotifications).
+type inbox struct {
+	mu      sync.Mutex
+	ring    []Notification
+	head, n int
+	per     int
+	senders map[string]*sender
+	// room is closed (and cleared) when an entry leaves the ring while
+	// a Deliver waits for room.
+	room chan struct{}
+	// avail wakes the pump.
+	avail  chan struct{}
+	closed bool
+	done   <-chan struct{} // engine closed
+
+	pumpOnce sync.Once
+	out      chan Notification
+
+	accepted, dups, stale, full atomic.Uint64
+}
+
+type sender struct {
+	epoch   uint64
+	retired [retiredEpoch]uint64
+	queued  int
+	recent  map[uint64]struct{}
+	order   []uint64 // recent in arrival order, a ring of recentIDs
+	next    int
+}
+
+func (ib *inbox) init(total, per int, done <-chan struct{}) {
+	ib.ring = make([]Notification, total)
+	ib.per = per
+	ib.senders = map[string]*sender{}
+	ib.avail = make(chan struct{}, 1)
+	ib.done = done
+}
+
+// Deliver implements driver.Inbox.
+func (ib *inbox) Deliver(ctx context.Context, d *driver.Delivery) error {
+	if len(d.Name) > driver.MaxNotifyName || len(d.Msg) > driver.MaxNotifyMsg {
+		return fmt.Errorf("%w: notification of %d+%d bytes exceeds %d+%d", ErrInvalidRequest, len(d.Name), len(d.Msg), driver.MaxNotifyName, driver.MaxNotifyMsg)
+	}
+	ib.mu.Lock()
+	for {
+		if ib.closed {
+			ib.mu.Unlock()
+			return ErrClosed
+		}
+		s := ib.senderLocked(d.From)
+		if s == nil {
+			ib.mu.Unlock()
+			ib.stale.Add(1)
+			return fmt.Errorf("%w: notification from %s epoch %#x, which has restarted since", ErrPeerReset, d.From.Name, d.From.Epoch)
+		}
+		if _, dup := s.recent[d.ID]; dup {
+			ib.mu.Unlock()
+			ib.dups.Add(1)
+			return nil
+		}
+		if s.queued < ib.per && ib.n < len(ib.ring) {
+			ib.ring[(ib.head+ib.n)%len(ib.ring)] = Notification{
+				From: d.From.Name, FromEpoch: d.From.Epoch,
+				Name: string(d.Name), Msg: append([]byte(nil), d.Msg...), Bytes: d.Bytes,
+			}
+			ib.n++
+			s.queued++
+			s.remember(d.ID)
+			ib.mu.Unlock()
+			ib.accepted.Add(1)
+			select {
+			case ib.avail <- struct{}{}:
+			default:
+			}
+			return nil
+		}
+		if ib.room == nil {
+			ib.room = make(chan struct{})
+		}
+		room, qs, qn := ib.room, s.queued, ib.n
+		ib.mu.Unlock()
+		select {
+		case <-room:
+		case <-ib.done:
+		case <-ctx.Done():
+			ib.full.Add(1)
+			return fmt.Errorf("%w: %d queued from %s (bound %d), %d in total (bound %d)", driver.ErrNotifyFull, qs, d.From.Name, ib.per, qn, len(ib.ring))
+		}
+		ib.mu.Lock()
+	}
+}
+
+// senderLocked returns the state of from's incarnation, or nil when from
+// is a replaced incarnation. A new incarnation replaces the old one: the
+// old one's queued notes are dropped (its process is gone) and its late
+// ones are refused.
+func (ib *inbox) senderLocked(from driver.Sender) *sender {
+	s := ib.senders[from.Name]
+	if s == nil {
+		if len(ib.senders) >= maxSenders {
+			for name, o := range ib.senders {
+				if o.queued == 0 {
+					delete(ib.senders, name)
+					break
+				}
+			}
+		}
+		s = &sender{epoch: from.Epoch, recent: make(map[uint64]struct{})}
+		ib.senders[from.Name] = s
+		return s
+	}
+	if s.epoch == from.Epoch {
+		return s
+	}
+	for _, r := range s.retired {
+		if r == from.Epoch && r != 0 {
+			return nil
+		}
+	}
+	copy(s.retired[1:], s.retired[:])
+	s.retired[0] = s.epoch
+	s.epoch = from.Epoch
+	clear(s.recent)
+	clear(s.order)
+	s.order, s.next = s.order[:0], 0
+	if s.queued > 0 {
+		ib.purgeLocked(from.Name, s.retired[0])
+		s.queued = 0
+	}
+	return s
+}
+
+// purgeLocked drops the queued notes of one sender incarnation.
+func (ib *inbox) purgeLocked(name string, epoch uint64) {
+	k := 0
+	for i := 0; i < ib.n; i++ {
+		m := ib.ring[(ib.head+i)%len(ib.ring)]
+		if m.From == name && m.FromEpoch == epoch {
+			ib.stale.Add(1)
+			continue
+		}
+		ib.ring[(ib.head+k)%len(ib.ring)] = m
+		k++
+	}
+	for i := k; i < ib.n; i++ {
+		ib.ring[(ib.head+i)%len(ib.ring)] = Notification{}
+	}
+	ib.n = k
+	ib.wakeLocked()
+}
+
+func (s *sender) remember(id uint64) {
+	if len(s.order) < recentIDs {
+		s.order = append(s.order, id)
+	} else {
+		delete(s.recent, s.order[s.next])
+		s.order[s.next] = id
+		s.next = (s.next + 1) % recentIDs
+	}
+	s.recent[id] = struct{}{}
+}
+
+func (ib *inbox) wakeLocked() {
+	if ib.room != nil {
+		close(ib.room)
+		ib.room = nil
+	}
+}
+
+// takeLocked removes the oldest notification; ok is false when none.
+func (ib *inbox) takeLocked() (Notification, bool) {
+	if ib.n == 0 {
+		return Notification{}, false
+	}
+	m := ib.ring[ib.head]
+	ib.ring[ib.head] = Notification{}
+	ib.head = (ib.head + 1) % len(ib.ring)
+	ib.n--
+	if s := ib.senders[m.From]; s != nil && s.epoch == m.FromEpoch && s.queued > 0 {
+		s.queued--
+	}
+	ib.wakeLocked()
+	return m, true
+}
+
+func (ib *inbox) drain(dst []Notification) []Notification {
+	ib.mu.Lock()
+	defer ib.mu.Unlock()
+	for {
+		m, ok := ib.takeLocked()
+		if !ok {
+			return dst
+		}
+		dst = append(dst, m)
+	}
+}
+
+// channel starts the pump (once) and returns its channel.
+func (ib *inbox) channel() <-chan Notification {
+	ib.pumpOnce.Do(func() {
+		ib.out = make(chan Notification)
+		go ib.pump()
+	})
+	return ib.out
+}
+
+// pump moves notifications from the ring to the channel, one at a time,
+// until the engine closes; then it closes the channel.
+func (ib *inbox) pump() {
+	defer close(ib.out)
+	for {
+		ib.mu.Lock()
+		m, ok := ib.takeLocked()
+		ib.mu.Unlock()
+		if !ok {
+			select {
+			case <-ib.avail:
+				continue
+			case <-ib.done:
+				return
+			}
+		}
+		select {
+		case ib.out <- m:
+		case <-ib.done:
+			return
+		}
+	}
+}
+
+func (ib *inbox) close() {
+	ib.mu.Lock()
+	ib.closed = true
+	ib.wakeLocked()
+	ib.mu.Unlock()
+}
+
+func (ib *inbox) stats() NotifyStats {
+	ib.mu.Lock()
+	q := ib.n
+	ib.mu.Unlock()
+	return NotifyStats{Queued: q, Accepted: ib.accepted.Load(), Duplicates: ib.dups.Load(), Stale: ib.stale.Load(), Full: ib.full.Load()}
+}
+
+// Notifications returns the channel on which this segment's notifications
+// arrive, in the order they were queued; it is closed when the engine
+// closes. Every call returns the same channel. Notifications wait in a
+// queue bounded per sender (Config.NotifyQueuePerSender) and in total
+// (Config.NotifyQueue) until received here or by DrainNotifications (use
+// one or the other); while a sender's queue is full its further
+// notifications wait on its connection (back-pressure: its transfers to
+// this segment stall) and, past the transport's I/O timeout, fail at the
+// sender with ErrNotifyFull. Notifications from a sender that has
+// restarted (a new epoch under its name) replace its old ones: those still
+// queued are dropped, and late ones refused.
+func (e *Engine) Notifications() <-chan Notification { return e.inbox.channel() }
+
+// DrainNotifications appends every queued notification to dst, oldest
+// first, without waiting, and returns it.
+func (e *Engine) DrainNotifications(dst []Notification) []Notification {
+	return e.inbox.drain(dst)
+}
+
+// NotifyStats returns counts of what arrived notifications met.
+func (e *Engine) NotifyStats() NotifyStats { return e.inbox.stats() }
