@@ -86,7 +86,7 @@ func TestCLIHelp(t *testing.T) {
 		}
 	}
 	// The other commands follow the same conventions.
-	for _, cmd := range []string{"perf", "devices", "rxe", "metadata"} {
+	for _, cmd := range []string{"perf", "devices", "rxe", "metadata", "diagnose"} {
 		for _, args := range [][]string{{cmd, "-h"}, {"help", cmd}} {
 			stdout, _, code := runTE(t, args...)
 			if code != 0 || !strings.HasPrefix(stdout, "usage:") || !strings.Contains(stdout, "te "+cmd) {
