@@ -63,7 +63,7 @@ func runDiagnose(ctx context.Context, args []string, stdout io.Writer) error {
 	if m := mooncakeMetadata(*metadata); m != "" {
 		return fs.Usagef("--metadata %s: %s", cli.Printable(*metadata), m)
 	}
-	uri := metadataURI(*metadata)
+	uri := metadataURI(*metadata, false)
 	if err := checkSegment(fs, uri, seg); err != nil {
 		return err
 	}
