@@ -43,9 +43,11 @@ type Options struct {
 	Timeout time.Duration
 	// MaxMessage bounds a message's length. Default DefaultMaxMessage.
 	MaxMessage int
-	// MaxConns bounds the connections served at once; further ones are
-	// closed on accept until one ends (each lasts at most Timeout).
-	// Default 256.
+	// MaxConns bounds the connections served at once. At the bound the
+	// one that has waited longest for its client (to send its request,
+	// or to close after the reply) makes room; when every one is being
+	// answered, the new one is closed (internal/acceptor.Gate). Each
+	// lasts at most Timeout. Default 256.
 	MaxConns int
 	// MaxConnsPerSource bounds one IP address's share. Default 64.
 	MaxConnsPerSource int
@@ -117,8 +119,8 @@ type Store struct {
 	closed bool
 	local  *segment.Descriptor
 	cache  map[string]cached
-	conns  map[net.Conn]netip.Addr // served connections
-	perSrc map[netip.Addr]int
+	// gate admits served connections (internal/acceptor.Gate).
+	gate *acceptor.Gate[netip.Addr, net.Conn]
 }
 
 type cached struct {
@@ -141,7 +143,7 @@ func New(ctx context.Context, opts Options) (*Store, error) {
 		return nil, fmt.Errorf("mooncake/p2p: %w", err)
 	}
 	s := &Store{opts: opts, ln: ln, name: name, closing: make(chan struct{}),
-		cache: map[string]cached{}, conns: map[net.Conn]netip.Addr{}, perSrc: map[netip.Addr]int{}}
+		cache: map[string]cached{}, gate: acceptor.NewGate[netip.Addr, net.Conn](opts.MaxConns, opts.MaxConnsPerSource)}
 	s.life, s.kill = context.WithCancel(context.Background())
 	mooncake.WarnExposed(opts.Logger, "the P2PHANDSHAKE socket", ln.Addr())
 	s.wg.Add(1)
@@ -340,52 +342,44 @@ func (s *Store) Close() error {
 		s.ln.Close()
 		s.mu.Lock()
 		s.closed = true
-		for c := range s.conns {
-			c.Close()
-		}
 		s.mu.Unlock()
+		s.gate.Close()
 	})
 	s.wg.Wait()
 	return nil
 }
 
-// admit serves c unless MaxConns (or MaxConnsPerSource for its address)
-// connections are being served; each lasts at most Timeout, so a refused
-// client can retry soon.
+// admit serves c under the admission policy (internal/acceptor.Gate): at
+// MaxConns (or MaxConnsPerSource for c's address) the connection that has
+// waited longest for its client (to send its request, or to close after
+// the reply) is closed to make room; one being answered is kept, and when
+// all are, c is closed. Each lasts at most Timeout.
 func (s *Store) admit(c net.Conn) {
 	var src netip.Addr
 	if ta, ok := c.RemoteAddr().(*net.TCPAddr); ok {
 		src = ta.AddrPort().Addr().Unmap()
 	}
-	s.mu.Lock()
-	if s.closed || len(s.conns) >= s.opts.MaxConns || s.perSrc[src] >= s.opts.MaxConnsPerSource {
-		s.mu.Unlock()
+	slot, ok := s.gate.Admit(src, c, func() { c.Close() })
+	if !ok {
 		c.Close()
 		s.opts.Logger.Debug("mooncake/p2p: connection refused at the bound", "remote", c.RemoteAddr())
 		return
 	}
-	s.conns[c] = src
-	s.perSrc[src]++
-	s.wg.Add(1)
-	s.mu.Unlock()
-	go s.serve(c)
+	s.wg.Add(1) // the accept loop holds the group: no race with Close's Wait
+	go s.serve(slot)
 }
 
-func (s *Store) serve(c net.Conn) {
+func (s *Store) serve(slot *acceptor.Slot[netip.Addr, net.Conn]) {
+	c := slot.Conn()
 	defer s.wg.Done()
 	defer func() {
-		s.mu.Lock()
-		src := s.conns[c]
-		delete(s.conns, c)
-		if s.perSrc[src]--; s.perSrc[src] <= 0 {
-			delete(s.perSrc, src)
-		}
-		s.mu.Unlock()
+		s.gate.Leave(slot)
 		c.Close()
 	}()
 	deadline := time.Now().Add(s.opts.Timeout)
 	c.SetDeadline(deadline)
 	t, body, err := ReadMessage(c, s.opts.MaxMessage)
+	slot.Work()
 	if err != nil {
 		s.opts.Logger.Debug("mooncake/p2p: bad request", "remote", c.RemoteAddr(), "err", err)
 		return
@@ -398,6 +392,7 @@ func (s *Store) serve(c net.Conn) {
 	if _, err := c.Write(reply); err != nil {
 		return
 	}
+	slot.Wait()
 	// Like Mooncake: half-close, then let the client close first, so the
 	// reply is never cut short by a reset. Bytes after the request are
 	// dropped (one request per connection).

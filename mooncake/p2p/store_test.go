@@ -306,10 +306,12 @@ func TestFetchFromMooncake(t *testing.T) {
 	}
 }
 
-// TestAdmission: at MaxConnsPerSource further connections are closed at
-// once, and served again when the held ones time out.
+// TestAdmission: the socket admits under te's policy
+// (internal/acceptor.Gate): at MaxConnsPerSource, connections that sent
+// nothing make room for a new one, the longest-waiting first, so idle
+// connections cannot lock out a Probe or a descriptor fetch.
 func TestAdmission(t *testing.T) {
-	s := newStore(t, Options{Timeout: 300 * time.Millisecond, MaxConnsPerSource: 2})
+	s := newStore(t, Options{Timeout: 10 * time.Second, MaxConnsPerSource: 2})
 	if err := s.Publish(context.Background(), teDesc(s.Name(), 1, segment.Buffer{Addr: 4096, Length: 4096})); err != nil {
 		t.Fatal(err)
 	}
@@ -321,29 +323,25 @@ func TestAdmission(t *testing.T) {
 		}
 		defer c.Close()
 		held = append(held, c)
-	}
-	deadline := time.Now().Add(5 * time.Second)
-	for {
-		s.mu.Lock()
-		n := len(s.conns)
-		s.mu.Unlock()
-		if n == 2 || time.Now().After(deadline) {
-			break
-		}
-		time.Sleep(time.Millisecond)
-	}
-	if out := rawExchange(t, s.Name(), AppendMessage(nil, Probe, []byte("{}")), false); len(out) != 0 {
-		t.Fatalf("third connection answered: % x", out)
-	}
-	// The held connections time out (no request within Timeout).
-	for _, c := range held {
-		c.SetReadDeadline(time.Now().Add(5 * time.Second))
-		if n, err := c.Read(make([]byte, 1)); n != 0 || err == nil {
-			t.Fatalf("held connection: %d %v", n, err)
+		// Admitted in this order (the gate evicts the longest-waiting).
+		for deadline := time.Now().Add(5 * time.Second); s.gate.Len() < len(held) && time.Now().Before(deadline); {
+			time.Sleep(time.Millisecond)
 		}
 	}
-	if err := ProbePeer(context.Background(), s.Name(), time.Second); err != nil {
-		t.Fatal(err)
+	if n := s.gate.Len(); n != 2 {
+		t.Fatalf("%d connections admitted, want 2", n)
+	}
+	start := time.Now()
+	if err := ProbePeer(context.Background(), s.Name(), 5*time.Second); err != nil {
+		t.Fatalf("a probe at the bound: %v", err)
+	}
+	// The first held connection made room: closed long before Timeout.
+	held[0].SetReadDeadline(time.Now().Add(5 * time.Second))
+	if n, err := held[0].Read(make([]byte, 1)); n != 0 || err == nil {
+		t.Fatalf("the longest-waiting connection: %d %v, want it closed", n, err)
+	}
+	if d := time.Since(start); d > 5*time.Second {
+		t.Fatalf("evicted after %v: that is the timeout, not admission", d)
 	}
 }
 
