@@ -10,6 +10,7 @@ import (
 	"sync/atomic"
 
 	"github.com/rdmago/te/engine/driver"
+	"github.com/rdmago/te/internal/cost"
 	"github.com/rdmago/te/segment"
 )
 
@@ -344,6 +345,7 @@ func (e *Engine) submit(id BatchID, reqs []Request, n *Notify, seg SegmentID) er
 			return fmt.Errorf("engine: submit: %w", err)
 		}
 	}
+	c0 := cost.Now()
 	if e.closed.Load() {
 		return ErrClosed
 	}
@@ -372,6 +374,7 @@ func (e *Engine) submit(id BatchID, reqs []Request, n *Notify, seg SegmentID) er
 			return fmt.Errorf("engine: submit: request %d: %w", i, err)
 		}
 	}
+	c0 = cost.Resolve.Since(c0)
 	var nt *note
 	if n != nil {
 		var err error
@@ -400,21 +403,36 @@ func (e *Engine) submit(id BatchID, reqs []Request, n *Notify, seg SegmentID) er
 	b.pending.Add(int64(len(reqs)))
 	b.submitted.Store(int64(base + len(reqs)))
 
-	// The local segment: copies in this goroutine.
+	// The local segment: copies in this goroutine, then completions.
+	local := false
 	for i := range reqs {
 		t := &b.tasks[base+i]
 		if t.seg != nil {
 			continue
 		}
-		s := b.newSlice()
-		s.task = t
-		s.Bind(s, 0)
+		if !local {
+			local = true
+			c0 = cost.Slice.Since(c0)
+		}
 		if t.op == Write {
 			copy(t.tmem, t.local)
 		} else {
 			copy(t.local, t.tmem)
 		}
-		s.Done(uint64(len(t.local)), nil)
+	}
+	if local {
+		c0 = cost.Move.Since(c0)
+		for i := range reqs {
+			t := &b.tasks[base+i]
+			if t.seg != nil {
+				continue
+			}
+			s := b.newSlice()
+			s.task = t
+			s.Bind(s, 0)
+			s.Done(uint64(len(t.local)), nil)
+		}
+		c0 = cost.Complete.Since(c0)
 	}
 	if nt != nil && nt.tr == nil {
 		e.sendLocalNote(nt)
@@ -453,14 +471,20 @@ func (e *Engine) submit(id BatchID, reqs []Request, n *Notify, seg SegmentID) er
 			}
 		}
 		b.scratch = ss
+		c0 = cost.Slice.Since(c0)
+		// The transport accounts for its own stages.
 		if nt != nil && nt.tr != nil {
 			nt.Bind(nt, 0)
 			nt.tr.SubmitNotify(ss, &nt.Note)
 		} else {
 			ts.slots[slot].Submit(ss)
 		}
+		if c0 != 0 {
+			c0 = cost.Now()
+		}
 		clear(ss)
 	}
+	cost.Slice.Since(c0)
 	return nil
 }
 
@@ -579,6 +603,7 @@ func (e *Engine) peerFor(ctx context.Context, s *remoteSegment, st *segState, sl
 
 // Status returns one task's state.
 func (e *Engine) Status(id BatchID, taskIdx int) (TaskStatus, error) {
+	defer cost.Status.Since(cost.Now())
 	b := e.batches.get(id)
 	if b == nil {
 		return TaskStatus{}, fmt.Errorf("%w: %#x", ErrInvalidBatch, uint64(id))
@@ -604,6 +629,7 @@ func (t *task) status() TaskStatus {
 // error), else COMPLETED. Transferred is the sum over tasks. A batch with
 // no tasks is COMPLETED.
 func (e *Engine) BatchStatus(id BatchID) (TaskStatus, error) {
+	defer cost.Status.Since(cost.Now())
 	b := e.batches.get(id)
 	if b == nil {
 		return TaskStatus{}, fmt.Errorf("%w: %#x", ErrInvalidBatch, uint64(id))
@@ -653,6 +679,7 @@ func (e *Engine) BatchStatus(id BatchID) (TaskStatus, error) {
 // failed task's error otherwise, or ctx's error. It does not allocate when
 // all tasks complete.
 func (e *Engine) Wait(ctx context.Context, id BatchID) error {
+	defer cost.Wait.Since(cost.Now())
 	b := e.batches.get(id)
 	if b == nil {
 		return fmt.Errorf("%w: %#x", ErrInvalidBatch, uint64(id))

@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/rdmago/te/engine"
+	"github.com/rdmago/te/engine/enginetest"
 	"github.com/rdmago/te/tcp"
 )
 
@@ -32,6 +33,25 @@ func BenchmarkLocal(b *testing.B) {
 				}
 			}
 			b.ReportMetric(float64(b.N*batch)/time.Since(start).Seconds(), "req/s")
+		})
+	}
+}
+
+// BenchmarkCost is the per-request cost of the local segment's path (the
+// engine alone: copies in the submitting goroutine), stage by stage
+// (enginetest.BenchCost, docs/cost.md). The transports' are shm's, tcp's
+// and rdma's BenchmarkCost.
+func BenchmarkCost(b *testing.B) {
+	const size = 4 << 10
+	batch := enginetest.CostBatch
+	for _, op := range []engine.Op{engine.Write, engine.Read} {
+		b.Run(fmt.Sprintf("op=%v/size=4KiB", op), func(b *testing.B) {
+			n := newNode(b, nil, "solo", 2*batch*size, tcp.Config{})
+			reqs := make([]engine.Request, batch)
+			for i := range reqs {
+				reqs[i] = engine.Request{Op: op, Local: n.buf()[i*size : (i+1)*size], Target: engine.LocalSegment, TargetAddr: n.base() + uint64((batch+i)*size)}
+			}
+			enginetest.BenchCost(b, n.e, reqs)
 		})
 	}
 }

@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/rdmago/te/engine/driver"
+	"github.com/rdmago/te/internal/cost"
 	"github.com/rdmago/te/uverbs"
 )
 
@@ -308,12 +309,16 @@ func (r *rail) run() {
 		r.work, r.in = r.in, r.work[:0]
 		r.inMu.Unlock()
 		had := len(r.work) > 0
+		c0 := cost.Now()
 		for i := range r.work {
 			it := r.work[i]
 			r.work[i] = item{}
 			r.handle(it)
 		}
 		r.flushChain()
+		if had {
+			cost.Move.Since(c0)
+		}
 		n := r.poll()
 		if n > 0 || had {
 			idle = 0
@@ -525,6 +530,7 @@ func (r *rail) finish(s *driver.Slice, ep *endpoint, n uint64, err error) {
 }
 
 func (r *rail) poll() int {
+	c0 := cost.Now()
 	n, err := r.v.Poll(r.wc)
 	if err != nil && !errors.Is(err, uverbs.ErrClosed) {
 		r.log.Error("rdma: poll CQ", "err", err)
@@ -536,7 +542,13 @@ func (r *rail) poll() int {
 	}
 	if n > 0 {
 		r.measure()
-		r.serviceBlocked()
+		cost.Complete.Since(c0)
+		// Posts that waited for the credits these completions freed.
+		c0 = cost.Now()
+		if len(r.blocked) > 0 {
+			r.serviceBlocked()
+			cost.Move.Since(c0)
+		}
 	}
 	return n
 }

@@ -15,6 +15,7 @@ import (
 
 	"github.com/rdmago/te/auth"
 	"github.com/rdmago/te/engine/driver"
+	"github.com/rdmago/te/internal/cost"
 	"github.com/rdmago/te/segment"
 	"github.com/rdmago/te/uverbs"
 )
@@ -323,6 +324,7 @@ const submitChunk = 128
 // lock and waking its owner once per call (per submitChunk slices); it
 // never blocks on a peer and may be re-entered from Slice.Done on a retry.
 func (t *Transport) submitSlices(ss []*driver.Slice) {
+	defer cost.Enqueue.Since(cost.Now())
 	var buf [submitChunk]routed
 	for len(ss) > 0 {
 		n := min(len(ss), submitChunk)

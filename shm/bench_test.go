@@ -6,6 +6,7 @@ import (
 	"testing"
 
 	"github.com/rdmago/te/engine"
+	"github.com/rdmago/te/engine/enginetest"
 )
 
 // BenchmarkTransfer: batches of 128 requests between two engines of this
@@ -47,6 +48,25 @@ func BenchmarkTransfer(b *testing.B) {
 					copy(dst[off:off+blk], src[off:off+blk])
 				}
 			}
+		})
+	}
+}
+
+// BenchmarkCost is shm's per-request cost, stage by stage
+// (enginetest.BenchCost, docs/cost.md): batches of 128 × 4 KiB between two
+// engines of this process.
+func BenchmarkCost(b *testing.B) {
+	const blk = 4 << 10
+	batch := enginetest.CostBatch
+	for _, op := range []engine.Op{engine.Write, engine.Read} {
+		b.Run(fmt.Sprintf("op=%v/size=4KiB", op), func(b *testing.B) {
+			ini, tgt, _, _, seg := inProcessPair(b, batch*blk, Config{})
+			base := engine.AddrOf(tgt.Mem.Bytes())
+			reqs := make([]engine.Request, batch)
+			for i := range reqs {
+				reqs[i] = engine.Request{Op: op, Local: ini.Mem.Bytes()[i*blk : (i+1)*blk], Target: seg, TargetAddr: base + uint64(i*blk)}
+			}
+			enginetest.BenchCost(b, ini.Engine, reqs)
 		})
 	}
 }

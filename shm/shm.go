@@ -21,6 +21,7 @@ import (
 	"github.com/rdmago/te/engine/driver"
 	"github.com/rdmago/te/internal/acceptor"
 	"github.com/rdmago/te/internal/control"
+	"github.com/rdmago/te/internal/cost"
 	"github.com/rdmago/te/internal/hostid"
 	"github.com/rdmago/te/internal/ratelog"
 	"github.com/rdmago/te/segment"
@@ -259,7 +260,7 @@ func (j *job) work() {
 		if i >= int64(len(j.ss)) {
 			return
 		}
-		copySlice(j.ss[i])
+		copySlice(j.ss[i], cost.Now())
 	}
 }
 
@@ -511,6 +512,7 @@ func (t *Transport) isLive(sr *sharedRegion) bool {
 // (each goroutine takes the next slice until none is left), and each slice
 // completes on the goroutine that copied it.
 func (t *Transport) submitSlices(ss []*driver.Slice) {
+	c0 := cost.Now()
 	t.submitting.Add(1)
 	defer t.submitting.Add(-1)
 	if t.closed.Load() {
@@ -531,6 +533,7 @@ func (t *Transport) submitSlices(ss []*driver.Slice) {
 			for _, c := range t.copiers {
 				c.add(j)
 			}
+			cost.Enqueue.Since(c0)
 			j.work()
 			for _, c := range t.copiers {
 				if c.retract(j) {
@@ -541,22 +544,52 @@ func (t *Transport) submitSlices(ss []*driver.Slice) {
 			return
 		}
 	}
-	for _, s := range ss {
-		copySlice(s)
+	c0 = cost.Enqueue.Since(c0)
+	// Copy a chunk, then complete it: the clock reads twice a chunk.
+	var res [copyChunk]struct {
+		n   uint64
+		err error
+	}
+	for len(ss) > 0 {
+		k := min(len(ss), copyChunk)
+		for i, s := range ss[:k] {
+			p, ok := s.Peer.(*peer)
+			if !ok {
+				res[i].n, res[i].err = 0, errForeign
+				continue
+			}
+			p.users.Add(1)
+			res[i].n, res[i].err = p.copy(s)
+			p.users.Add(-1)
+		}
+		c0 = cost.Move.Since(c0)
+		for i, s := range ss[:k] {
+			s.Done(res[i].n, res[i].err)
+			res[i].err = nil
+		}
+		c0 = cost.Complete.Since(c0)
+		ss = ss[k:]
 	}
 }
 
-// copySlice moves one slice and completes it.
-func copySlice(s *driver.Slice) {
+// copyChunk is how many slices the submitting goroutine copies before it
+// completes them.
+const copyChunk = 64
+
+// copySlice moves one slice and completes it; c0 is the clock
+// (internal/cost) and so is the result.
+func copySlice(s *driver.Slice, c0 int64) int64 {
 	p, ok := s.Peer.(*peer)
 	if !ok {
 		s.Done(0, errForeign)
-		return
+		return c0
 	}
 	p.users.Add(1)
 	n, err := p.copy(s)
 	p.users.Add(-1)
+	c0 = cost.Move.Since(c0)
 	s.Done(n, err)
+	return cost.Complete.Since(c0)
 }
 
 // connect hands the target's memory to this process: it checks that the

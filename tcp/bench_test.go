@@ -10,6 +10,7 @@ import (
 
 	"github.com/rdmago/te/auth"
 	"github.com/rdmago/te/engine"
+	"github.com/rdmago/te/engine/enginetest"
 )
 
 const benchBatch = 128
@@ -376,4 +377,23 @@ func BenchmarkAuth(b *testing.B) {
 	b.ReportMetric(gbps(sides[0].dur), "off-GB/s")
 	b.ReportMetric(gbps(sides[1].dur), "on-GB/s")
 	b.ReportMetric(sides[0].dur.Seconds()/sides[1].dur.Seconds(), "on/off")
+}
+
+// BenchmarkCost is tcp's per-request cost, stage by stage
+// (enginetest.BenchCost, docs/cost.md): batches of 128 × 4 KiB between two
+// engines of this process over loopback; the target's work is the serve
+// stage.
+func BenchmarkCost(b *testing.B) {
+	const size = 4 << 10
+	batch := enginetest.CostBatch
+	for _, op := range []engine.Op{engine.Write, engine.Read} {
+		b.Run(fmt.Sprintf("op=%v/size=4KiB", op), func(b *testing.B) {
+			p := newPair(b, batch*size, batch*size, Config{})
+			reqs := make([]engine.Request, batch)
+			for i := range reqs {
+				reqs[i] = engine.Request{Op: op, Local: p.ini.buf()[i*size : (i+1)*size], Target: p.seg, TargetAddr: p.tgt.base() + uint64(i*size)}
+			}
+			enginetest.BenchCost(b, p.ini.e, reqs)
+		})
+	}
 }

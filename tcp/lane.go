@@ -11,6 +11,7 @@ import (
 
 	"github.com/rdmago/te/auth"
 	"github.com/rdmago/te/engine/driver"
+	"github.com/rdmago/te/internal/cost"
 )
 
 // maxFramesPerWrite bounds the frames gathered into one writev (two
@@ -319,6 +320,7 @@ func (l *lane) connect(ctx context.Context) error {
 
 // send writes batch as frames on conn, maxFramesPerWrite per writev.
 func (l *lane) send(conn *net.TCPConn, batch []*driver.Slice) {
+	defer cost.Move.Since(cost.Now())
 	for len(batch) > 0 {
 		k := min(len(batch), maxFramesPerWrite)
 		chunk := batch[:k]
@@ -382,6 +384,7 @@ func (l *lane) readReplies(c *net.TCPConn) error {
 		if err := fr.header(&hb, 0); err != nil {
 			return connErr(err)
 		}
+		c0 := cost.Now() // per reply: the reader handles one at a time
 		h, err := decodeHeader(hb[:])
 		if err != nil {
 			return fmt.Errorf("%w: from %s: %v", ErrProtocol, l.p.addr, err)
@@ -434,6 +437,7 @@ func (l *lane) readReplies(c *net.TCPConn) error {
 		default:
 			s.Done(uint64(len(s.Local)), nil)
 		}
+		cost.Complete.Since(c0)
 	}
 }
 

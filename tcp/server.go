@@ -13,6 +13,7 @@ import (
 	"github.com/rdmago/te/auth"
 	"github.com/rdmago/te/engine/driver"
 	"github.com/rdmago/te/internal/acceptor"
+	"github.com/rdmago/te/internal/cost"
 )
 
 const connBufSize = 64 << 10
@@ -201,6 +202,7 @@ func (t *Transport) serveConn(sc *sconn) error {
 		if err != nil {
 			return err
 		}
+		c0 := cost.Now() // per request: the server handles one at a time
 		h, err := decodeHeader(hb[:])
 		if err != nil {
 			return err // framing cannot be trusted: drop the connection
@@ -244,6 +246,7 @@ func (t *Transport) serveConn(sc *sconn) error {
 		default:
 			return errProtocolOp
 		}
+		cost.Serve.Since(c0)
 	}
 }
 
@@ -253,6 +256,7 @@ func (t *Transport) flush(sc *sconn, g *gather) error {
 	if g.empty() {
 		return nil
 	}
+	defer cost.Serve.Since(cost.Now())
 	sc.wait()
 	sc.c.SetWriteDeadline(time.Now().Add(t.cfg.IOTimeout))
 	err := g.flush(sc.c)

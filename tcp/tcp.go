@@ -16,6 +16,7 @@ import (
 	"github.com/rdmago/te/engine/driver"
 	"github.com/rdmago/te/internal/acceptor"
 	"github.com/rdmago/te/internal/control"
+	"github.com/rdmago/te/internal/cost"
 	"github.com/rdmago/te/internal/ratelog"
 	"github.com/rdmago/te/segment"
 )
@@ -299,6 +300,7 @@ func (t *Transport) connect(ctx context.Context, remote *segment.Descriptor) (dr
 
 // submitSlices queues the slices on their peers' lanes.
 func (t *Transport) submitSlices(ss []*driver.Slice) {
+	defer cost.Enqueue.Since(cost.Now())
 	for len(ss) > 0 {
 		p, _ := ss[0].Peer.(*peer)
 		n := 1

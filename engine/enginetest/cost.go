@@ -1,0 +1,73 @@
+package enginetest
+
+import (
+	"context"
+	"testing"
+	"time"
+
+	"github.com/rdmago/te/engine"
+	"github.com/rdmago/te/internal/cost"
+)
+
+// CostBatch is the batch size of the per-request cost benchmarks.
+const CostBatch = 128
+
+// BenchCost runs te bench's loop over e (allocate a batch, submit reqs,
+// wait, read the batch's status, free it) with the stage clock of
+// internal/cost on, and reports each stage's nanoseconds per request
+// (metrics "<stage>-ns/req", docs/cost.md), their CPU sum ("cpu-ns/req")
+// and the wall time per request ("ns/req"). Nothing else in the process
+// may move bytes meanwhile: the clock's totals are process-wide. Run it
+// with -benchmem: allocs/op are per batch.
+func BenchCost(b *testing.B, e *engine.Engine, reqs []engine.Request) {
+	b.Helper()
+	ctx := context.Background()
+	step := func() {
+		id, err := e.AllocateBatch(len(reqs))
+		if err == nil {
+			err = e.Submit(id, reqs)
+		}
+		if err == nil {
+			err = e.Wait(ctx, id)
+		}
+		if err == nil {
+			var st engine.TaskStatus
+			if st, err = e.BatchStatus(id); err == nil && st.State != engine.StateCompleted {
+				b.Fatalf("batch %v after Wait", st.State)
+			}
+		}
+		if err == nil {
+			err = e.FreeBatch(id)
+		}
+		if err != nil {
+			b.Fatal(err)
+		}
+	}
+	// Warm up: connections made, queues and rings sized, memory touched.
+	for range 8 {
+		step()
+	}
+	var bytes int64
+	for i := range reqs {
+		n := int64(reqs[i].Length)
+		if n == 0 {
+			n = int64(len(reqs[i].Local))
+		}
+		bytes += n
+	}
+	b.SetBytes(bytes)
+	b.ReportAllocs()
+	cost.Reset()
+	cost.Enable(true)
+	defer cost.Enable(false)
+	start := time.Now()
+	n := 0
+	for b.Loop() {
+		step()
+		n++
+	}
+	el := time.Since(start)
+	cost.Enable(false)
+	cost.Report(b, n*len(reqs))
+	b.ReportMetric(float64(el.Nanoseconds())/float64(n*len(reqs)), "ns/req")
+}
