@@ -19,7 +19,10 @@ func (t *Transport) Driver() driver.Transport { return drv{t} }
 // fits in an interface without allocating.
 type drv struct{ t *Transport }
 
-var _ driver.Transport = drv{}
+var (
+	_ driver.Transport = drv{}
+	_ driver.Notifier  = drv{}
+)
 
 func (d drv) Name() string                         { return segment.ProtoTCP }
 func (d drv) Install(h driver.Host) error          { return d.t.install(h) }
@@ -35,4 +38,7 @@ func (d drv) Connect(ctx context.Context, remote *segment.Descriptor) (driver.Pe
 }
 func (d drv) SliceSize() uint64         { return d.t.sliceSize() }
 func (d drv) Submit(ss []*driver.Slice) { d.t.submitSlices(ss) }
-func (d drv) Close() error              { return d.t.shutdown() }
+func (d drv) SubmitNotify(ss []*driver.Slice, n *driver.Note) {
+	d.t.submitNotify(ss, n)
+}
+func (d drv) Close() error { return d.t.shutdown() }

@@ -14,7 +14,8 @@ import (
 //	off len field
 //	  0   2 magic    "TE" (0x54 0x45)
 //	  2   1 version  2
-//	  3   1 op       2 WRITE, 3 READ; replies set bit 0x80
+//	  3   1 op       2 WRITE, 3 READ, 4 MARK (notify.go); replies set
+//	                 bit 0x80
 //	  4   2 status   0 in requests; the outcome in replies
 //	  6   2 flags    requests: bit 0 More; all other bits (and any bit
 //	                 in replies) are reserved and rejected
@@ -71,6 +72,9 @@ const (
 	statusBusy       status = 2 // region being unregistered
 	statusStaleEpoch status = 3 // handshake for another incarnation
 	statusBadRequest status = 4
+	// Replies to marks (notify.go).
+	statusNotifyFull   status = 5 // the notification queue stayed full
+	statusNotDelivered status = 6 // a run failed or was aborted
 )
 
 // header is a decoded frame header.
@@ -123,7 +127,7 @@ func decodeHeader(b []byte) (header, error) {
 		length: binary.LittleEndian.Uint64(b[24:]),
 	}
 	switch h.op &^ opReply {
-	case opWrite, opRead:
+	case opWrite, opRead, opMark:
 	default:
 		return header{}, errOp
 	}

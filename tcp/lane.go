@@ -29,6 +29,9 @@ type peer struct {
 	rr    atomic.Uint32
 	gens  atomic.Uint64 // connections made
 
+	nmu   sync.Mutex // guards nfree
+	nfree []*tnote   // notes' states, reused
+
 	closeOnce sync.Once
 	wg        sync.WaitGroup // lane goroutines
 }
@@ -74,7 +77,7 @@ func (p *peer) submit(ss []*driver.Slice) {
 	if len(ss) == 1 && ss[0].Attempt() > 0 {
 		// A retry after a broken connection: other lanes may be broken
 		// too without knowing it yet, so use the freshest one.
-		p.freshLane().enqueue(ss)
+		p.freshLane().enqueue(ss, nil)
 		return
 	}
 	var total int
@@ -86,7 +89,7 @@ func (p *peer) submit(ss []*driver.Slice) {
 	per := (len(ss) + n - 1) / n
 	for i := 0; len(ss) > 0; i++ {
 		k := min(per, len(ss))
-		p.lanes[(start+i)%len(p.lanes)].enqueue(ss[:k])
+		p.lanes[(start+i)%len(p.lanes)].enqueue(ss[:k], nil)
 		ss = ss[k:]
 	}
 }
@@ -110,9 +113,10 @@ func (p *peer) freshLane() *lane {
 	return best
 }
 
-// inflight is a request written (or being written) on a lane's connection.
+// inflight is a request written (or being written) on a lane's
+// connection: a slice or a mark.
 type inflight struct {
-	s  *driver.Slice
+	item
 	id uint64
 }
 
@@ -156,7 +160,7 @@ type lane struct {
 	mu      sync.Mutex // guards the fields below
 	closed  bool
 	started bool // writer running
-	pending []*driver.Slice
+	pending []item
 	conn    *net.TCPConn
 	ring    ring // requests on conn awaiting replies
 	reading bool // the reader owns a popped request (payload in progress)
@@ -165,7 +169,7 @@ type lane struct {
 	// writer (deferred), so no task finishes — and no memory is unpinned —
 	// while the kernel may still read its memory.
 	writing  bool
-	deferred []*driver.Slice
+	deferred []item
 	deferErr error
 	// why the last connection was failed (fail), so a reader interrupted
 	// by that failure reports the cause rather than "closed connection".
@@ -179,17 +183,20 @@ type lane struct {
 	stall    int
 
 	// writer-only
-	spare []*driver.Slice
+	spare []item
 	g     *gather
 }
 
-func (l *lane) enqueue(ss []*driver.Slice) {
+// enqueue queues ss, followed by m when not nil (a run and its mark are
+// queued together, so the writer takes them in one batch).
+func (l *lane) enqueue(ss []*driver.Slice, m *mark) {
 	for _, s := range ss {
 		if uint64(len(s.Local)) > maxPayload {
 			// The engine never cuts slices this large with sane
 			// configuration; refuse all rather than half a submission.
-			for _, s := range ss {
-				s.Done(0, errTooLarge)
+			doneAll(ss, errTooLarge)
+			if m != nil {
+				m.done(errTooLarge)
 			}
 			return
 		}
@@ -197,12 +204,18 @@ func (l *lane) enqueue(ss []*driver.Slice) {
 	l.mu.Lock()
 	if l.closed {
 		l.mu.Unlock()
-		for _, s := range ss {
-			s.Done(0, errPeerClosed)
+		doneAll(ss, errPeerClosed)
+		if m != nil {
+			m.done(errPeerClosed)
 		}
 		return
 	}
-	l.pending = append(l.pending, ss...)
+	for _, s := range ss {
+		l.pending = append(l.pending, item{s: s})
+	}
+	if m != nil {
+		l.pending = append(l.pending, item{m: m})
+	}
 	if !l.started {
 		l.started = true
 		l.p.wg.Add(1)
@@ -244,7 +257,7 @@ func (l *lane) writeLoop() {
 				batch := l.pending
 				l.pending = nil
 				l.mu.Unlock()
-				doneAll(batch, errPeerClosed)
+				doneItems(batch, errPeerClosed)
 				return
 			}
 			if len(l.pending) == 0 {
@@ -255,9 +268,10 @@ func (l *lane) writeLoop() {
 			l.pending = l.spare[:0]
 			conn := l.conn
 			l.mu.Unlock()
+			dropCanceled(batch)
 			if conn == nil {
 				if err := l.connect(l.p.t.ctx); err != nil {
-					doneAll(batch, err)
+					doneItems(batch, err)
 					l.recycle(batch)
 					continue
 				}
@@ -267,7 +281,7 @@ func (l *lane) writeLoop() {
 			}
 			if conn == nil {
 				// Failed at once (e.g. the HELLO was refused).
-				doneAll(batch, l.cause(nil, errPeerClosed))
+				doneItems(batch, l.cause(nil, errPeerClosed))
 			} else {
 				l.send(conn, batch)
 			}
@@ -276,7 +290,7 @@ func (l *lane) writeLoop() {
 	}
 }
 
-func (l *lane) recycle(batch []*driver.Slice) {
+func (l *lane) recycle(batch []item) {
 	clear(batch)
 	l.spare = batch[:0]
 }
@@ -319,7 +333,7 @@ func (l *lane) connect(ctx context.Context) error {
 }
 
 // send writes batch as frames on conn, maxFramesPerWrite per writev.
-func (l *lane) send(conn *net.TCPConn, batch []*driver.Slice) {
+func (l *lane) send(conn *net.TCPConn, batch []item) {
 	defer cost.Move.Since(cost.Now())
 	for len(batch) > 0 {
 		k := min(len(batch), maxFramesPerWrite)
@@ -327,23 +341,40 @@ func (l *lane) send(conn *net.TCPConn, batch []*driver.Slice) {
 		l.mu.Lock()
 		if l.conn != conn {
 			l.mu.Unlock()
-			doneAll(batch, l.cause(conn, fmt.Errorf("%w: to %s at %s", ErrConnection, l.p.name, l.p.addr)))
+			doneItems(batch, l.cause(conn, fmt.Errorf("%w: to %s at %s", ErrConnection, l.p.name, l.p.addr)))
 			return
 		}
-		for i, s := range chunk {
+		last := len(chunk) - 1
+		for last > 0 && chunk[last].s == nil && chunk[last].m == nil {
+			last--
+		}
+		for i, it := range chunk {
+			if it.s == nil && it.m == nil {
+				continue // a cancelled slice, already completed
+			}
 			id := l.nextID
 			l.nextID++
-			h := header{op: opRead, id: id, addr: s.RemoteAddr, length: uint64(len(s.Local))}
-			if i < len(chunk)-1 {
+			var h header
+			switch s := it.s; {
+			case it.m != nil:
+				h = header{op: opMark, id: id, addr: it.m.tn.n.ID, length: uint64(len(it.m.buf))}
+			case s.Op == driver.Write:
+				h = header{op: opWrite, id: id, addr: s.RemoteAddr, length: uint64(len(s.Local))}
+			default:
+				h = header{op: opRead, id: id, addr: s.RemoteAddr, length: uint64(len(s.Local))}
+			}
+			if i < last {
 				h.flags = flagMore
 			}
-			if s.Op == driver.Write {
-				h.op = opWrite
-				l.g.add(&h, s.Local, nil)
-			} else {
+			switch {
+			case it.m != nil:
+				l.g.add(&h, it.m.buf, nil)
+			case h.op == opWrite:
+				l.g.add(&h, it.s.Local, nil)
+			default:
 				l.g.add(&h, nil, nil)
 			}
-			l.ring.push(inflight{s: s, id: id})
+			l.ring.push(inflight{item: it, id: id})
 		}
 		l.writing = true
 		l.mu.Unlock()
@@ -358,9 +389,9 @@ func (l *lane) send(conn *net.TCPConn, batch []*driver.Slice) {
 		deferred, derr := l.deferred, l.deferErr
 		l.deferred, l.deferErr = nil, nil
 		l.mu.Unlock()
-		doneAll(deferred, derr)
+		doneItems(deferred, derr)
 		if err != nil {
-			doneAll(batch, err)
+			doneItems(batch, err)
 			return
 		}
 	}
@@ -396,7 +427,10 @@ func (l *lane) readReplies(c *net.TCPConn) error {
 		}
 		e, ok := l.ring.peek()
 		want := opWrite | opReply
-		if ok && e.s.Op == driver.Read {
+		switch {
+		case ok && e.m != nil:
+			want = opMark | opReply
+		case ok && e.s.Op == driver.Read:
 			want = opRead | opReply
 		}
 		if !ok || e.id != h.id || h.op != want {
@@ -411,6 +445,10 @@ func (l *lane) readReplies(c *net.TCPConn) error {
 		serr := statusErr(h.status)
 		var rerr error
 		switch {
+		case e.m != nil:
+			if h.length != 0 {
+				rerr = fmt.Errorf("%w: mark reply with %d bytes of payload from %s", ErrProtocol, h.length, l.p.addr)
+			}
 		case serr == nil && s.Op == driver.Read:
 			if h.length != uint64(len(s.Local)) {
 				rerr = fmt.Errorf("%w: READ reply of %d bytes for %d from %s", ErrProtocol, h.length, len(s.Local), l.p.addr)
@@ -430,8 +468,10 @@ func (l *lane) readReplies(c *net.TCPConn) error {
 			// without a connection and dial a fresh one, not queue
 			// behind the broken one.
 			l.fail(c, rerr)
-			s.Done(0, rerr)
+			doneItems([]item{e.item}, rerr)
 			return rerr
+		case e.m != nil:
+			e.m.done(serr)
 		case serr != nil:
 			s.Done(0, serr)
 		default:
@@ -467,14 +507,14 @@ func (l *lane) fail(c *net.TCPConn, err error) {
 	}
 	l.failedConn, l.failedErr = c, err
 	c.Close()
-	failed := make([]*driver.Slice, 0, l.ring.n)
+	failed := make([]item, 0, l.ring.n)
 	for {
 		e, ok := l.ring.peek()
 		if !ok {
 			break
 		}
 		l.ring.pop()
-		failed = append(failed, e.s)
+		failed = append(failed, e.item)
 	}
 	if l.writing {
 		// The writer completes them once its writev has returned.
@@ -488,7 +528,7 @@ func (l *lane) fail(c *net.TCPConn, err error) {
 	if len(failed) > 0 {
 		l.p.t.log.Debug("tcp: lane failed", "peer", l.p.name, "addr", l.p.addr, "requests", len(failed), "err", err)
 	}
-	doneAll(failed, err)
+	doneItems(failed, err)
 }
 
 // checkStall counts watchdog ticks without progress while requests are

@@ -151,21 +151,26 @@ const flushBytes = 1 << 20
 
 // handshake runs the target's side of the handshake within IOTimeout;
 // failures are logged (rate-limited) with the peer's address.
-func (t *Transport) handshake(c *net.TCPConn) error {
+func (t *Transport) handshake(c *net.TCPConn) (auth.Party, error) {
 	c.SetDeadline(time.Now().Add(t.cfg.IOTimeout))
-	_, err := acceptHandshake(c, t.cfg.Auth, auth.Party{Name: t.host.LocalName(), Epoch: t.host.Epoch()})
+	from, err := acceptHandshake(c, t.cfg.Auth, auth.Party{Name: t.host.LocalName(), Epoch: t.host.Epoch()})
 	c.SetDeadline(time.Time{})
 	t.authLog.Failed(c.RemoteAddr(), err)
-	return err
+	return from, err
 }
 
 func (t *Transport) serveConn(sc *sconn) error {
 	c := sc.c
 	// No request is read, and no byte of memory exposed, before the
 	// handshake has succeeded.
-	if err := t.handshake(c); err != nil {
+	from, err := t.handshake(c)
+	if err != nil {
 		return fmt.Errorf("%w: %w", errHandshake, err)
 	}
+	// served counts the data frames served, lastBad is the number of the
+	// last one that failed: a mark checks its run against them.
+	var served, lastBad uint64
+	var markBuf []byte
 	fr := newFrameReader(c)
 	fr.timeout = t.cfg.IOTimeout
 	g := newGather(maxFramesPerWrite)
@@ -211,9 +216,11 @@ func (t *Transport) serveConn(sc *sconn) error {
 		var reply header
 		switch h.op {
 		case opWrite:
+			served++
 			reply = header{op: opWrite | opReply, id: h.id, addr: h.addr}
 			mem, r, aerr := t.host.AcquireLocal(h.addr, h.length)
 			if aerr != nil {
+				lastBad = served
 				reply.status = acquireStatus(aerr)
 				// Nothing is written: the payload is consumed and
 				// dropped, within the I/O timeout.
@@ -234,15 +241,43 @@ func (t *Transport) serveConn(sc *sconn) error {
 			}
 			g.add(&reply, nil, nil)
 		case opRead:
+			served++
 			reply = header{op: opRead | opReply, id: h.id, addr: h.addr}
 			mem, r, aerr := t.host.AcquireLocal(h.addr, h.length)
 			if aerr != nil {
+				lastBad = served
 				reply.status = acquireStatus(aerr)
 				g.add(&reply, nil, nil)
 			} else {
 				reply.length = h.length
 				g.add(&reply, mem, r) // r is released once written
 			}
+		case opMark:
+			if h.length < markHdrLen || h.length > markMaxLen {
+				return errMarkBadLength // framing cannot be trusted
+			}
+			if markBuf == nil {
+				markBuf = make([]byte, markMaxLen)
+			}
+			sc.wait()
+			err := fr.payload(markBuf[:h.length])
+			sc.work()
+			if err != nil {
+				return err
+			}
+			reply = header{op: opMark | opReply, id: h.id, addr: h.addr}
+			mi, merr := decodeMark(markBuf[:h.length])
+			if merr != nil {
+				reply.status = statusBadRequest
+			} else {
+				// Replies gathered so far go out first: delivery may
+				// wait for room in the queue.
+				if err := t.flush(sc, g); err != nil {
+					return err
+				}
+				reply.status = t.serveMark(sc, driver.Sender{Name: from.Name, Epoch: from.Epoch}, h.addr, &mi, served, lastBad)
+			}
+			g.add(&reply, nil, nil)
 		default:
 			return errProtocolOp
 		}

@@ -125,6 +125,10 @@ func statusErr(s status) error {
 		return errRemoteBusy
 	case statusStaleEpoch:
 		return errRemoteStale
+	case statusNotifyFull:
+		return errNotifyFull
+	case statusNotDelivered:
+		return errNotDelivered
 	}
 	return errRemoteBad
 }
@@ -151,6 +155,7 @@ type Transport struct {
 	peers     map[*peer]struct{}
 	authLog   *control.Log
 	lostLog   *ratelog.Log
+	notes     noteTable // target: notes partly marked
 	// peak is the most connections served since the last release of
 	// their memory; releasing: a release is pending.
 	peak      int
@@ -261,7 +266,7 @@ func (t *Transport) describe(d *segment.Descriptor) error {
 	d.Protocols = append(d.Protocols, segment.Protocol{
 		Name:     segment.ProtoTCP,
 		Endpoint: t.endpoint,
-		Attrs:    map[string]string{"wire": strconv.Itoa(wireVersion)},
+		Attrs:    map[string]string{"wire": strconv.Itoa(wireVersion), notifyAttr: "1"},
 	})
 	return nil
 }

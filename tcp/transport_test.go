@@ -325,6 +325,10 @@ func runChildTarget() {
 		os.Exit(1)
 	}
 	fmt.Printf("%s\n", b)
+	go func() {
+		for range e.Notifications() {
+		}
+	}()
 	io.Copy(io.Discard, os.Stdin) // serve until killed or stdin closes
 	os.Exit(0)
 }
