@@ -77,6 +77,9 @@ type TaskStatus struct {
 	// tasks, or the distinct names in task order, comma-separated, when
 	// tasks went different ways.
 	Transport string
+	// Layer is the last layer the task (every task, for a batch: the
+	// least advanced) has reached; see Snapshot for more.
+	Layer Layer
 }
 
 // task is one request's completion state.
@@ -106,7 +109,33 @@ type task struct {
 	tname    string        // the transport's name
 	nslices  int64
 	sliceMax uint64
-	note     *note // the notification following the task's submission
+	note     *note      // the notification following the task's submission
+	stats    *peerStats // nil for the local segment
+	start    int64      // Submit's time, ns on the engine's clock
+
+	// Progress, for Snapshot: slices posted and not done, retries and
+	// the last retry's cause; logged is set once the task was reported
+	// stuck.
+	posted  atomic.Int64
+	retries atomic.Uint32
+	cause   atomic.Uint32
+	logged  atomic.Bool
+}
+
+// layer is where the task is: see Layer.
+func (t *task) layer() Layer {
+	switch State(t.state.Load()) {
+	case StateCompleted:
+		return LayerCompleted
+	case StateFailed, StateCanceled:
+		return LayerFailed
+	case StatePending:
+		if t.pending.Load() > t.posted.Load() {
+			return LayerQueued
+		}
+		return LayerPosted
+	}
+	return LayerNone
 }
 
 func (t *task) setErr(err error) {
@@ -133,6 +162,9 @@ func (t *task) finish() {
 	}
 	t.release()
 	b := t.b
+	if t.stats != nil {
+		t.stats.tasks.Add(1)
+	}
 	t.state.Store(uint32(st))
 	if n := t.note; n != nil {
 		if st != StateCompleted {
@@ -146,6 +178,8 @@ func (t *task) finish() {
 // done counts one finished task or note down.
 func (b *batch) done() {
 	if b.pending.Add(-1) == 0 {
+		e := b.e
+		e.stats.batch.observe(e.now() - b.start.Load())
 		select {
 		case b.notify <- struct{}{}:
 		default:
@@ -194,6 +228,7 @@ type batch struct {
 	chunks    [][]slice // slice arena; never moves once allocated
 	nslices   int
 	scratch   []*driver.Slice
+	start     atomic.Int64 // when pending last rose from 0, ns on the engine's clock
 }
 
 func (b *batch) newSlice() *slice {
@@ -366,8 +401,9 @@ func (e *Engine) submit(id BatchID, reqs []Request, n *Notify, seg SegmentID) er
 		return fmt.Errorf("%w: %d submitted + %d new > capacity %d", ErrBatchFull, base, len(reqs), len(b.tasks))
 	}
 	ts := e.transports.Load()
+	now := e.now()
 	for i := range reqs {
-		if err := e.resolve(&b.tasks[base+i], &reqs[i], ts); err != nil {
+		if err := e.resolve(&b.tasks[base+i], &reqs[i], ts, now); err != nil {
 			for j := base; j <= base+i; j++ {
 				b.tasks[j].unpin()
 			}
@@ -397,10 +433,13 @@ func (e *Engine) submit(id BatchID, reqs []Request, n *Notify, seg SegmentID) er
 			used |= 1 << t.slot
 		}
 	}
+	add := int64(len(reqs))
 	if nt != nil {
-		b.pending.Add(1)
+		add++
 	}
-	b.pending.Add(int64(len(reqs)))
+	if b.pending.Add(add) == add {
+		b.start.Store(now)
+	}
 	b.submitted.Store(int64(base + len(reqs)))
 
 	// The local segment: copies in this goroutine, then completions.
@@ -489,8 +528,8 @@ func (e *Engine) submit(id BatchID, reqs []Request, n *Notify, seg SegmentID) er
 }
 
 // resolve validates r and fills t; on error t holds what must be unpinned.
-func (e *Engine) resolve(t *task, r *Request, ts *transportSet) error {
-	*t = task{b: t.b, slot: -1}
+func (e *Engine) resolve(t *task, r *Request, ts *transportSet, now int64) error {
+	*t = task{b: t.b, slot: -1, start: now}
 	if r.Op != Read && r.Op != Write {
 		return fmt.Errorf("%w: op %d", ErrInvalidRequest, r.Op)
 	}
@@ -548,14 +587,15 @@ func (e *Engine) resolve(t *task, r *Request, ts *transportSet) error {
 	if err != nil {
 		return fmt.Errorf("%w: %s [%#x, %#x)", ErrOutOfRange, s.name, r.TargetAddr, r.TargetAddr+n)
 	}
-	slot, p, err := e.connect(e.ctx, s, st, ts, r.Transport, t)
+	slot, ref, err := e.connect(e.ctx, s, st, ts, r.Transport, t)
 	if err != nil {
 		return err
 	}
 	t.st = st
 	t.slot = slot
 	t.tname = ts.names[slot]
-	t.peer = p
+	t.peer = ref.p
+	t.stats = ref.stats
 	t.rbuf = &st.desc.Buffers[bi]
 	t.raddr = r.TargetAddr
 	t.sliceMax = e.cfg.SliceSize
@@ -592,9 +632,9 @@ func (e *Engine) admit(t *task, ts *transportSet, slot int) error {
 
 // peerFor is peer with the engine's own bounded context, for connections
 // first needed by Submit.
-func (e *Engine) peerFor(ctx context.Context, s *remoteSegment, st *segState, slot int) (driver.Peer, error) {
+func (e *Engine) peerFor(ctx context.Context, s *remoteSegment, st *segState, slot int) (*peerRef, error) {
 	if ref := st.peers[slot].Load(); ref != nil {
-		return ref.p, nil
+		return ref, nil
 	}
 	ctx, cancel := context.WithTimeout(ctx, e.cfg.MetadataTimeout)
 	defer cancel()
@@ -615,7 +655,7 @@ func (e *Engine) Status(id BatchID, taskIdx int) (TaskStatus, error) {
 }
 
 func (t *task) status() TaskStatus {
-	st := TaskStatus{State: State(t.state.Load()), Transferred: t.transferred.Load(), Transport: t.tname}
+	st := TaskStatus{State: State(t.state.Load()), Transferred: t.transferred.Load(), Transport: t.tname, Layer: t.layer()}
 	if st.State == StateFailed {
 		t.mu.Lock()
 		st.Err = t.err
@@ -634,10 +674,13 @@ func (e *Engine) BatchStatus(id BatchID) (TaskStatus, error) {
 	if b == nil {
 		return TaskStatus{}, fmt.Errorf("%w: %#x", ErrInvalidBatch, uint64(id))
 	}
-	out := TaskStatus{State: StateCompleted}
+	out := TaskStatus{State: StateCompleted, Layer: LayerCompleted}
 	n := int(b.submitted.Load())
 	for i := range b.tasks[:n] {
 		ts := b.tasks[i].status()
+		if ts.Layer.behind(out.Layer) {
+			out.Layer = ts.Layer
+		}
 		out.Transferred += ts.Transferred
 		if ts.Transport != "" && ts.Transport != out.Transport && !inList(out.Transport, ts.Transport) {
 			if out.Transport != "" {

@@ -67,6 +67,16 @@
 // application stalls, then fails with ErrNotifyFull. docs/notify.md has
 // the details.
 //
+// Explaining itself: every task knows the last layer it reached
+// (TaskStatus.Layer: queued in its transport, posted to the NIC or written
+// to a connection, completed, failed) and how often and why its slices were
+// retried. Snapshot shows the transports (rails, endpoints or lanes with
+// their queue depths), opened segments with the age of their descriptors,
+// tasks in flight with their layers and ages, and the counters that the
+// metrics package exports; a task in flight longer than Config.StuckAfter
+// is logged once with its layer and its paths to the peer. Keeping this
+// costs a few atomic operations per slice and no allocation.
+//
 // All methods of Engine are safe for concurrent use. Submit calls on one
 // batch are serialised; use one batch per submitting goroutine for
 // parallelism.

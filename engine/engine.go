@@ -59,6 +59,11 @@ type Config struct {
 	// Defaults DefaultNotifyQueue and DefaultNotifyQueuePerSender.
 	NotifyQueue          int
 	NotifyQueuePerSender int
+	// StuckAfter is how long a task may stay in flight before the engine
+	// logs it (once, at Warn) with the layer where it waits (Layer) and
+	// its transport's view of the path; Snapshot shows it as well.
+	// Default 30s; negative disables the log.
+	StuckAfter time.Duration
 }
 
 // Engine is a transfer engine instance: one local segment, its registered
@@ -68,6 +73,7 @@ type Engine struct {
 	cfg   Config
 	log   *slog.Logger
 	epoch uint64
+	born  time.Time // the engine's clock starts here (monotonic)
 
 	closed    atomic.Bool
 	closeOnce sync.Once
@@ -96,7 +102,11 @@ type Engine struct {
 
 	inbox   inbox
 	noteSeq atomic.Uint64 // Note IDs
+	stats   statTable
 }
+
+// now is the engine's clock: nanoseconds since New, monotonic.
+func (e *Engine) now() int64 { return int64(time.Since(e.born)) }
 
 // transportSet is an immutable snapshot of the installed transports.
 type transportSet struct {
@@ -181,6 +191,9 @@ func New(cfg Config) (*Engine, error) {
 	if cfg.MetadataTimeout <= 0 {
 		cfg.MetadataTimeout = 5 * time.Second
 	}
+	if cfg.StuckAfter == 0 {
+		cfg.StuckAfter = DefaultStuckAfter
+	}
 	log := cfg.Logger
 	if log == nil {
 		log = slog.New(slog.DiscardHandler)
@@ -189,7 +202,7 @@ func New(cfg Config) (*Engine, error) {
 	if _, err := rand.Read(eb[:]); err != nil {
 		return nil, fmt.Errorf("engine: epoch: %w", err)
 	}
-	e := &Engine{cfg: cfg, log: log, epoch: binary.LittleEndian.Uint64(eb[:]) | 1}
+	e := &Engine{cfg: cfg, log: log, epoch: binary.LittleEndian.Uint64(eb[:]) | 1, born: time.Now()}
 	e.ctx, e.cancel = context.WithCancel(context.Background())
 	if cfg.NotifyQueue <= 0 {
 		cfg.NotifyQueue = DefaultNotifyQueue
@@ -204,6 +217,10 @@ func New(cfg Config) (*Engine, error) {
 	if err := e.republish(); err != nil {
 		e.cancel()
 		return nil, err
+	}
+	if cfg.StuckAfter > 0 {
+		e.wg.Add(1)
+		go e.watchStuck()
 	}
 	return e, nil
 }

@@ -226,7 +226,7 @@ func (e *Engine) resolveSegment(t *task, seg SegmentID, ts *transportSet) error 
 	if err != nil {
 		return err
 	}
-	t.st, t.slot, t.tname, t.peer = st, slot, ts.names[slot], p
+	t.st, t.slot, t.tname, t.peer = st, slot, ts.names[slot], p.p
 	return nil
 }
 

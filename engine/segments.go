@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"sync"
 	"sync/atomic"
+	"time"
 
 	"github.com/rdmago/te/engine/driver"
 	"github.com/rdmago/te/segment"
@@ -43,6 +44,8 @@ type remoteSegment struct {
 type segState struct {
 	desc *segment.Descriptor
 	gone bool
+	// fetched is when desc came from the store.
+	fetched time.Time
 	// route is the order requests without a hint try the transports
 	// in (Config.Selector), for the transport set it was computed for.
 	route atomic.Pointer[route]
@@ -52,7 +55,12 @@ type segState struct {
 	reach [maxTransports]atomic.Uint32
 }
 
-type peerRef struct{ p driver.Peer }
+// peerRef is a transport's Peer for one segment state, with the
+// counters of its traffic.
+type peerRef struct {
+	p     driver.Peer
+	stats *peerStats
+}
 
 type segTable struct {
 	mu     sync.RWMutex
@@ -229,7 +237,7 @@ func (e *Engine) OpenSegment(ctx context.Context, name string, opts *OpenOptions
 // newState makes the state for descriptor d, which must leave a transport
 // to use.
 func (e *Engine) newState(s *remoteSegment, d *segment.Descriptor) (*segState, error) {
-	st := &segState{desc: d}
+	st := &segState{desc: d, fetched: time.Now()}
 	if _, _, err := e.pickSlot(e.transports.Load(), st, "", s.force); err != nil {
 		return nil, err
 	}
@@ -245,14 +253,14 @@ func protoNames(d *segment.Descriptor) []string {
 }
 
 // peer returns the connected Peer of slot for st, connecting on first use.
-func (e *Engine) peer(ctx context.Context, s *remoteSegment, st *segState, slot int) (driver.Peer, error) {
+func (e *Engine) peer(ctx context.Context, s *remoteSegment, st *segState, slot int) (*peerRef, error) {
 	if ref := st.peers[slot].Load(); ref != nil {
-		return ref.p, nil
+		return ref, nil
 	}
 	s.connMu.Lock()
 	defer s.connMu.Unlock()
 	if ref := st.peers[slot].Load(); ref != nil {
-		return ref.p, nil
+		return ref, nil
 	}
 	if s.state.Load() != st && s.state.Load() != nil {
 		return nil, fmt.Errorf("%w: %s changed while connecting", ErrPeerReset, s.name)
@@ -265,8 +273,9 @@ func (e *Engine) peer(ctx context.Context, s *remoteSegment, st *segState, slot 
 	if err != nil {
 		return nil, &connectError{fmt.Errorf("engine: connect %s over %s: %w", s.name, t.Name(), err)}
 	}
-	st.peers[slot].Store(&peerRef{p})
-	return p, nil
+	ref := &peerRef{p: p, stats: e.stats.peer(s.name, t.Name())}
+	st.peers[slot].Store(ref)
+	return ref, nil
 }
 
 // refresh installs a descriptor reported by the store's watch (nil: gone).
@@ -275,7 +284,7 @@ func (e *Engine) refresh(s *remoteSegment, d *segment.Descriptor) {
 	defer s.connMu.Unlock()
 	old := s.state.Load()
 	if d == nil {
-		ns := &segState{desc: old.desc, gone: true}
+		ns := &segState{desc: old.desc, gone: true, fetched: time.Now()}
 		s.state.Store(ns)
 		closePeers(old, -1)
 		e.log.Info("engine: segment gone", "segment", s.name)
@@ -292,7 +301,7 @@ func (e *Engine) refresh(s *remoteSegment, d *segment.Descriptor) {
 	ns, err := e.newState(s, d.Clone())
 	if err != nil {
 		e.log.Warn("engine: segment update unusable", "segment", s.name, "err", err)
-		ns = &segState{desc: d.Clone()}
+		ns = &segState{desc: d.Clone(), fetched: time.Now()}
 	}
 	if same && !old.gone {
 		// Same process: keep the connections of every transport whose

@@ -204,7 +204,7 @@ func isConnectError(err error) bool {
 // its connection attempt (admit), and no longer after a failed one; each
 // of its attempts is bounded by Config.MetadataTimeout within ctx.
 // Without a task, ctx bounds all attempts.
-func (e *Engine) connect(ctx context.Context, s *remoteSegment, st *segState, ts *transportSet, hint string, t *task) (int, driver.Peer, error) {
+func (e *Engine) connect(ctx context.Context, s *remoteSegment, st *segState, ts *transportSet, hint string, t *task) (int, *peerRef, error) {
 	slot, forced, err := e.pickSlot(ts, st, hint, s.force)
 	if err != nil {
 		return -1, nil, err
@@ -215,7 +215,7 @@ func (e *Engine) connect(ctx context.Context, s *remoteSegment, st *segState, ts
 				return -1, nil, err
 			}
 		}
-		var p driver.Peer
+		var p *peerRef
 		if t != nil {
 			p, err = e.peerFor(ctx, s, st, slot)
 		} else {

@@ -3,6 +3,7 @@ package engine
 import (
 	"errors"
 	"fmt"
+	"sync/atomic"
 
 	"github.com/rdmago/te/engine/driver"
 )
@@ -32,8 +33,16 @@ const (
 // and room to resubmit it without allocating.
 type slice struct {
 	driver.Slice
-	task *task
-	self [1]*driver.Slice
+	task   *task
+	self   [1]*driver.Slice
+	posted atomic.Bool // this submission called Posted
+}
+
+// Posted counts the slice as posted in its task (driver.Completer).
+func (s *slice) Posted() {
+	if t := s.task; t != nil && !s.posted.Swap(true) {
+		t.posted.Add(1)
+	}
 }
 
 // Complete is the outcome of one submission of the slice (driver.Completer).
@@ -41,9 +50,19 @@ type slice struct {
 // up to Config.Retries times. It does not allocate on success.
 func (s *slice) Complete(n uint64, err error) {
 	t := s.task
+	if s.posted.Swap(false) {
+		t.posted.Add(-1)
+	}
+	e := t.b.e
 	if err != nil {
-		if e := t.b.e; t.slot >= 0 && s.Attempt() < e.cfg.Retries && !e.closed.Load() && !t.b.canceled.Load() && errors.Is(err, ErrTransient) {
+		if t.slot >= 0 && s.Attempt() < e.cfg.Retries && !e.closed.Load() && !t.b.canceled.Load() && errors.Is(err, ErrTransient) {
 			if tr := e.transports.Load().slots[t.slot]; tr != nil {
+				c := causeOf(err)
+				t.retries.Add(1)
+				t.cause.Store(uint32(c))
+				if t.stats != nil {
+					t.stats.ps.retries[c].Add(1)
+				}
 				s.Bind(s, s.Attempt()+1)
 				s.self[0] = &s.Slice
 				tr.Submit(s.self[:])
@@ -52,8 +71,18 @@ func (s *slice) Complete(n uint64, err error) {
 		}
 	}
 	s.task = nil
+	if ps := t.stats; ps != nil {
+		if err != nil {
+			ps.failures.Add(1)
+			ps.ps.failures[causeOf(err)].Add(1)
+		} else {
+			ps.bytes[s.Op%3].Add(n)
+			ps.slices[s.Op%3].Add(1)
+		}
+		ps.ps.latency.observe(e.now() - t.start)
+	}
 	if err != nil {
-		if e := t.b.e; e.closed.Load() && !errors.Is(err, ErrClosed) {
+		if e.closed.Load() && !errors.Is(err, ErrClosed) {
 			// The engine's Close closes peers first; whatever error
 			// they fail slices with, the cause is the Close.
 			err = fmt.Errorf("%w: %w", ErrClosed, err)

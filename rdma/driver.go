@@ -38,6 +38,9 @@ func (d drv) SliceSize() uint64         { return d.t.sliceSize() }
 func (d drv) Submit(ss []*driver.Slice) { d.t.submitSlices(ss) }
 func (d drv) Close() error              { return d.t.shutdown() }
 
+// Inspect describes the rails and endpoints (driver.Inspector).
+func (d drv) Inspect() driver.TransportState { return d.t.inspect() }
+
 var _ driver.PeerKeeper = drv{}
 
 func (d drv) KeepPeer(old, new *segment.Descriptor) bool { return keepPeer(old, new) }

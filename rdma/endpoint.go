@@ -53,8 +53,13 @@ type endpoint struct {
 	fail  atomic.Pointer[error]
 	qps   []*qpState
 	// busy counts slices handed to the rail and not yet completed; only
-	// idle endpoints are evicted.
-	busy atomic.Int64
+	// idle endpoints are evicted. posted counts those of them posted
+	// (the owner's inflight, readable by Inspect).
+	busy   atomic.Int64
+	posted atomic.Int64
+	// ctr counts the traffic from this endpoint's local rail to its peer
+	// (by name: it outlives the endpoint).
+	ctr *railCounters
 	// visited is SIEVE's bit, set on use.
 	visited atomic.Bool
 	// prev and next link the transport's endpoint list (store.mu).
@@ -193,7 +198,7 @@ func (p *peer) endpoint(r *rail, rr int) (*endpoint, error) {
 		return old, nil
 	}
 	p.nextID++
-	ep := &endpoint{p: p, r: r, rrail: rr, slot: i, id: p.nextID}
+	ep := &endpoint{p: p, r: r, rrail: rr, slot: i, id: p.nextID, ctr: p.t.counters(p.name, r.idx)}
 	if err := p.t.store.add(ep); err != nil {
 		return nil, err
 	}
@@ -217,7 +222,7 @@ func (p *peer) connect(ep *endpoint) {
 		ep.state.CompareAndSwap(epConnecting, epFailed)
 		p.t.store.remove(ep)
 		p.eps[ep.slot].CompareAndSwap(ep, nil)
-	} else if !ep.state.CompareAndSwap(epConnecting, epReady) {
+	} else if ep.ctr.connects.Add(1); !ep.state.CompareAndSwap(epConnecting, epReady) {
 		// Closed meanwhile: the owner tears it down when itemReady comes.
 		ep.r.enqueue(item{kind: itemClose, ep: ep, err: ep.failure()})
 	}

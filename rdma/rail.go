@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/rdmago/te/engine/driver"
+	"github.com/rdmago/te/internal/control"
 	"github.com/rdmago/te/internal/cost"
 	"github.com/rdmago/te/uverbs"
 )
@@ -50,8 +51,8 @@ type slot struct {
 }
 
 // ErrSliceTimeout: a work request did not complete within
-// Config.SliceTimeout of its post.
-var ErrSliceTimeout = errors.New("rdma: work request not completed in time")
+// Config.SliceTimeout of its post. It wraps driver.ErrTimeout.
+var ErrSliceTimeout = control.Mark(errors.New("rdma: work request not completed in time"), driver.ErrTimeout)
 
 // sliceTimeoutBounds is how many uverbs.RetryBounds the default
 // Config.SliceTimeout is.
@@ -462,7 +463,9 @@ func (r *rail) post(ep *endpoint, s *driver.Slice, rkey uint32) bool {
 	sl.gen++
 	q.credits--
 	ep.inflight++
+	ep.posted.Add(1)
 	r.inflight++
+	s.Posted()
 	op := uverbs.WRRDMAWrite
 	if s.Op == driver.Read {
 		op = uverbs.WRRDMARead
@@ -509,6 +512,7 @@ func (r *rail) release(idx int32, sl *slot) {
 	q := sl.q
 	q.credits++
 	q.ep.inflight--
+	q.ep.posted.Add(-1)
 	r.inflight--
 	*sl = slot{gen: sl.gen, next: r.free}
 	r.free = idx
@@ -520,11 +524,14 @@ func (r *rail) finish(s *driver.Slice, ep *endpoint, n uint64, err error) {
 	ep.busy.Add(-1)
 	if err != nil {
 		r.errs.Add(1)
+		ep.ctr.failures.Add(1)
 		s.Done(0, err)
 		return
 	}
 	r.bytes.Add(n)
 	r.slices.Add(1)
+	ep.ctr.bytes[s.Op%3].Add(n)
+	ep.ctr.slices[s.Op%3].Add(1)
 	r.polled += n
 	s.Done(n, nil)
 }

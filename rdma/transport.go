@@ -44,10 +44,11 @@ type Transport struct {
 
 	store store
 
-	mu    sync.Mutex
-	regs  map[uint64]*regKey // by region address, for Describe
-	peers map[*peer]struct{}
-	tgt   targetState
+	mu      sync.Mutex
+	regs    map[uint64]*regKey // by region address, for Describe
+	peers   map[*peer]struct{}
+	traffic map[railKey]*railCounters
+	tgt     targetState
 }
 
 // regKey is a region's registration on every rail.

@@ -585,6 +585,7 @@ func copySlice(s *driver.Slice, c0 int64) int64 {
 		return c0
 	}
 	p.users.Add(1)
+	s.Posted()
 	n, err := p.copy(s)
 	p.users.Add(-1)
 	c0 = cost.Move.Since(c0)

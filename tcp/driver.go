@@ -42,3 +42,6 @@ func (d drv) SubmitNotify(ss []*driver.Slice, n *driver.Note) {
 	d.t.submitNotify(ss, n)
 }
 func (d drv) Close() error { return d.t.shutdown() }
+
+// Inspect describes the lanes (driver.Inspector).
+func (d drv) Inspect() driver.TransportState { return d.t.inspect() }

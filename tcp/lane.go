@@ -44,6 +44,7 @@ func newPeer(t *Transport, name, addr string, epoch uint64) *peer {
 			p:    p,
 			kick: make(chan struct{}, 1),
 			g:    newGather(maxFramesPerWrite),
+			ctr:  t.counters(name, i),
 		}
 	}
 	return p
@@ -181,6 +182,12 @@ type lane struct {
 	// watchdog state, also under mu
 	lastDone uint64
 	stall    int
+	dialing  bool // the writer is connecting
+	held     int  // slices the writer took from pending and has not written
+
+	// ctr counts the lane's traffic (per peer name and lane index: it
+	// outlives this peer incarnation).
+	ctr *laneCounters
 
 	// writer-only
 	spare []item
@@ -261,16 +268,25 @@ func (l *lane) writeLoop() {
 				return
 			}
 			if len(l.pending) == 0 {
+				l.held = 0
 				l.mu.Unlock()
 				break
 			}
 			batch := l.pending
 			l.pending = l.spare[:0]
+			l.held = len(batch)
 			conn := l.conn
 			l.mu.Unlock()
 			dropCanceled(batch)
 			if conn == nil {
-				if err := l.connect(l.p.t.ctx); err != nil {
+				l.mu.Lock()
+				l.dialing = true
+				l.mu.Unlock()
+				err := l.connect(l.p.t.ctx)
+				l.mu.Lock()
+				l.dialing = false
+				l.mu.Unlock()
+				if err != nil {
 					doneItems(batch, err)
 					l.recycle(batch)
 					continue
@@ -325,6 +341,7 @@ func (l *lane) connect(ctx context.Context) error {
 		return errPeerClosed
 	}
 	l.conn = tc
+	l.ctr.connects.Add(1)
 	l.gen = l.p.gens.Add(1)
 	l.stall = 0
 	l.p.wg.Add(1)
@@ -375,7 +392,11 @@ func (l *lane) send(conn *net.TCPConn, batch []item) {
 				l.g.add(&h, nil, nil)
 			}
 			l.ring.push(inflight{item: it, id: id})
+			if it.s != nil {
+				it.s.Posted()
+			}
 		}
+		l.held -= k
 		l.writing = true
 		l.mu.Unlock()
 		batch = batch[k:]
@@ -468,13 +489,17 @@ func (l *lane) readReplies(c *net.TCPConn) error {
 			// without a connection and dial a fresh one, not queue
 			// behind the broken one.
 			l.fail(c, rerr)
+			l.ctr.failures.Add(1)
 			doneItems([]item{e.item}, rerr)
 			return rerr
 		case e.m != nil:
 			e.m.done(serr)
 		case serr != nil:
+			l.ctr.failures.Add(1)
 			s.Done(0, serr)
 		default:
+			l.ctr.bytes[s.Op%3].Add(uint64(len(s.Local)))
+			l.ctr.slices[s.Op%3].Add(1)
 			s.Done(uint64(len(s.Local)), nil)
 		}
 		cost.Complete.Since(c0)
@@ -516,6 +541,7 @@ func (l *lane) fail(c *net.TCPConn, err error) {
 		l.ring.pop()
 		failed = append(failed, e.item)
 	}
+	l.ctr.failures.Add(uint64(len(failed)))
 	if l.writing {
 		// The writer completes them once its writev has returned.
 		l.deferred = append(l.deferred, failed...)

@@ -96,8 +96,8 @@ var (
 	ErrConnection = fmt.Errorf("tcp: connection lost: %w", driver.ErrTransient)
 	// ErrTimeout: a lane saw no reply within Config.IOTimeout; its
 	// connection was closed and its slices failed. A silent peer is not
-	// retried.
-	ErrTimeout = errors.New("tcp: no reply within the I/O timeout")
+	// retried. It wraps driver.ErrTimeout.
+	ErrTimeout = control.Mark(errors.New("tcp: no reply within the I/O timeout"), driver.ErrTimeout)
 	// ErrProtocol: the peer sent a frame that breaks the protocol.
 	ErrProtocol = errors.New("tcp: protocol violation")
 	// ErrNoEndpoint: the remote descriptor has no usable tcp endpoint.
@@ -153,6 +153,7 @@ type Transport struct {
 	closed    bool
 	gate      *acceptor.Gate[netip.Addr, *net.TCPConn] // accepted connections, by source address
 	peers     map[*peer]struct{}
+	traffic   map[laneKey]*laneCounters
 	authLog   *control.Log
 	lostLog   *ratelog.Log
 	notes     noteTable // target: notes partly marked

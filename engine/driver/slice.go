@@ -47,10 +47,11 @@ type Slice struct {
 	attempt int
 }
 
-// Completer is the engine's side of a slice: Done hands it the outcome.
-// Transports do not implement it.
+// Completer is the engine's side of a slice: Done hands it the outcome,
+// Posted its progress. Transports do not implement it.
 type Completer interface {
 	Complete(n uint64, err error)
+	Posted()
 }
 
 // Bind readies s for a submission whose outcome goes to c; attempt is what
@@ -64,6 +65,19 @@ func (s *Slice) Bind(c Completer, attempt int) {
 // after transient failures; a transport may route retries differently
 // (to a fresh connection).
 func (s *Slice) Attempt() int { return s.attempt }
+
+// Posted tells the engine that this submission of the slice has left the
+// transport's queue: its work request is posted to the NIC, or its request
+// is written (or being written) to a connection. What is in flight then
+// waits on the peer or the network, not on this process, and the engine's
+// Snapshot says so. Call it at most once per submission and before Done
+// (a slice completed without it counts as completed from the queue). It
+// does not allocate.
+func (s *Slice) Posted() {
+	if c := s.c; c != nil {
+		c.Posted()
+	}
+}
 
 // Done completes the slice with the number of bytes moved and an error
 // (nil on success). An error wrapping ErrTransient is retried (submitted

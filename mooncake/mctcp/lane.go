@@ -290,6 +290,7 @@ func (l *lane) send(conn *net.TCPConn, batch []*driver.Slice) {
 			} else {
 				l.iov = append(l.iov, hb)
 			}
+			s.Posted()
 			if s.Op == driver.Write {
 				l.iov = append(l.iov, s.Local)
 				if !v2 {
