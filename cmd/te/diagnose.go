@@ -12,6 +12,7 @@ import (
 	"github.com/rdmago/te/engine"
 	"github.com/rdmago/te/internal/cli"
 	"github.com/rdmago/te/internal/diagnose"
+	"github.com/rdmago/te/rdma"
 	"github.com/rdmago/te/segment"
 	"github.com/rdmago/te/uverbs"
 )
@@ -128,7 +129,8 @@ func runDiagnose(ctx context.Context, args []string, stdout io.Writer) error {
 	defer mem.Close()
 	r, err := diagnose.Run(ctx, diagnose.Config{
 		Engine: eng, Store: st, Segment: seg, Protocol: *protocol, Local: mem.Bytes(), Register: true,
-		Cached: cached, Auth: secret, ProbeSize: int(probeSize.N), Timeout: timeout.D, Devices: devices.V, Missing: missing,
+		Cached: cached, Auth: secret, ProbeSize: int(probeSize.N), Timeout: timeout.D, Missing: missing,
+		RDMA: &rdma.Config{Devices: devices.V, Options: verbsOptions},
 	})
 	if err != nil {
 		return err

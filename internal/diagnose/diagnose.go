@@ -24,6 +24,7 @@ import (
 	"github.com/rdmago/te/auth"
 	"github.com/rdmago/te/engine"
 	"github.com/rdmago/te/internal/cli"
+	"github.com/rdmago/te/rdma"
 	"github.com/rdmago/te/segment"
 )
 
@@ -155,9 +156,10 @@ type Config struct {
 	ProbeSize int
 	// Lanes is the tcp lanes probed (default tcp.DefaultLanes).
 	Lanes int
-	// Devices are the local RDMA devices the rails use (default: the
-	// rdma transport's).
-	Devices []string
+	// RDMA is the configuration the engine's rdma transport runs with
+	// (Options, GIDIndex, QPTimeout, RetryCount): the rails' probes use
+	// the same. Nil: the defaults.
+	RDMA *rdma.Config
 	// Missing holds, per protocol, why the caller could not install
 	// that transport: the transport layer says so when it is needed.
 	Missing map[string]error

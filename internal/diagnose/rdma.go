@@ -4,4 +4,4 @@ import "context"
 
 // rdma probes each rail. The per-rail layers come with the rdma
 // transport's probe; until then the engine transfer covers rdma.
-func (w *walk) rdma(ctx context.Context) bool { return true }
+func (w *walk) rdma(context.Context) bool { return true }

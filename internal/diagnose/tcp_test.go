@@ -93,17 +93,21 @@ func TestHealthyTCP(t *testing.T) {
 	if rep.Protocol != "tcp" {
 		t.Errorf("protocol %q, want tcp", rep.Protocol)
 	}
+	// Every lane passed: one line per layer for all of them.
 	for _, l := range []diagnose.Layer{diagnose.LayerTCPDial, diagnose.LayerTCPHello, diagnose.LayerTCPRange, diagnose.LayerTCPProbe} {
-		if got := len(rep.Find(l)); got != tcp.DefaultLanes {
-			t.Errorf("%s: %d checks, want one per lane (%d)", l, got, tcp.DefaultLanes)
+		if got := rep.Find(l); len(got) != 1 || got[0].Unit != "lanes 0-3" {
+			t.Errorf("%s: %+v, want one check for lanes 0-3", l, got)
 		}
+	}
+	if c := rep.Find(diagnose.LayerTCPDial)[0]; !strings.Contains(c.Detail, "4 connections from 127.0.0.1") {
+		t.Errorf("dial detail %q", c.Detail)
 	}
 	for _, l := range []diagnose.Layer{diagnose.LayerDescriptor, diagnose.LayerEpoch, diagnose.LayerTransport, diagnose.LayerLocal, diagnose.LayerTransfer} {
 		if len(rep.Find(l)) != 1 {
 			t.Errorf("%s: %d checks, want 1", l, len(rep.Find(l)))
 		}
 	}
-	if c := rep.Find(diagnose.LayerTCPProbe)[0]; !strings.Contains(c.Detail, "4096 bytes written, read back, verified") {
+	if c := rep.Find(diagnose.LayerTCPProbe)[0]; !strings.Contains(c.Detail, "4096 bytes per lane written, read back, verified") {
 		t.Errorf("probe detail %q", c.Detail)
 	}
 	// The probes restore what they overwrote.
@@ -186,7 +190,7 @@ func TestPeerNeverAnswers(t *testing.T) {
 	if !strings.Contains(c.Fix, "stopped") {
 		t.Errorf("fix %q does not name a stopped process", c.Fix)
 	}
-	if got := rep.Find(diagnose.LayerTCPDial); len(got) != tcp.DefaultLanes || got[0].Status != diagnose.Pass {
+	if got := rep.Find(diagnose.LayerTCPDial); len(got) != 1 || got[0].Status != diagnose.Pass {
 		t.Errorf("dial: %+v, want PASS on every lane", got)
 	}
 	// The lanes wait at once: one timeout, not one per lane.
