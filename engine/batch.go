@@ -104,6 +104,7 @@ type task struct {
 	slot     int
 	peer     driver.Peer
 	rbuf     *segment.Buffer
+	rbufIdx  int
 	raddr    uint64
 	tin      *atomic.Int64 // in-flight counter of the transport slot
 	tname    string        // the transport's name
@@ -501,6 +502,7 @@ func (e *Engine) submit(id BatchID, reqs []Request, n *Notify, seg SegmentID) er
 					LocalKey:     t.region.keys[slot],
 					RemoteAddr:   t.raddr + off,
 					RemoteBuffer: t.rbuf,
+					RemoteIndex:  t.rbufIdx,
 					Remote:       t.st.desc,
 					Peer:         t.peer,
 				}
@@ -597,6 +599,7 @@ func (e *Engine) resolve(t *task, r *Request, ts *transportSet, now int64) error
 	t.peer = ref.p
 	t.stats = ref.stats
 	t.rbuf = &st.desc.Buffers[bi]
+	t.rbufIdx = bi
 	t.raddr = r.TargetAddr
 	t.sliceMax = e.cfg.SliceSize
 	if t.sliceMax == 0 {

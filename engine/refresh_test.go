@@ -55,7 +55,7 @@ func (f *keyFake) Submit(ss []*driver.Slice) {
 		}
 		f.mu.Lock()
 		f.last.peer = s.Peer
-		f.last.rkeys = append([]uint32(nil), s.RemoteBuffer.RKeys...)
+		f.last.rkeys = append([]uint32(nil), rdmaPart(s.Remote).Keys(s.RemoteIndex)...)
 		f.mu.Unlock()
 		s.Done(uint64(len(s.Local)), nil)
 	}
@@ -66,9 +66,10 @@ func (f *keyFake) Submit(ss []*driver.Slice) {
 // and replaces it (old Peer closed, fresh Connect with the new descriptor)
 // when the rails (Devices) or the keys of a buffer it already had change,
 // as it does when the protocol entry changes. No slice reaches a closed
-// Peer, and each slice carries the current keys. Rails and keys matter
-// because the transport says so (driver.PeerKeeper, as rdma does); for one
-// that does not, only its protocol entry does.
+// Peer, and each slice carries the current keys. Buffers come and go under
+// one Peer because the transport says so (driver.PeerKeeper, as rdma
+// does); for one that does not, any change of its protocol entry (whose
+// typed part holds the rails and keys) reconnects.
 func TestRefreshReconnectsOnRailsAndKeys(t *testing.T) {
 	t.Run("PeerKeeper", func(t *testing.T) { testRefreshReconnects(t, true) })
 	t.Run("plain", func(t *testing.T) { testRefreshReconnects(t, false) })
@@ -81,18 +82,22 @@ type railFake struct{ *keyFake }
 func (r railFake) Driver() driver.Transport { return r }
 
 func (railFake) KeepPeer(a, b *segment.Descriptor) bool {
-	if !slices.Equal(a.Devices, b.Devices) {
+	pa, pb := a.Protocols[0], b.Protocols[0]
+	if pa.Endpoint != pb.Endpoint || !slices.Equal(rdmaPart(a).Devices, rdmaPart(b).Devices) {
 		return false
 	}
-	for _, x := range a.Buffers {
-		for _, y := range b.Buffers {
-			if x.Addr == y.Addr && !slices.Equal(x.RKeys, y.RKeys) {
+	for i, x := range a.Buffers {
+		for j, y := range b.Buffers {
+			if x.Addr == y.Addr && !slices.Equal(rdmaPart(a).Keys(i), rdmaPart(b).Keys(j)) {
 				return false
 			}
 		}
 	}
 	return true
 }
+
+// rdmaPart returns the rails and keys of d's one protocol entry.
+func rdmaPart(d *segment.Descriptor) *segment.RDMA { return d.Protocols[0].RDMA }
 
 func testRefreshReconnects(t *testing.T, keeper bool) {
 	st := enginetest.NewMemStore()
@@ -113,12 +118,14 @@ func testRefreshReconnects(t *testing.T, keeper bool) {
 	const base, other = 0x7f0000000000, 0x7f0000100000
 	d := &segment.Descriptor{
 		Name: "tgt", Epoch: 7, Version: 1,
-		Protocols: []segment.Protocol{{Name: segment.ProtoRDMA, Endpoint: "10.0.0.2:7000"}},
-		Devices: []segment.Device{
-			{Name: "rxe1", Port: 1, GID: "::ffff:10.0.1.2", MTU: 1024},
-			{Name: "rxe3", Port: 1, GID: "::ffff:10.0.2.2", MTU: 1024},
-		},
-		Buffers: []segment.Buffer{{Addr: base, Length: 1 << 20, RKeys: []uint32{0x100, 0x200}}},
+		Protocols: []segment.Protocol{{Name: segment.ProtoRDMA, Endpoint: "10.0.0.2:7000", RDMA: &segment.RDMA{
+			Devices: []segment.Device{
+				{Name: "rxe1", Port: 1, GID: "::ffff:10.0.1.2", MTU: 1024},
+				{Name: "rxe3", Port: 1, GID: "::ffff:10.0.2.2", MTU: 1024},
+			},
+			RKeys: [][]uint32{{0x100, 0x200}},
+		}}},
+		Buffers: []segment.Buffer{{Addr: base, Length: 1 << 20}},
 	}
 	publish := func(change func(d *segment.Descriptor)) {
 		t.Helper()
@@ -176,17 +183,19 @@ func testRefreshReconnects(t *testing.T, keeper bool) {
 		keys      []uint32
 	}{
 		{"buffer added", func(d *segment.Descriptor) {
-			d.Buffers = append(d.Buffers, segment.Buffer{Addr: other, Length: 1 << 20, RKeys: []uint32{0x300, 0x400}})
+			d.Buffers = append(d.Buffers, segment.Buffer{Addr: other, Length: 1 << 20})
+			rdmaPart(d).RKeys = append(rdmaPart(d).RKeys, []uint32{0x300, 0x400})
 		}, other, false, []uint32{0x300, 0x400}},
-		{"rkey of a known buffer changed", func(d *segment.Descriptor) { d.Buffers[0].RKeys = []uint32{0x101, 0x200} }, base, true, []uint32{0x101, 0x200}},
-		{"buffer removed", func(d *segment.Descriptor) { d.Buffers = d.Buffers[:1] }, base, false, []uint32{0x101, 0x200}},
-		{"rail GID changed", func(d *segment.Descriptor) { d.Devices[1].GID = "::ffff:10.0.3.2" }, base, true, []uint32{0x101, 0x200}},
+		{"rkey of a known buffer changed", func(d *segment.Descriptor) { rdmaPart(d).RKeys[0] = []uint32{0x101, 0x200} }, base, true, []uint32{0x101, 0x200}},
+		{"buffer removed", func(d *segment.Descriptor) { d.Buffers, rdmaPart(d).RKeys = d.Buffers[:1], rdmaPart(d).RKeys[:1] }, base, false, []uint32{0x101, 0x200}},
+		{"rail GID changed", func(d *segment.Descriptor) { rdmaPart(d).Devices[1].GID = "::ffff:10.0.3.2" }, base, true, []uint32{0x101, 0x200}},
 		{"rail added", func(d *segment.Descriptor) {
-			d.Devices = append(d.Devices, segment.Device{Name: "rxe5", Port: 1, GID: "::ffff:10.0.4.2"})
-			d.Buffers[0].RKeys = append(d.Buffers[0].RKeys, 0x500)
+			rdmaPart(d).Devices = append(rdmaPart(d).Devices, segment.Device{Name: "rxe5", Port: 1, GID: "::ffff:10.0.4.2"})
+			rdmaPart(d).RKeys[0] = append(rdmaPart(d).RKeys[0], 0x500)
 		}, base, true, []uint32{0x101, 0x200, 0x500}},
 		{"buffer re-registered at the same address", func(d *segment.Descriptor) {
-			d.Buffers[0] = segment.Buffer{Addr: base, Length: 1 << 19, RKeys: []uint32{0x111, 0x222, 0x555}}
+			d.Buffers[0] = segment.Buffer{Addr: base, Length: 1 << 19}
+			rdmaPart(d).RKeys[0] = []uint32{0x111, 0x222, 0x555}
 		}, base, true, []uint32{0x111, 0x222, 0x555}},
 		{"protocol endpoint changed", func(d *segment.Descriptor) { d.Protocols[0].Endpoint = "10.0.0.2:7001" }, base, true, []uint32{0x111, 0x222, 0x555}},
 		{"location only", func(d *segment.Descriptor) { d.Buffers[0].Location = "cpu:1" }, base, false, []uint32{0x111, 0x222, 0x555}},
@@ -197,7 +206,9 @@ func testRefreshReconnects(t *testing.T, keeper bool) {
 		publish(s.change)
 		p, keys := write(s.addr)
 		if !keeper {
-			s.reconnect = s.what == "protocol endpoint changed"
+			// The rails and keys are the protocol entry's part: any
+			// change of them is a change of the entry.
+			s.reconnect = s.what != "location only"
 		}
 		if got := len(tr.peers) - n; got != map[bool]int{false: 0, true: 1}[s.reconnect] {
 			t.Errorf("%s: %d new Connects, want reconnect %v", s.what, got, s.reconnect)

@@ -332,21 +332,22 @@ func (e *Engine) refresh(s *remoteSegment, d *segment.Descriptor) {
 }
 
 // samePeer reports whether a Peer that t connected for descriptor a
-// still fits b, a later version of the same incarnation: t's protocol
-// entry (endpoint, attributes, version, extra fields) is unchanged and, when t is a
-// driver.PeerKeeper (rdma: rails and keys), t agrees. The engine knows
-// nothing else of what a Peer was built from.
+// still fits b, a later version of the same incarnation: both offer t's
+// protocol, and t agrees when it is a driver.PeerKeeper (rdma: its entry
+// but for the keys of buffers added or removed), else t's protocol entry
+// (endpoint, version, typed part, extra fields) is unchanged. The engine
+// knows nothing else of what a Peer was built from.
 func samePeer(t driver.Transport, a, b *segment.Descriptor) bool {
 	name := t.Name()
 	pa, oka := a.Protocol(name)
 	pb, okb := b.Protocol(name)
-	if !oka || !okb || !pa.Equal(pb) {
+	if !oka || !okb {
 		return false
 	}
 	if k, ok := t.(driver.PeerKeeper); ok {
 		return k.KeepPeer(a, b)
 	}
-	return true
+	return pa.Equal(pb)
 }
 
 // SyncSegment fetches the segment's descriptor from the store now, instead

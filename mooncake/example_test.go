@@ -22,10 +22,10 @@ func Example() {
 		log.Fatal(err)
 	}
 	p, _ := d.Protocol(mooncake.TEProtoTCP)
-	fmt.Println(d.Name, p.Name, p.Endpoint, "v"+p.Attrs[mooncake.AttrVersion], d.Buffers[0].Addr)
+	fmt.Println(d.Name, p.Name, p.Endpoint, fmt.Sprintf("v%d", p.TCP.Wire), d.Buffers[0].Addr)
 
 	local := &segment.Descriptor{Name: "10.0.0.7:15001", Epoch: 1, Version: 1,
-		Protocols: []segment.Protocol{{Name: mooncake.TEProtoTCP, Endpoint: "10.0.0.7:16001", Attrs: map[string]string{"version": "2"}}},
+		Protocols: []segment.Protocol{{Name: mooncake.TEProtoTCP, Endpoint: "10.0.0.7:16001", TCP: &segment.TCP{Wire: 2}}},
 		Buffers:   []segment.Buffer{{Addr: 0x7f0000000000, Length: 1 << 30}}}
 	out, err := mooncake.FromTE(local, mooncake.FromOptions{Timestamp: "2026-12-02 00:00:00.000000"})
 	if err != nil {

@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"hash/fnv"
 	"log/slog"
+	"math"
 	"net"
 	"slices"
 	"strconv"
@@ -21,14 +22,13 @@ import (
 const (
 	// TEProtoTCP is Mooncake's TCP data protocol (package mctcp). Its
 	// Protocol entry's Endpoint is the data listener (host:tcp_data_port)
-	// and Attrs["version"] the protocol version ("1" or "2").
+	// and its TCP part's Wire the protocol version (1 or 2).
 	TEProtoTCP = "mooncake"
 	// TEProtoRDMA marks a Mooncake RDMA segment: its devices and keys are
-	// translated, and the Endpoint is the handshake socket where Mooncake
-	// sets up queue pairs. No te transport speaks it yet.
+	// translated into the entry's RDMA part, and the Endpoint is the
+	// handshake socket where Mooncake sets up queue pairs. No te transport
+	// speaks it yet.
 	TEProtoRDMA = "mooncake-rdma"
-	// AttrVersion is the Attrs key of TEProtoTCP's protocol version.
-	AttrVersion = "version"
 )
 
 // DefaultTCPVersion is the TCP protocol version te speaks and advertises
@@ -77,26 +77,33 @@ func ToTE(md *Descriptor, o ToOptions) (*segment.Descriptor, error) {
 		d.Protocols = append(d.Protocols, segment.Protocol{
 			Name:     TEProtoTCP,
 			Endpoint: net.JoinHostPort(o.DataHost, strconv.Itoa(int(md.TCPDataPort))),
-			Attrs:    map[string]string{AttrVersion: strconv.Itoa(int(v))},
+			TCP:      &segment.TCP{Wire: int(v)},
 		})
 	}
 	rdma := md.Has(ProtoRDMA)
-	if rdma {
-		d.Protocols = append(d.Protocols, segment.Protocol{Name: TEProtoRDMA, Endpoint: o.RPCAddr})
-	}
+	part := &segment.RDMA{}
 	for _, dev := range md.Devices {
 		gid, err := ParseGID(dev.GID)
 		if err != nil {
 			return nil, fmt.Errorf("%w: %s: device %s: %v", ErrInvalid, md.Name, dev.Name, err)
 		}
-		d.Devices = append(d.Devices, segment.Device{Name: dev.Name, GID: gid.String(), LID: dev.LID})
+		part.Devices = append(part.Devices, segment.Device{Name: dev.Name, GID: gid.String(), LID: dev.LID})
 	}
+	keyed := false
 	for _, b := range md.Buffers {
-		tb := segment.Buffer{Addr: b.Addr, Length: b.Length, RKeys: slices.Clone(b.RKeys)}
+		tb := segment.Buffer{Addr: b.Addr, Length: b.Length}
 		if rdma && b.Protocol != ProtoTCP {
 			tb.Location = b.Name // RDMA buffers are named by location
 		}
 		d.Buffers = append(d.Buffers, tb)
+		part.RKeys = append(part.RKeys, slices.Clone(b.RKeys))
+		keyed = keyed || len(b.RKeys) > 0
+	}
+	if !keyed {
+		part.RKeys = nil
+	}
+	if rdma {
+		d.Protocols = append(d.Protocols, segment.Protocol{Name: TEProtoRDMA, Endpoint: o.RPCAddr, RDMA: part})
 	}
 	h := fnv.New64a()
 	var nb [8]byte
@@ -184,12 +191,11 @@ func FromTE(d *segment.Descriptor, o FromOptions) (*Descriptor, error) {
 			return nil, fmt.Errorf("%w: %s: %s endpoint %q has no port", ErrInvalid, d.Name, TEProtoTCP, tcp.Endpoint)
 		}
 		md.TCPDataPort = uint16(p)
-		if v := tcp.Attrs[AttrVersion]; v != "" {
-			n, err := strconv.ParseUint(v, 10, 31)
-			if err != nil || n == 0 {
-				return nil, fmt.Errorf("%w: %s: %s version %q", ErrInvalid, d.Name, TEProtoTCP, v)
+		if tcp.TCP != nil && tcp.TCP.Wire != 0 {
+			if tcp.TCP.Wire < 0 || tcp.TCP.Wire > math.MaxInt32 {
+				return nil, fmt.Errorf("%w: %s: %s version %d", ErrInvalid, d.Name, TEProtoTCP, tcp.TCP.Wire)
 			}
-			md.TCPProtoVersion = uint32(n)
+			md.TCPProtoVersion = uint32(tcp.TCP.Wire)
 		}
 	}
 	switch o.Protocol {
@@ -201,7 +207,8 @@ func FromTE(d *segment.Descriptor, o FromOptions) (*Descriptor, error) {
 			md.Buffers = append(md.Buffers, Buffer{Name: o.Name, Addr: b.Addr, Length: b.Length})
 		}
 	case ProtoRDMA:
-		for _, dev := range d.Devices {
+		part := rdmaPart(d)
+		for _, dev := range part.Devices {
 			gid, err := ParseGID(dev.GID)
 			if err != nil {
 				return nil, fmt.Errorf("%w: %s: device %s: %v", ErrInvalid, d.Name, dev.Name, err)
@@ -209,17 +216,18 @@ func FromTE(d *segment.Descriptor, o FromOptions) (*Descriptor, error) {
 			md.Devices = append(md.Devices, Device{Name: dev.Name, LID: dev.LID, GID: FormatGID(gid)})
 		}
 		locs := map[string]bool{}
-		for _, b := range d.Buffers {
+		for i, b := range d.Buffers {
 			loc := b.Location
 			if loc == "" {
 				loc = DefaultLocation
 			}
 			locs[loc] = true
-			if len(b.RKeys) != len(d.Devices) {
-				return nil, fmt.Errorf("%w: %s: buffer at %#x has %d rkeys for %d devices", ErrInvalid, d.Name, b.Addr, len(b.RKeys), len(d.Devices))
+			keys := part.Keys(i)
+			if len(keys) != len(part.Devices) {
+				return nil, fmt.Errorf("%w: %s: buffer at %#x has %d rkeys for %d devices", ErrInvalid, d.Name, b.Addr, len(keys), len(part.Devices))
 			}
 			md.Buffers = append(md.Buffers, Buffer{Name: loc, Addr: b.Addr, Length: b.Length,
-				RKeys: slices.Clone(b.RKeys), LKeys: make([]uint32, len(b.RKeys))})
+				RKeys: slices.Clone(keys), LKeys: make([]uint32, len(keys))})
 		}
 		md.PriorityMatrix = o.Priority
 		if md.PriorityMatrix == nil {
@@ -299,4 +307,16 @@ func WarnExposed(log *slog.Logger, what string, addr net.Addr) bool {
 	log.Warn("mooncake: "+what+" listens on a non-loopback address; Mooncake's wire has no authentication, so anyone who reaches it may read the segment descriptor and registered memory: listen on a private network only",
 		"listen", addr.String())
 	return true
+}
+
+// rdmaPart returns the rails and keys of d: the RDMA part of its
+// TEProtoRDMA entry, else of its te rdma entry (empty when neither has
+// one).
+func rdmaPart(d *segment.Descriptor) *segment.RDMA {
+	for _, name := range []string{TEProtoRDMA, segment.ProtoRDMA} {
+		if p, ok := d.Protocol(name); ok && p.RDMA != nil {
+			return p.RDMA
+		}
+	}
+	return &segment.RDMA{}
 }

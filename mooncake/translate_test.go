@@ -23,7 +23,7 @@ func TestToTETCP(t *testing.T) {
 	want := &segment.Descriptor{
 		Name:      "127.0.0.1:15594",
 		Epoch:     d.Epoch,
-		Protocols: []segment.Protocol{{Name: TEProtoTCP, Endpoint: "127.0.0.1:15934", Attrs: map[string]string{"version": "2"}}},
+		Protocols: []segment.Protocol{{Name: TEProtoTCP, Endpoint: "127.0.0.1:15934", TCP: &segment.TCP{Wire: 2}}},
 		Buffers:   []segment.Buffer{{Addr: 140679323844608, Length: 100663296}},
 	}
 	if diff := cmp.Diff(want, d, cmpopts.EquateEmpty()); diff != "" {
@@ -49,7 +49,7 @@ func TestToTETCP(t *testing.T) {
 	// Version 1 of an old TCP target: no status frames.
 	md.TCPProtoVersion = 1
 	d5, _ := ToTE(md, ToOptions{})
-	if p, _ := d5.Protocol(TEProtoTCP); p.Attrs[AttrVersion] != "1" {
+	if p, _ := d5.Protocol(TEProtoTCP); p.TCP.Wire != 1 {
 		t.Fatalf("%+v", p)
 	}
 }
@@ -66,11 +66,12 @@ func TestToTERDMA(t *testing.T) {
 	if len(d.Protocols) != 1 || d.Protocols[0].Name != TEProtoRDMA || d.Protocols[0].Endpoint != "10.0.0.2:15001" {
 		t.Fatalf("protocols %+v", d.Protocols)
 	}
-	if d.Devices[0].GID != "::ffff:192.168.0.2" || d.Devices[1].LID != 7 {
-		t.Fatalf("devices %+v", d.Devices)
+	rails := d.Protocols[0].RDMA
+	if rails == nil || rails.Devices[0].GID != "::ffff:192.168.0.2" || rails.Devices[1].LID != 7 {
+		t.Fatalf("rdma part %+v", rails)
 	}
-	if b := d.Buffers[0]; b.Location != "cpu:0" || !cmp.Equal(b.RKeys, []uint32{514, 770}) {
-		t.Fatalf("buffer %+v", b)
+	if b := d.Buffers[0]; b.Location != "cpu:0" || !cmp.Equal(rails.Keys(0), []uint32{514, 770}) {
+		t.Fatalf("buffer %+v, keys %v", b, rails.Keys(0))
 	}
 }
 
@@ -79,7 +80,7 @@ func TestToTERDMA(t *testing.T) {
 func TestFromTE(t *testing.T) {
 	d := &segment.Descriptor{
 		Name: "127.0.0.1:15001", Epoch: 5, Version: 3,
-		Protocols: []segment.Protocol{{Name: "tcp", Endpoint: "127.0.0.1:7"}, {Name: TEProtoTCP, Endpoint: "127.0.0.1:16000", Attrs: map[string]string{"version": "2"}}},
+		Protocols: []segment.Protocol{{Name: "tcp", Endpoint: "127.0.0.1:7"}, {Name: TEProtoTCP, Endpoint: "127.0.0.1:16000", TCP: &segment.TCP{Wire: 2}}},
 		Buffers:   []segment.Buffer{{Addr: 1 << 30, Length: 1 << 20, Location: "cpu:0"}},
 	}
 	md, err := FromTE(d, FromOptions{Timestamp: "2026-12-02 00:00:00.000000"})
@@ -105,16 +106,18 @@ func TestFromTE(t *testing.T) {
 	// RDMA: devices in Mooncake's GID form, keys per device, lkeys to
 	// match, and a matrix in devices order.
 	r := &segment.Descriptor{
-		Name: "h:1", Protocols: []segment.Protocol{{Name: TEProtoRDMA, Endpoint: "h:1"}},
-		Devices: []segment.Device{{Name: "rxe0", GID: "::ffff:10.0.0.1"}, {Name: "rxe1", GID: "fe80::1", LID: 3}},
-		Buffers: []segment.Buffer{{Addr: 4096, Length: 4096, RKeys: []uint32{9, 10}}},
+		Name: "h:1", Protocols: []segment.Protocol{{Name: TEProtoRDMA, Endpoint: "h:1", RDMA: &segment.RDMA{
+			Devices: []segment.Device{{Name: "rxe0", GID: "::ffff:10.0.0.1"}, {Name: "rxe1", GID: "fe80::1", LID: 3}},
+			RKeys:   [][]uint32{{9, 10}},
+		}}},
+		Buffers: []segment.Buffer{{Addr: 4096, Length: 4096}},
 	}
 	mr, err := FromTE(r, FromOptions{})
 	if err != nil {
 		t.Fatal(err)
 	}
 	if mr.Devices[0].GID != "00:00:00:00:00:00:00:00:00:00:ff:ff:0a:00:00:01" || mr.Buffers[0].Name != "cpu:0" ||
-		!cmp.Equal(mr.Buffers[0].LKeys, []uint32{0, 0}) ||
+		!cmp.Equal(mr.Buffers[0].RKeys, []uint32{9, 10}) || !cmp.Equal(mr.Buffers[0].LKeys, []uint32{0, 0}) ||
 		!cmp.Equal(mr.PriorityMatrix, map[string]Priority{"cpu:0": {Preferred: []string{"rxe0", "rxe1"}, Other: []string{}}}) {
 		t.Fatalf("%+v", mr)
 	}
@@ -127,9 +130,13 @@ func TestFromTE(t *testing.T) {
 	}
 
 	// Inconsistent or unsupported input is refused.
-	r.Buffers[0].RKeys = []uint32{9}
+	r.Protocols[0].RDMA.RKeys[0] = []uint32{9}
 	if _, err := FromTE(r, FromOptions{}); err == nil {
 		t.Fatal("1 rkey for 2 devices accepted")
+	}
+	r.Protocols[0].RDMA.RKeys[0] = nil
+	if _, err := FromTE(r, FromOptions{}); err == nil {
+		t.Fatal("a buffer without keys accepted")
 	}
 	if _, err := FromTE(&segment.Descriptor{Name: "x", Protocols: []segment.Protocol{{Name: "tcp"}}}, FromOptions{}); !errors.Is(err, ErrInvalid) || !errors.Is(err, ErrNoProtocol) || !strings.Contains(err.Error(), "install the Mooncake transport") {
 		t.Fatal(err)

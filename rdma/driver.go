@@ -46,22 +46,34 @@ var _ driver.PeerKeeper = drv{}
 func (d drv) KeepPeer(old, new *segment.Descriptor) bool { return keepPeer(old, new) }
 
 // keepPeer reports whether a peer connected for descriptor a still fits
-// b, a later version of the same incarnation: the rails (Devices: GIDs,
-// LIDs, MTUs) are unchanged, and every buffer both versions have at the
-// same address kept its keys. Endpoints hold QPs connected to a rail and
-// keys checked against it, so a change in either gets a fresh Connect;
-// buffers only added or removed leave the peer alone (slices carry their
-// buffer's keys from the current descriptor).
+// b, a later version of the same incarnation: the rdma entry is unchanged
+// but for its keys (endpoint, rails: GIDs, LIDs, MTUs, fields a newer
+// peer added), and every buffer both versions have at the same address
+// kept its keys. Endpoints hold QPs connected to
+// a rail and keys checked against it, so a change in either gets a fresh
+// Connect; buffers only added or removed leave the peer alone (slices
+// carry the current descriptor and their buffer's index in it).
 func keepPeer(a, b *segment.Descriptor) bool {
-	if !slices.Equal(a.Devices, b.Devices) {
+	pa, _ := a.Protocol(segment.ProtoRDMA)
+	pb, _ := b.Protocol(segment.ProtoRDMA)
+	ra, rb := pa.RDMA, pb.RDMA
+	if ra == nil || rb == nil {
+		return ra == rb && pa.Equal(pb)
+	}
+	// The entry but for its keys (endpoint, version, rails, the fields
+	// a newer peer added) must be the same.
+	ka, kb := *ra, *rb
+	ka.RKeys, kb.RKeys = nil, nil
+	pa.RDMA, pb.RDMA = &ka, &kb
+	if !pa.Equal(pb) {
 		return false
 	}
 	keys := make(map[uint64][]uint32, len(a.Buffers))
-	for _, buf := range a.Buffers {
-		keys[buf.Addr] = buf.RKeys
+	for i, buf := range a.Buffers {
+		keys[buf.Addr] = ra.Keys(i)
 	}
-	for _, buf := range b.Buffers {
-		if old, ok := keys[buf.Addr]; ok && !slices.Equal(old, buf.RKeys) {
+	for i, buf := range b.Buffers {
+		if old, ok := keys[buf.Addr]; ok && !slices.Equal(old, rb.Keys(i)) {
 			return false
 		}
 	}

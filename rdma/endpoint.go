@@ -17,7 +17,6 @@ import (
 	"github.com/rdmago/te/engine/driver"
 	"github.com/rdmago/te/internal/control"
 	"github.com/rdmago/te/internal/wire"
-	"github.com/rdmago/te/segment"
 	"github.com/rdmago/te/uverbs"
 )
 
@@ -135,10 +134,10 @@ type frame struct {
 	payload []byte
 }
 
-func newPeer(t *Transport, d *segment.Descriptor, addr string) *peer {
+func newPeer(t *Transport, name string, epoch uint64, nRemote int, addr string) *peer {
 	ctx, cancel := context.WithCancel(t.ctx)
-	return &peer{t: t, name: d.Name, epoch: d.Epoch, addr: addr, nRemote: len(d.Devices),
-		eps: make([]atomic.Pointer[endpoint], len(t.rails)*len(d.Devices)), railDownUntil: make([]atomic.Int64, len(d.Devices)),
+	return &peer{t: t, name: name, epoch: epoch, addr: addr, nRemote: nRemote,
+		eps: make([]atomic.Pointer[endpoint], len(t.rails)*nRemote), railDownUntil: make([]atomic.Int64, nRemote),
 		ctx: ctx, cancel: cancel}
 }
 

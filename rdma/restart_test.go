@@ -150,8 +150,8 @@ func TestRestartRKeys(t *testing.T) {
 		if err != nil {
 			t.Fatalf("a request for epoch %#x carries range %#x+%d outside its buffers: %v", w.epoch, w.addr, w.n, err)
 		}
-		if !slices.Contains(d.Buffers[i].RKeys, w.rkey) {
-			t.Fatalf("a request for epoch %#x carries rkey %#x; that incarnation published %#x for the buffer", w.epoch, w.rkey, d.Buffers[i].RKeys)
+		if !slices.Contains(bufferKeys(d, i), w.rkey) {
+			t.Fatalf("a request for epoch %#x carries rkey %#x; that incarnation published %#x for the buffer", w.epoch, w.rkey, bufferKeys(d, i))
 		}
 		if w.restarts > 0 && w.epoch == cur.Epoch {
 			after++
@@ -160,5 +160,11 @@ func TestRestartRKeys(t *testing.T) {
 	if after < tasks {
 		t.Fatalf("%d requests to the new incarnation after the restart, want at least %d", after, tasks)
 	}
-	t.Logf("%d work requests checked (old rkeys %#x, new %#x)", len(posts), old.Buffers[0].RKeys, cur.Buffers[0].RKeys)
+	t.Logf("%d work requests checked (old rkeys %#x, new %#x)", len(posts), bufferKeys(old, 0), bufferKeys(cur, 0))
+}
+
+// bufferKeys returns buffer i's keys in d's rdma entry.
+func bufferKeys(d *segment.Descriptor, i int) []uint32 {
+	p, _ := d.Protocol(segment.ProtoRDMA)
+	return p.RDMA.Keys(i)
 }

@@ -138,21 +138,24 @@ func (t *Transport) railNames() []string {
 // describe publishes the rails, the control endpoint and every buffer's
 // per-rail rkeys.
 func (t *Transport) describe(d *segment.Descriptor) error {
-	d.Protocols = append(d.Protocols, segment.Protocol{Name: segment.ProtoRDMA, Endpoint: t.addr})
-	d.Devices = d.Devices[:0]
+	part := &segment.RDMA{Devices: make([]segment.Device, 0, len(t.rails))}
 	for _, r := range t.rails {
-		d.Devices = append(d.Devices, segment.Device{Name: r.name, Port: r.port.Num, GID: r.port.GID.GID.String(),
+		part.Devices = append(part.Devices, segment.Device{Name: r.name, Port: r.port.Num, GID: r.port.GID.GID.String(),
 			LID: lidOf(r.port), MTU: uint32(r.port.Attr.ActiveMTU.Bytes())})
 	}
 	t.mu.Lock()
 	defer t.mu.Unlock()
+	if len(d.Buffers) > 0 {
+		part.RKeys = make([][]uint32, len(d.Buffers))
+	}
 	for i := range d.Buffers {
 		k := t.regs[d.Buffers[i].Addr]
 		if k == nil {
 			return fmt.Errorf("rdma: describe: buffer at %#x is not registered with rdma", d.Buffers[i].Addr)
 		}
-		d.Buffers[i].RKeys = slices.Clone(k.rkeys)
+		part.RKeys[i] = slices.Clone(k.rkeys)
 	}
+	d.Protocols = append(d.Protocols, segment.Protocol{Name: segment.ProtoRDMA, Endpoint: t.addr, RDMA: part})
 	return nil
 }
 
@@ -207,15 +210,15 @@ func (t *Transport) connect(ctx context.Context, d *segment.Descriptor) (driver.
 	if !ok || p.Endpoint == "" {
 		return nil, fmt.Errorf("rdma: %s: %w", d.Name, segment.ErrNoProtocol)
 	}
-	if len(d.Devices) == 0 {
+	if p.RDMA == nil || len(p.RDMA.Devices) == 0 {
 		return nil, fmt.Errorf("rdma: %s publishes no rails: %w", d.Name, segment.ErrInvalid)
 	}
-	for _, b := range d.Buffers {
-		if len(b.RKeys) != len(d.Devices) {
-			return nil, fmt.Errorf("rdma: %s: buffer at %#x has %d rkeys for %d rails: %w", d.Name, b.Addr, len(b.RKeys), len(d.Devices), segment.ErrInvalid)
+	for i, b := range d.Buffers {
+		if n := len(p.RDMA.Keys(i)); n != len(p.RDMA.Devices) {
+			return nil, fmt.Errorf("rdma: %s: buffer at %#x has %d rkeys for %d rails: %w", d.Name, b.Addr, n, len(p.RDMA.Devices), segment.ErrInvalid)
 		}
 	}
-	pe := newPeer(t, d, p.Endpoint)
+	pe := newPeer(t, d.Name, d.Epoch, len(p.RDMA.Devices), p.Endpoint)
 	t.mu.Lock()
 	t.peers[pe] = struct{}{}
 	t.mu.Unlock()
@@ -375,8 +378,9 @@ func (t *Transport) route(s *driver.Slice) (routed, bool) {
 		return routed{}, false
 	}
 	rr := remoteRail(r.idx, p.nRemote)
-	if rr >= len(s.RemoteBuffer.RKeys) {
-		s.Done(0, fmt.Errorf("rdma: %s buffer at %#x has no rkey for rail %d", p.name, s.RemoteBuffer.Addr, rr))
+	keys := remoteKeys(s)
+	if rr >= len(keys) {
+		s.Done(0, fmt.Errorf("rdma: %s buffer at %#x has no rkey for rail %d", p.name, s.RemoteAddr, rr))
 		return routed{}, false
 	}
 	ep, err := p.endpoint(r, rr)
@@ -386,7 +390,18 @@ func (t *Transport) route(s *driver.Slice) (routed, bool) {
 	}
 	ep.busy.Add(1)
 	r.outstanding.Add(int64(len(s.Local)))
-	return routed{s: s, ep: ep, rkey: s.RemoteBuffer.RKeys[rr]}, true
+	return routed{s: s, ep: ep, rkey: keys[rr]}, true
+}
+
+// remoteKeys returns the per-rail keys of the slice's remote buffer, from
+// the descriptor's rdma entry. It does not allocate.
+func remoteKeys(s *driver.Slice) []uint32 {
+	for i := range s.Remote.Protocols {
+		if p := &s.Remote.Protocols[i]; p.Name == segment.ProtoRDMA {
+			return p.RDMA.Keys(s.RemoteIndex)
+		}
+	}
+	return nil
 }
 
 // Stats returns per-rail counters.

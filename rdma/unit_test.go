@@ -12,6 +12,7 @@ import (
 
 	"github.com/rdmago/te/engine"
 	"github.com/rdmago/te/engine/enginetest"
+	"github.com/rdmago/te/segment"
 	"github.com/rdmago/te/uverbs"
 )
 
@@ -434,10 +435,10 @@ func TestFakeEpochs(t *testing.T) {
 	defer mu.Unlock()
 	var toNew int
 	for _, w := range posts {
-		d := map[uint64]*descriptorKeys{old.Epoch: keysOf(old.Buffers[0].RKeys), cur.Epoch: keysOf(cur.Buffers[0].RKeys)}[w.epoch]
+		d := map[uint64]*descriptorKeys{old.Epoch: keysOf(bufferKeys(old, 0)), cur.Epoch: keysOf(bufferKeys(cur, 0))}[w.epoch]
 		if d == nil || !d.has(w.rkey) {
 			t.Fatalf("a work request for epoch %#x carries rkey %#x (old %#x %v, new %#x %v)", w.epoch, w.rkey,
-				old.Epoch, old.Buffers[0].RKeys, cur.Epoch, cur.Buffers[0].RKeys)
+				old.Epoch, bufferKeys(old, 0), cur.Epoch, bufferKeys(cur, 0))
 		}
 		if w.epoch == cur.Epoch {
 			toNew++
@@ -631,4 +632,10 @@ func TestFakeSubmitOncePerRail(t *testing.T) {
 	if locks != [2]int{1, 1} {
 		t.Fatalf("a batch of %d over 2 rails took the rails' queue locks %v times, want once each", tasks, locks)
 	}
+}
+
+// bufferKeys returns buffer i's keys in d's rdma entry.
+func bufferKeys(d *segment.Descriptor, i int) []uint32 {
+	p, _ := d.Protocol(segment.ProtoRDMA)
+	return p.RDMA.Keys(i)
 }

@@ -3,24 +3,35 @@ package segment
 import (
 	"bytes"
 	"encoding/json"
+	"errors"
 	"fmt"
-	"slices"
+	"reflect"
+	"strings"
 )
 
 // SchemaVersion is the version of the encoded descriptor format. Decoders
-// refuse versions they do not know, so two differently built peers never
-// silently disagree about the metadata.
+// refuse versions they do not know (ErrSchema), so two differently built
+// peers never silently disagree about the metadata.
 //
-// Encoding (schema 1): a JSON object {"schema":1,"segment":<Descriptor>}
+// Encoding (schema 2): a JSON object {"schema":2,"segment":<Descriptor>}
 // with the field names of the Descriptor's json tags. Unknown fields are
-// rejected, except inside a protocol entry: each protocol versions its own
-// entry (Protocol.Version), and fields a build does not know are kept
-// (Protocol.Extra) and written back. Builds before Protocol.Version
-// rejected those as well.
-const SchemaVersion = 1
+// rejected, except inside a protocol entry and its typed part: each
+// protocol versions its own entry (Protocol.Version), and fields a build
+// does not know are kept (the Extra maps) and written back.
+//
+// Schema 1 (te builds before typed protocol entries) carried the RDMA
+// rails and keys at the top level (devices, buffers[].rkeys) and the other
+// protocols' settings as strings (attrs). It is refused with an error
+// saying to upgrade the te that published it: those builds refuse
+// schema 2 as well, so a cluster runs one schema.
+const SchemaVersion = 2
 
 // MaxEncodedSize bounds a descriptor on the wire and in stores.
 const MaxEncodedSize = 4 << 20
+
+// ErrSchema: a descriptor was written in a schema this build does not
+// read. It comes wrapped with ErrInvalid.
+var ErrSchema = errors.New("segment: descriptor schema not supported")
 
 type envelope struct {
 	Schema  int         `json:"schema"`
@@ -48,54 +59,133 @@ func Unmarshal(b []byte) (*Descriptor, error) {
 	if len(b) > MaxEncodedSize {
 		return nil, fmt.Errorf("%w: encoded size %d exceeds %d", ErrInvalid, len(b), MaxEncodedSize)
 	}
-	dec := json.NewDecoder(bytes.NewReader(b))
-	dec.DisallowUnknownFields()
-	var env envelope
-	if err := dec.Decode(&env); err != nil {
+	var env struct {
+		Schema  int             `json:"schema"`
+		Segment json.RawMessage `json:"segment"`
+	}
+	if err := strictDecode(b, &env); err != nil {
 		return nil, fmt.Errorf("%w: %v", ErrInvalid, err)
 	}
-	if dec.More() {
-		return nil, fmt.Errorf("%w: trailing data", ErrInvalid)
-	}
 	if env.Schema != SchemaVersion {
-		return nil, fmt.Errorf("%w: schema %d, want %d", ErrInvalid, env.Schema, SchemaVersion)
+		var named struct {
+			Name string `json:"name"`
+		}
+		_ = json.Unmarshal(env.Segment, &named)
+		who := "the peer that published it"
+		if named.Name != "" {
+			who = fmt.Sprintf("%q", named.Name)
+		}
+		if env.Schema < SchemaVersion {
+			return nil, fmt.Errorf("%w: %w: schema %d, this build reads %d: %s runs an older te; upgrade it", ErrInvalid, ErrSchema, env.Schema, SchemaVersion, who)
+		}
+		return nil, fmt.Errorf("%w: %w: schema %d, this build reads %d: %s runs a newer te; upgrade this one", ErrInvalid, ErrSchema, env.Schema, SchemaVersion, who)
 	}
-	if err := env.Segment.Validate(); err != nil {
+	var d *Descriptor
+	if err := strictDecode(env.Segment, &d); err != nil {
+		return nil, fmt.Errorf("%w: %v", ErrInvalid, err)
+	}
+	if err := d.Validate(); err != nil {
 		return nil, err
 	}
-	return env.Segment, nil
+	return d, nil
 }
 
-// protocolFields is Protocol's known part on the wire.
-type protocolFields struct {
-	Name     string            `json:"name"`
-	Endpoint string            `json:"endpoint,omitempty"`
-	Attrs    map[string]string `json:"attrs,omitempty"`
-	Version  int               `json:"version,omitempty"`
+// strictDecode decodes one JSON value into v, refusing unknown fields and
+// trailing data.
+func strictDecode(b []byte, v any) error {
+	dec := json.NewDecoder(bytes.NewReader(b))
+	dec.DisallowUnknownFields()
+	if err := dec.Decode(v); err != nil {
+		return err
+	}
+	if dec.More() {
+		return errors.New("trailing data")
+	}
+	return nil
 }
 
-var protocolKeys = []string{"name", "endpoint", "attrs", "version"}
+// The method-less copies of the types that keep unknown fields, decoded
+// strictly once the unknown fields are set aside.
+type (
+	protocolFields Protocol
+	tcpFields      TCP
+	rdmaFields     RDMA
+	shmFields      SHM
+)
 
 // UnmarshalJSON decodes the known fields strictly and keeps the others in
 // Extra, compacted (and HTML-escaped, as encoding/json writes them), so
 // that encoding again reproduces them byte for byte.
 func (p *Protocol) UnmarshalJSON(b []byte) error {
-	var all map[string]json.RawMessage
-	if err := json.Unmarshal(b, &all); err != nil {
+	var f protocolFields
+	extra, err := decodeKeeping(b, &f)
+	if err != nil {
 		return err
 	}
-	if all == nil {
-		return fmt.Errorf("protocol entry is null")
+	*p = Protocol(f)
+	p.Extra = extra
+	return nil
+}
+
+// MarshalJSON writes the known fields and Extra, in key order. A key of
+// Extra that names a known field is not written (the field is).
+func (p Protocol) MarshalJSON() ([]byte, error) { return encodeKeeping(protocolFields(p), p.Extra) }
+
+// UnmarshalJSON decodes the part, keeping unknown fields in Extra.
+func (t *TCP) UnmarshalJSON(b []byte) error {
+	var f tcpFields
+	extra, err := decodeKeeping(b, &f)
+	*t = TCP(f)
+	t.Extra = extra
+	return err
+}
+
+// MarshalJSON writes the part and its Extra.
+func (t TCP) MarshalJSON() ([]byte, error) { return encodeKeeping(tcpFields(t), t.Extra) }
+
+// UnmarshalJSON decodes the part, keeping unknown fields in Extra.
+func (r *RDMA) UnmarshalJSON(b []byte) error {
+	var f rdmaFields
+	extra, err := decodeKeeping(b, &f)
+	*r = RDMA(f)
+	r.Extra = extra
+	return err
+}
+
+// MarshalJSON writes the part and its Extra.
+func (r RDMA) MarshalJSON() ([]byte, error) { return encodeKeeping(rdmaFields(r), r.Extra) }
+
+// UnmarshalJSON decodes the part, keeping unknown fields in Extra.
+func (s *SHM) UnmarshalJSON(b []byte) error {
+	var f shmFields
+	extra, err := decodeKeeping(b, &f)
+	*s = SHM(f)
+	s.Extra = extra
+	return err
+}
+
+// MarshalJSON writes the part and its Extra.
+func (s SHM) MarshalJSON() ([]byte, error) { return encodeKeeping(shmFields(s), s.Extra) }
+
+// decodeKeeping decodes the JSON object b into *v (a struct), strictly for
+// v's json fields, and returns b's other fields.
+func decodeKeeping(b []byte, v any) (map[string]json.RawMessage, error) {
+	var all map[string]json.RawMessage
+	if err := json.Unmarshal(b, &all); err != nil {
+		return nil, err
 	}
-	var known protocolFields
+	if all == nil {
+		return nil, errors.New("entry is null")
+	}
+	known := jsonKeys(reflect.TypeOf(v).Elem())
 	var extra map[string]json.RawMessage
-	for k, v := range all {
-		if slices.Contains(protocolKeys, k) {
+	for k, raw := range all {
+		if known[k] {
 			continue
 		}
 		var c, e bytes.Buffer
-		if err := json.Compact(&c, v); err != nil {
-			return err
+		if err := json.Compact(&c, raw); err != nil {
+			return nil, err
 		}
 		json.HTMLEscape(&e, c.Bytes())
 		if extra == nil {
@@ -106,32 +196,44 @@ func (p *Protocol) UnmarshalJSON(b []byte) error {
 	}
 	rest, err := json.Marshal(all)
 	if err != nil {
-		return err
-	}
-	dec := json.NewDecoder(bytes.NewReader(rest))
-	dec.DisallowUnknownFields()
-	if err := dec.Decode(&known); err != nil {
-		return err
-	}
-	*p = Protocol{Name: known.Name, Endpoint: known.Endpoint, Attrs: known.Attrs, Version: known.Version, Extra: extra}
-	return nil
-}
-
-// MarshalJSON writes the known fields and Extra, in key order. A key of
-// Extra that names a known field is not written (the field is).
-func (p Protocol) MarshalJSON() ([]byte, error) {
-	known, err := json.Marshal(protocolFields{Name: p.Name, Endpoint: p.Endpoint, Attrs: p.Attrs, Version: p.Version})
-	if err != nil || len(p.Extra) == 0 {
-		return known, err
-	}
-	var all map[string]json.RawMessage
-	if err := json.Unmarshal(known, &all); err != nil {
 		return nil, err
 	}
-	for k, v := range p.Extra {
-		if _, ok := all[k]; !ok && !slices.Contains(protocolKeys, k) {
-			all[k] = v
+	return extra, strictDecode(rest, v)
+}
+
+// encodeKeeping encodes v (a struct) with extra's fields added, in key
+// order; a key of extra that v knows is not written.
+func encodeKeeping(v any, extra map[string]json.RawMessage) ([]byte, error) {
+	b, err := json.Marshal(v)
+	if err != nil || len(extra) == 0 {
+		return b, err
+	}
+	var all map[string]json.RawMessage
+	if err := json.Unmarshal(b, &all); err != nil {
+		return nil, err
+	}
+	known := jsonKeys(reflect.TypeOf(v))
+	for k, raw := range extra {
+		if !known[k] {
+			all[k] = raw
 		}
 	}
 	return json.Marshal(all)
+}
+
+// jsonKeys returns the JSON names of struct type t's encoded fields.
+func jsonKeys(t reflect.Type) map[string]bool {
+	keys := make(map[string]bool, t.NumField())
+	for i := range t.NumField() {
+		f := t.Field(i)
+		name, _, _ := strings.Cut(f.Tag.Get("json"), ",")
+		if name == "-" || !f.IsExported() {
+			continue
+		}
+		if name == "" {
+			name = f.Name
+		}
+		keys[name] = true
+	}
+	return keys
 }

@@ -41,36 +41,110 @@ type Descriptor struct {
 	Version uint64 `json:"version"`
 	// Protocols lists how the segment can be reached, in preference order.
 	Protocols []Protocol `json:"protocols"`
-	// Devices lists the RDMA rails of the owner, when it speaks RDMA.
-	// Buffer.RKeys is indexed like Devices.
-	Devices []Device `json:"devices,omitempty"`
 	// Buffers lists the registered memory the segment exposes.
 	Buffers []Buffer `json:"buffers"`
 }
 
 // Protocol is one way of reaching a segment: the protocol's own part of
-// the descriptor, which only its transport interprets.
+// the descriptor, which only its transport interprets. Its settings live
+// in a typed part (TCP, RDMA, SHM), at most one of which is set; on the
+// wire each part is an object of its own inside the entry
+// ({"name":"rdma","endpoint":...,"rdma":{"devices":...,"rkeys":...}}).
 type Protocol struct {
 	Name string `json:"name"`
 	// Endpoint is the protocol's address (for tcp the data listener,
 	// host:port).
 	Endpoint string `json:"endpoint,omitempty"`
-	// Attrs holds protocol-specific settings (wire version, lanes, ...).
-	Attrs map[string]string `json:"attrs,omitempty"`
 	// Version is the entry's own format version, chosen by the transport
 	// that writes it (0: the first); a reader reads what its version
-	// knows and keeps the rest (Extra).
+	// knows and keeps the rest (Extra, and each part's Extra).
 	Version int `json:"version,omitempty"`
+	// TCP is the part of a stream-socket protocol (tcp, Mooncake's tcp).
+	TCP *TCP `json:"tcp,omitempty"`
+	// RDMA is the part of an RDMA protocol: its rails and keys.
+	RDMA *RDMA `json:"rdma,omitempty"`
+	// SHM is the part of the same-host protocol.
+	SHM *SHM `json:"shm,omitempty"`
 	// Extra holds the entry's fields this build does not know, as a newer
 	// peer wrote them (compact JSON). Decoding and encoding keep them, so
 	// a store or a relay passes an entry on whole.
 	Extra map[string]json.RawMessage `json:"-"`
 }
 
-// Equal reports whether p and q are the same entry, Extra included.
+// TCP is a stream-socket protocol's part of its entry.
+type TCP struct {
+	// Wire is the version of the protocol's framing the owner speaks
+	// (0: unstated).
+	Wire int `json:"wire,omitempty"`
+	// Notify: the owner accepts completion notifications over the
+	// protocol.
+	Notify bool `json:"notify,omitempty"`
+	// Extra holds fields this build does not know (see Protocol.Extra).
+	Extra map[string]json.RawMessage `json:"-"`
+}
+
+// RDMA is an RDMA protocol's part of its entry: the owner's rails and the
+// remote keys of its buffers on them.
+type RDMA struct {
+	// Devices lists the owner's rails.
+	Devices []Device `json:"devices,omitempty"`
+	// RKeys holds, for each entry of Descriptor.Buffers (same index), one
+	// remote key per entry of Devices, or none for a buffer not exposed
+	// over RDMA. Empty when no buffer is.
+	RKeys [][]uint32 `json:"rkeys,omitempty"`
+	// Extra holds fields this build does not know (see Protocol.Extra).
+	Extra map[string]json.RawMessage `json:"-"`
+}
+
+// Keys returns buffer i's remote keys, one per device (nil when the part
+// holds none for it). It does not allocate.
+func (r *RDMA) Keys(i int) []uint32 {
+	if r == nil || i < 0 || i >= len(r.RKeys) {
+		return nil
+	}
+	return r.RKeys[i]
+}
+
+// SHM is the same-host protocol's part of its entry: who may map the
+// owner's memory.
+type SHM struct {
+	// Host identifies the owner's host (and network namespace).
+	Host string `json:"host"`
+	// UID is the owner's user id: memory is mapped between processes of
+	// one user.
+	UID uint32 `json:"uid"`
+	// Wire is the version of the shm protocol the owner speaks.
+	Wire int `json:"wire"`
+	// Partial counts registered regions that are not shared memory; when
+	// it is not 0, initiators do not reach the segment over shm.
+	Partial int `json:"partial,omitempty"`
+	// Extra holds fields this build does not know (see Protocol.Extra).
+	Extra map[string]json.RawMessage `json:"-"`
+}
+
+// Equal reports whether p and q are the same entry, parts and Extra
+// included.
 func (p Protocol) Equal(q Protocol) bool {
 	return p.Name == q.Name && p.Endpoint == q.Endpoint && p.Version == q.Version &&
-		maps.Equal(p.Attrs, q.Attrs) && maps.EqualFunc(p.Extra, q.Extra, func(a, b json.RawMessage) bool { return bytes.Equal(a, b) })
+		equalPart(p.TCP, q.TCP, func(a, b *TCP) bool { return a.Wire == b.Wire && a.Notify == b.Notify && equalExtra(a.Extra, b.Extra) }) &&
+		equalPart(p.RDMA, q.RDMA, func(a, b *RDMA) bool {
+			return slices.Equal(a.Devices, b.Devices) && slices.EqualFunc(a.RKeys, b.RKeys, slices.Equal) && equalExtra(a.Extra, b.Extra)
+		}) &&
+		equalPart(p.SHM, q.SHM, func(a, b *SHM) bool {
+			return a.Host == b.Host && a.UID == b.UID && a.Wire == b.Wire && a.Partial == b.Partial && equalExtra(a.Extra, b.Extra)
+		}) &&
+		equalExtra(p.Extra, q.Extra)
+}
+
+func equalPart[T any](a, b *T, eq func(a, b *T) bool) bool {
+	if a == nil || b == nil {
+		return a == b
+	}
+	return eq(a, b)
+}
+
+func equalExtra(a, b map[string]json.RawMessage) bool {
+	return maps.EqualFunc(a, b, func(x, y json.RawMessage) bool { return bytes.Equal(x, y) })
 }
 
 // Device is one RDMA rail of a segment's owner.
@@ -88,8 +162,6 @@ type Buffer struct {
 	Addr     uint64 `json:"addr"`
 	Length   uint64 `json:"length"`
 	Location string `json:"location,omitempty"` // e.g. cpu:0, cuda:3
-	// RKeys holds one remote key per entry of Descriptor.Devices.
-	RKeys []uint32 `json:"rkeys,omitempty"`
 }
 
 // End returns the first address past the buffer.
@@ -118,8 +190,8 @@ var (
 )
 
 // Validate checks the descriptor's internal consistency: a name, sane
-// buffers that do not overlap or wrap, and one rkey per device where keys are
-// given.
+// buffers that do not overlap or wrap, named protocols listed once, and in
+// an RDMA part one key list per buffer, each with one key per device.
 func (d *Descriptor) Validate() error {
 	if d == nil {
 		return fmt.Errorf("%w: nil", ErrInvalid)
@@ -136,6 +208,9 @@ func (d *Descriptor) Validate() error {
 			return fmt.Errorf("%w: %s: protocol %q listed twice", ErrInvalid, d.Name, p.Name)
 		}
 		seen[p.Name] = true
+		if err := p.validate(len(d.Buffers)); err != nil {
+			return fmt.Errorf("%w: %s: protocol %q: %v", ErrInvalid, d.Name, p.Name, err)
+		}
 	}
 	bufs := slices.Clone(d.Buffers)
 	slices.SortFunc(bufs, func(a, b Buffer) int { return cmp.Compare(a.Addr, b.Addr) })
@@ -149,8 +224,28 @@ func (d *Descriptor) Validate() error {
 		if i > 0 && bufs[i-1].End() > b.Addr {
 			return fmt.Errorf("%w: %s: buffers at %#x and %#x overlap", ErrInvalid, d.Name, bufs[i-1].Addr, b.Addr)
 		}
-		if len(b.RKeys) != 0 && len(b.RKeys) != len(d.Devices) {
-			return fmt.Errorf("%w: %s: buffer at %#x has %d rkeys for %d devices", ErrInvalid, d.Name, b.Addr, len(b.RKeys), len(d.Devices))
+	}
+	return nil
+}
+
+func (p *Protocol) validate(nbuf int) error {
+	parts := 0
+	for _, set := range []bool{p.TCP != nil, p.RDMA != nil, p.SHM != nil} {
+		if set {
+			parts++
+		}
+	}
+	if parts > 1 {
+		return fmt.Errorf("%d typed parts; an entry has at most one", parts)
+	}
+	if r := p.RDMA; r != nil {
+		if len(r.RKeys) != 0 && len(r.RKeys) != nbuf {
+			return fmt.Errorf("%d rkey lists for %d buffers; publish one per buffer, in buffers order", len(r.RKeys), nbuf)
+		}
+		for i, k := range r.RKeys {
+			if len(k) != 0 && len(k) != len(r.Devices) {
+				return fmt.Errorf("buffer %d has %d rkeys for %d devices; publish one per device, in devices order", i, len(k), len(r.Devices))
+			}
 		}
 	}
 	return nil
@@ -186,26 +281,9 @@ func (d *Descriptor) Clone() *Descriptor {
 	c := *d
 	c.Protocols = make([]Protocol, len(d.Protocols))
 	for i, p := range d.Protocols {
-		c.Protocols[i] = p
-		if p.Attrs != nil {
-			c.Protocols[i].Attrs = make(map[string]string, len(p.Attrs))
-			for k, v := range p.Attrs {
-				c.Protocols[i].Attrs[k] = v
-			}
-		}
-		if p.Extra != nil {
-			c.Protocols[i].Extra = make(map[string]json.RawMessage, len(p.Extra))
-			for k, v := range p.Extra {
-				c.Protocols[i].Extra[k] = bytes.Clone(v)
-			}
-		}
+		c.Protocols[i] = p.Clone()
 	}
-	c.Devices = slices.Clone(d.Devices)
-	c.Buffers = make([]Buffer, len(d.Buffers))
-	for i, b := range d.Buffers {
-		c.Buffers[i] = b
-		c.Buffers[i].RKeys = slices.Clone(b.RKeys)
-	}
+	c.Buffers = slices.Clone(d.Buffers)
 	return &c
 }
 
@@ -214,4 +292,43 @@ func (d *Descriptor) Clone() *Descriptor {
 // one incarnation must be dropped when it changes.
 func SameIncarnation(a, b *Descriptor) bool {
 	return a != nil && b != nil && a.Name == b.Name && a.Epoch == b.Epoch
+}
+
+// Clone returns a deep copy of the entry.
+func (p Protocol) Clone() Protocol {
+	p.Extra = cloneExtra(p.Extra)
+	if p.TCP != nil {
+		t := *p.TCP
+		t.Extra = cloneExtra(t.Extra)
+		p.TCP = &t
+	}
+	if p.RDMA != nil {
+		r := *p.RDMA
+		r.Devices = slices.Clone(r.Devices)
+		if r.RKeys != nil {
+			r.RKeys = make([][]uint32, len(p.RDMA.RKeys))
+			for i, k := range p.RDMA.RKeys {
+				r.RKeys[i] = slices.Clone(k)
+			}
+		}
+		r.Extra = cloneExtra(r.Extra)
+		p.RDMA = &r
+	}
+	if p.SHM != nil {
+		s := *p.SHM
+		s.Extra = cloneExtra(s.Extra)
+		p.SHM = &s
+	}
+	return p
+}
+
+func cloneExtra(m map[string]json.RawMessage) map[string]json.RawMessage {
+	if m == nil {
+		return nil
+	}
+	c := make(map[string]json.RawMessage, len(m))
+	for k, v := range m {
+		c[k] = bytes.Clone(v)
+	}
+	return c
 }

@@ -91,12 +91,12 @@ func TestSelection(t *testing.T) {
 func TestUnreachable(t *testing.T) {
 	tr := New(Config{})
 	tr.hostID = "boot/ns"
-	attrs := func(kv ...string) *segment.Descriptor {
-		a := map[string]string{"wire": wireAttr, "host": "boot/ns", "uid": tr.uidStr}
-		for i := 0; i < len(kv); i += 2 {
-			a[kv[i]] = kv[i+1]
+	attrs := func(change ...func(*segment.SHM)) *segment.Descriptor {
+		a := &segment.SHM{Wire: wireVersion, Host: "boot/ns", UID: tr.uid}
+		for _, f := range change {
+			f(a)
 		}
-		return &segment.Descriptor{Name: "seg", Protocols: []segment.Protocol{{Name: segment.ProtoSHM, Endpoint: "@x", Attrs: a}}}
+		return &segment.Descriptor{Name: "seg", Protocols: []segment.Protocol{{Name: segment.ProtoSHM, Endpoint: "@x", SHM: a}}}
 	}
 	if err := tr.unreachable(attrs()); err != nil || !tr.reaches(attrs()) {
 		t.Errorf("reachable segment: %v", err)
@@ -106,10 +106,11 @@ func TestUnreachable(t *testing.T) {
 		why string
 	}{
 		{&segment.Descriptor{Name: "seg", Protocols: []segment.Protocol{{Name: segment.ProtoTCP, Endpoint: "h:1"}}}, "does not serve shm"},
-		{attrs("host", "other/ns"), "another host"},
-		{attrs("uid", "4242"), "uid 4242"},
-		{attrs("partial", "2"), "engine.AllocShared"},
-		{attrs("wire", "9"), "wire version"},
+		{&segment.Descriptor{Name: "seg", Protocols: []segment.Protocol{{Name: segment.ProtoSHM, Endpoint: "@x"}}}, "no shm part"},
+		{attrs(func(a *segment.SHM) { a.Host = "other/ns" }), "another host"},
+		{attrs(func(a *segment.SHM) { a.UID = 4242 }), "uid 4242"},
+		{attrs(func(a *segment.SHM) { a.Partial = 2 }), "engine.AllocShared"},
+		{attrs(func(a *segment.SHM) { a.Wire = 9 }), "wire version"},
 	} {
 		if err := tr.unreachable(c.d); tr.reaches(c.d) || err == nil || !strings.Contains(err.Error(), c.why) {
 			t.Errorf("%v: Unreachable %v, want it to say %q", c.d.Protocols, err, c.why)

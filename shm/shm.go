@@ -11,7 +11,6 @@ import (
 	"os"
 	"runtime"
 	"slices"
-	"strconv"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -44,9 +43,10 @@ const (
 	DefaultMaxConnsPerSource = 256
 )
 
-// wireAttr is the control protocol's version, in the descriptor: an
-// initiator chooses shm only for a target that speaks its version.
-const wireAttr = "2"
+// wireVersion is the control protocol's version, in the descriptor (the
+// shm part's Wire): an initiator chooses shm only for a target that
+// speaks its version.
+const wireVersion = 2
 
 // Config configures a Transport. Zero fields select defaults.
 type Config struct {
@@ -119,7 +119,6 @@ type Transport struct {
 	lost   *ratelog.Log // initiators gone mid-copy
 	hostID string
 	uid    uint32
-	uidStr string
 
 	ln       *net.UnixListener
 	endpoint string
@@ -170,7 +169,7 @@ func New(cfg Config) *Transport {
 		cfg.MaxConnsPerSource = DefaultMaxConnsPerSource
 	}
 	uid := uint32(os.Geteuid())
-	return &Transport{cfg: cfg, uid: uid, uidStr: strconv.FormatUint(uint64(uid), 10),
+	return &Transport{cfg: cfg, uid: uid,
 		gate: acceptor.NewGate[int32, *serverConn](cfg.MaxConns, cfg.MaxConnsPerSource), peers: map[*peer]struct{}{}}
 }
 
@@ -370,13 +369,11 @@ func (t *Transport) describe(d *segment.Descriptor) error {
 	if t.endpoint == "" {
 		return fmt.Errorf("shm: not installed")
 	}
-	attrs := map[string]string{"wire": wireAttr, "host": t.hostID, "uid": t.uidStr}
+	part := &segment.SHM{Host: t.hostID, UID: t.uid, Wire: wireVersion}
 	t.mu.Lock()
-	if t.partial > 0 {
-		attrs["partial"] = strconv.Itoa(t.partial)
-	}
+	part.Partial = t.partial
 	t.mu.Unlock()
-	d.Protocols = append(d.Protocols, segment.Protocol{Name: segment.ProtoSHM, Endpoint: t.endpoint, Attrs: attrs})
+	d.Protocols = append(d.Protocols, segment.Protocol{Name: segment.ProtoSHM, Endpoint: t.endpoint, SHM: part})
 	return nil
 }
 
@@ -388,8 +385,9 @@ func (t *Transport) reaches(d *segment.Descriptor) bool {
 		if p.Name != segment.ProtoSHM {
 			continue
 		}
-		return t.hostID != "" && p.Endpoint != "" && p.Attrs["host"] == t.hostID && p.Attrs["uid"] == t.uidStr &&
-			p.Attrs["partial"] == "" && p.Attrs["wire"] == wireAttr
+		s := p.SHM
+		return t.hostID != "" && p.Endpoint != "" && s != nil && s.Host == t.hostID && s.UID == t.uid &&
+			s.Partial == 0 && s.Wire == wireVersion
 	}
 	return false
 }
@@ -403,14 +401,16 @@ func (t *Transport) unreachable(d *segment.Descriptor) error {
 		return nil
 	case !ok || p.Endpoint == "":
 		return fmt.Errorf("shm: %s does not serve shm", d.Name)
-	case t.hostID == "" || p.Attrs["host"] != t.hostID:
+	case p.SHM == nil:
+		return fmt.Errorf("shm: %s's shm entry has no shm part (host, user, wire version): it was not written by te's shm transport", d.Name)
+	case t.hostID == "" || p.SHM.Host != t.hostID:
 		return fmt.Errorf("shm: %s runs on another host (or in another network namespace)", d.Name)
-	case p.Attrs["uid"] != t.uidStr:
-		return fmt.Errorf("shm: %s runs as uid %s and this process as uid %s; shm maps memory between processes of one user", d.Name, p.Attrs["uid"], t.uidStr)
-	case p.Attrs["partial"] != "":
-		return fmt.Errorf("shm: %s of %s's registered regions are not shared memory: a target's memory must come from engine.AllocShared to be reached by shm", p.Attrs["partial"], d.Name)
+	case p.SHM.UID != t.uid:
+		return fmt.Errorf("shm: %s runs as uid %d and this process as uid %d; shm maps memory between processes of one user", d.Name, p.SHM.UID, t.uid)
+	case p.SHM.Partial != 0:
+		return fmt.Errorf("shm: %d of %s's registered regions are not shared memory: a target's memory must come from engine.AllocShared to be reached by shm", p.SHM.Partial, d.Name)
 	default:
-		return fmt.Errorf("shm: %s speaks shm wire version %q, this process %q", d.Name, p.Attrs["wire"], wireAttr)
+		return fmt.Errorf("shm: %s speaks shm wire version %d, this process %d", d.Name, p.SHM.Wire, wireVersion)
 	}
 }
 

@@ -69,19 +69,15 @@ var (
 	errNoteForeign    = fmt.Errorf("tcp: notification for a foreign peer: %w", engine.ErrInvalidRequest)
 	errMarkMalformed  = errors.New("tcp: malformed mark")
 	errMarkBadLength  = errors.New("tcp: mark length out of bounds")
-	errNoNotifyRemote = fmt.Errorf("%w (its descriptor lacks notify=1)", ErrNotifyUnsupported)
+	errNoNotifyRemote = fmt.Errorf("%w (its descriptor's tcp part lacks notify)", ErrNotifyUnsupported)
 )
-
-// notifyAttr is the tcp protocol entry's attribute saying the target
-// serves marks.
-const notifyAttr = "notify"
 
 func remoteNotifies(d *segment.Descriptor) bool {
 	if d == nil {
 		return false
 	}
 	pr, ok := d.Protocol(segment.ProtoTCP)
-	return ok && pr.Attrs[notifyAttr] == "1"
+	return ok && pr.TCP != nil && pr.TCP.Notify
 }
 
 // mark is one mark frame of a note on one lane.

@@ -267,7 +267,7 @@ func (t *Transport) describe(d *segment.Descriptor) error {
 	d.Protocols = append(d.Protocols, segment.Protocol{
 		Name:     segment.ProtoTCP,
 		Endpoint: t.endpoint,
-		Attrs:    map[string]string{"wire": strconv.Itoa(wireVersion), notifyAttr: "1"},
+		TCP:      &segment.TCP{Wire: wireVersion, Notify: true},
 	})
 	return nil
 }
@@ -286,8 +286,8 @@ func (t *Transport) connect(ctx context.Context, remote *segment.Descriptor) (dr
 	if !ok || pr.Endpoint == "" {
 		return nil, fmt.Errorf("%w: %s", ErrNoEndpoint, remote.Name)
 	}
-	if v := pr.Attrs["wire"]; v != "" && v != strconv.Itoa(wireVersion) {
-		return nil, fmt.Errorf("%w: %s speaks tcp wire version %s, want %d", ErrProtocol, remote.Name, v, wireVersion)
+	if pr.TCP != nil && pr.TCP.Wire != 0 && pr.TCP.Wire != wireVersion {
+		return nil, fmt.Errorf("%w: %s speaks tcp wire version %d, want %d", ErrProtocol, remote.Name, pr.TCP.Wire, wireVersion)
 	}
 	p := newPeer(t, remote.Name, pr.Endpoint, remote.Epoch)
 	t.mu.Lock()

@@ -150,8 +150,9 @@ func protocolsCell(d *segment.Descriptor) string {
 }
 
 func railsCell(d *segment.Descriptor) string {
-	parts := make([]string, 0, len(d.Devices))
-	for _, dev := range d.Devices {
+	rails := railsOf(d)
+	parts := make([]string, 0, len(rails.Devices))
+	for _, dev := range rails.Devices {
 		parts = append(parts, fmt.Sprintf("%s:%d", cli.Printable(dev.Name), dev.Port))
 	}
 	if len(parts) == 0 {
@@ -160,12 +161,23 @@ func railsCell(d *segment.Descriptor) string {
 	return strings.Join(parts, ",")
 }
 
+// railsOf returns the RDMA part of d's first entry that has one (te's
+// rdma, Mooncake's rdma), or an empty one.
+func railsOf(d *segment.Descriptor) *segment.RDMA {
+	for _, p := range d.Protocols {
+		if p.RDMA != nil {
+			return p.RDMA
+		}
+	}
+	return &segment.RDMA{}
+}
+
 // printRails lists, for segments with RDMA rails, each rail's address and
 // each buffer's rkey on every rail (what an initiator posts with).
 func printRails(w io.Writer, descs []*segment.Descriptor) error {
 	any := false
 	for _, d := range descs {
-		any = any || len(d.Devices) > 0
+		any = any || len(railsOf(d).Devices) > 0
 	}
 	if !any {
 		return nil
@@ -174,19 +186,20 @@ func printRails(w io.Writer, descs []*segment.Descriptor) error {
 	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
 	fmt.Fprintln(tw, "SEGMENT\tRAIL\tDEVICE\tGID\tLID\tMTU")
 	for _, d := range descs {
-		for i, dev := range d.Devices {
+		for i, dev := range railsOf(d).Devices {
 			fmt.Fprintf(tw, "%s\t%d\t%s:%d\t%s\t%d\t%d\n", cli.Printable(d.Name), i, cli.Printable(dev.Name), dev.Port, cli.Printable(dev.GID), dev.LID, dev.MTU)
 		}
 	}
 	fmt.Fprintln(tw)
 	fmt.Fprintln(tw, "SEGMENT\tBUFFER\tLENGTH\tLOCATION\tRKEYS (by rail)\t")
 	for _, d := range descs {
-		if len(d.Devices) == 0 {
+		rails := railsOf(d)
+		if len(rails.Devices) == 0 {
 			continue
 		}
-		for _, b := range d.Buffers {
-			keys := make([]string, len(b.RKeys))
-			for i, k := range b.RKeys {
+		for j, b := range d.Buffers {
+			keys := make([]string, len(rails.Keys(j)))
+			for i, k := range rails.Keys(j) {
 				keys[i] = fmt.Sprintf("%#x", k)
 			}
 			loc := b.Location

@@ -104,7 +104,7 @@ func TestSegmentsTableEscapes(t *testing.T) {
 	defer peer.Close()
 	d := storetest.Descriptor(peer.Name(), 7, 2)
 	d.Protocols[0].Endpoint = "\x1b[2J\x1b[31mhost:1\r\n"
-	d.Devices[0].Name = "rxe\x070"
+	d.Protocols[1].RDMA.Devices[0].Name = "rxe\x070"
 	if err := peer.Publish(ctx, d); err != nil {
 		t.Fatal(err)
 	}
@@ -117,7 +117,7 @@ func TestSegmentsTableEscapes(t *testing.T) {
 		t.Fatalf("control characters reached the table: %q", out.String())
 	}
 	// The rails section lists each rail and every buffer's rkey per rail.
-	if !strings.Contains(rails, "fe80::1") || !strings.Contains(rails, fmt.Sprintf("%#x", d.Buffers[0].RKeys[0])) {
+	if !strings.Contains(rails, "fe80::1") || !strings.Contains(rails, fmt.Sprintf("%#x", d.Protocols[1].RDMA.Keys(0)[0])) {
 		t.Fatalf("rails section lacks the GID or an rkey: %q", rails)
 	}
 	if !strings.Contains(out.String(), `tcp=\x1b[2J\x1b[31mhost:1\r\n`) || !strings.Contains(out.String(), `rxe\a0:1`) {

@@ -33,9 +33,10 @@ type Transport interface {
 	// serves remote initiators (a listener, QP handshakes). Target-side
 	// accesses go through h, which checks them against registered memory.
 	Install(h Host) error
-	// Describe adds the transport's parts to the local descriptor: its
-	// Protocol entry (appended to d.Protocols), rails (d.Devices), and
-	// per-buffer keys (d.Buffers[i].RKeys). d.Buffers is already filled.
+	// Describe adds the transport's Protocol entry to the local
+	// descriptor (appended to d.Protocols), with its typed part (for
+	// rdma the rails and the keys of every buffer in d.Buffers, which is
+	// already filled).
 	Describe(d *segment.Descriptor) error
 	// RegisterMemory prepares a newly registered region for transfers
 	// (memory registration with each NIC). The returned key is opaque to
@@ -96,14 +97,15 @@ type UnreachableExplainer interface {
 	Unreachable(remote *segment.Descriptor) error
 }
 
-// PeerKeeper is implemented by a transport whose Peer depends on more of
-// a remote descriptor than its own Protocol entry: rdma's queue pairs are
-// connected to the remote rails (Devices) and check buffer keys (RKeys).
+// PeerKeeper is implemented by a transport that decides itself which
+// descriptor changes its Peer survives; without it any change of the
+// transport's Protocol entry gets a fresh Connect. rdma's entry holds
+// keys per buffer, and buffers come and go under one Peer.
 type PeerKeeper interface {
 	// KeepPeer reports whether a Peer connected for old still serves
-	// new, a later version of the same incarnation whose protocol entry
-	// is unchanged. It is called when the store reports a new version,
-	// not per request.
+	// new, a later version of the same incarnation (both offering the
+	// transport's protocol). It is called when the store reports a new
+	// version, not per request.
 	KeepPeer(old, new *segment.Descriptor) bool
 }
 

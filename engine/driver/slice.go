@@ -34,9 +34,12 @@ type Slice struct {
 	// address space. [RemoteAddr, RemoteAddr+len(Local)) lies inside
 	// RemoteBuffer.
 	RemoteAddr uint64
-	// RemoteBuffer is the target's descriptor entry holding the range
-	// (carries per-rail RKeys). Read-only.
+	// RemoteBuffer is the target's descriptor entry holding the range.
+	// Read-only.
 	RemoteBuffer *segment.Buffer
+	// RemoteIndex is RemoteBuffer's index in Remote.Buffers, which also
+	// indexes per-buffer lists of protocol parts (segment.RDMA.RKeys).
+	RemoteIndex int
 	// Remote is the target's descriptor this slice was resolved against.
 	// Read-only.
 	Remote *segment.Descriptor

@@ -421,13 +421,14 @@ func (w *walk) local(proto string) bool {
 	}
 	addr, n := engine.AddrOf(l), uint64(min(len(l), w.cfg.ProbeSize))
 	ld := w.cfg.Engine.LocalDescriptor()
-	for _, b := range ld.Buffers {
+	rp, _ := ld.Protocol(segment.ProtoRDMA)
+	for i, b := range ld.Buffers {
 		if !b.Contains(addr, n) {
 			continue
 		}
 		detail := fmt.Sprintf("[%#x, +%d) inside registered buffer %#x (%d bytes, %s)", addr, n, b.Addr, b.Length, b.Location)
-		if proto == segment.ProtoRDMA && len(b.RKeys) < len(ld.Devices) {
-			w.fail(LayerLocal, "", engine.ErrNotRegistered, detail+fmt.Sprintf(", but registered with %d of %d rails", len(b.RKeys), len(ld.Devices)),
+		if rails := rp.RDMA; proto == segment.ProtoRDMA && rails != nil && len(rails.Keys(i)) < len(rails.Devices) {
+			w.fail(LayerLocal, "", engine.ErrNotRegistered, detail+fmt.Sprintf(", but registered with %d of %d rails", len(rails.Keys(i)), len(rails.Devices)),
 				"re-register the memory after installing rdma")
 			return false
 		}

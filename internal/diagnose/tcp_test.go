@@ -123,7 +123,7 @@ func crafted(t *testing.T, st *enginetest.MemStore, name, ep string) {
 	owner := st.Process()
 	t.Cleanup(func() { owner.Close() })
 	d := &segment.Descriptor{Name: name, Epoch: 0x1234, Version: 1,
-		Protocols: []segment.Protocol{{Name: segment.ProtoTCP, Endpoint: ep, Attrs: map[string]string{"wire": "2"}}},
+		Protocols: []segment.Protocol{{Name: segment.ProtoTCP, Endpoint: ep, TCP: &segment.TCP{Wire: 2}}},
 		Buffers:   []segment.Buffer{{Addr: 1 << 30, Length: 1 << 20, Location: "cpu"}}}
 	if err := owner.Publish(context.Background(), d); err != nil {
 		t.Fatal(err)

@@ -117,7 +117,7 @@ func TestServerConsul(t *testing.T) {
 func teDesc(name string, dataPort int, bufs ...segment.Buffer) *segment.Descriptor {
 	return &segment.Descriptor{
 		Name: name, Epoch: 9, Version: 1,
-		Protocols: []segment.Protocol{{Name: mooncake.TEProtoTCP, Endpoint: "127.0.0.1:" + strconv.Itoa(dataPort), Attrs: map[string]string{mooncake.AttrVersion: "2"}}},
+		Protocols: []segment.Protocol{{Name: mooncake.TEProtoTCP, Endpoint: "127.0.0.1:" + strconv.Itoa(dataPort), TCP: &segment.TCP{Wire: 2}}},
 		Buffers:   bufs,
 	}
 }

@@ -212,7 +212,7 @@ func (t *Transport) Describe(d *segment.Descriptor) error {
 	d.Protocols = append(d.Protocols, segment.Protocol{
 		Name:     mooncake.TEProtoTCP,
 		Endpoint: t.endpoint,
-		Attrs:    map[string]string{mooncake.AttrVersion: strconv.Itoa(t.cfg.Version)},
+		TCP:      &segment.TCP{Wire: t.cfg.Version},
 	})
 	return nil
 }
@@ -231,12 +231,11 @@ func (t *Transport) Connect(ctx context.Context, remote *segment.Descriptor) (dr
 		return nil, fmt.Errorf("%w: %s", ErrNoEndpoint, remote.Name)
 	}
 	v := mooncake.DefaultTCPVersion
-	if s := pr.Attrs[mooncake.AttrVersion]; s != "" {
-		n, err := strconv.Atoi(s)
-		if err != nil || n < 1 {
-			return nil, fmt.Errorf("%w: %s advertises version %q", ErrProtocol, remote.Name, s)
+	if pr.TCP != nil && pr.TCP.Wire != 0 {
+		if pr.TCP.Wire < 1 {
+			return nil, fmt.Errorf("%w: %s advertises version %d", ErrProtocol, remote.Name, pr.TCP.Wire)
 		}
-		v = min(n, mooncake.DefaultTCPVersion) // Mooncake speaks v2 to 3 and above
+		v = min(pr.TCP.Wire, mooncake.DefaultTCPVersion) // Mooncake speaks v2 to 3 and above
 	}
 	p := newPeer(t, remote.Name, pr.Endpoint, v == 2)
 	t.mu.Lock()

@@ -83,7 +83,7 @@ func (p *pair) transfer(t testing.TB, op engine.Op, local []byte, remote uint64)
 func TestVersion1(t *testing.T) {
 	p := newPair(t, 8<<20, Config{Version: 1, Lanes: 1})
 	d := p.tgt.e.LocalDescriptor()
-	if pr, _ := d.Protocol(mooncake.TEProtoTCP); pr.Attrs[mooncake.AttrVersion] != "1" {
+	if pr, _ := d.Protocol(mooncake.TEProtoTCP); pr.TCP == nil || pr.TCP.Wire != 1 {
 		t.Fatalf("advertised %+v", pr)
 	}
 	for _, n := range []int{1, 4096, 1 << 20, 4 << 20} {

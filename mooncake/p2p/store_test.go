@@ -34,7 +34,7 @@ func teDesc(name string, dataPort int, bufs ...segment.Buffer) *segment.Descript
 		Name: name, Epoch: 7, Version: 1,
 		Protocols: []segment.Protocol{
 			{Name: segment.ProtoTCP, Endpoint: "127.0.0.1:1"},
-			{Name: mooncake.TEProtoTCP, Endpoint: "127.0.0.1:" + strconv.Itoa(dataPort), Attrs: map[string]string{mooncake.AttrVersion: "2"}},
+			{Name: mooncake.TEProtoTCP, Endpoint: "127.0.0.1:" + strconv.Itoa(dataPort), TCP: &segment.TCP{Wire: 2}},
 		},
 		Buffers: bufs,
 	}
@@ -159,7 +159,7 @@ func TestTeToTe(t *testing.T) {
 		t.Fatal(err)
 	}
 	p, ok := d.Protocol(mooncake.TEProtoTCP)
-	if d.Name != target.Name() || !ok || p.Endpoint != "127.0.0.1:16001" || p.Attrs[mooncake.AttrVersion] != "2" ||
+	if d.Name != target.Name() || !ok || p.Endpoint != "127.0.0.1:16001" || p.TCP == nil || p.TCP.Wire != 2 ||
 		len(d.Buffers) != 1 || d.Buffers[0].Addr != b1.Addr || d.Buffers[0].Length != b1.Length || d.Version != 1 || d.Epoch == 0 {
 		t.Fatalf("%+v", d)
 	}

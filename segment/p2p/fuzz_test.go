@@ -21,7 +21,7 @@ func FuzzReadFrame(f *testing.F) {
 	f.Add(appendFrame(nil, frameGet, []byte("127.0.0.1:15001")))
 	f.Add(appendFrame(nil, frameNotFound, []byte("127.0.0.1:15001/kv")))
 	f.Add(appendFrame(nil, frameError, []byte("no")))
-	f.Add(appendFrame(nil, frameDescriptor, []byte(`{"schema":1,"segment":{"name":"127.0.0.1:1","epoch":1,"version":1,"protocols":[{"name":"tcp"}],"buffers":[{"addr":4096,"length":4096}]}}`)))
+	f.Add(appendFrame(nil, frameDescriptor, []byte(`{"schema":2,"segment":{"name":"127.0.0.1:1","epoch":1,"version":1,"protocols":[{"name":"tcp"}],"buffers":[{"addr":4096,"length":4096}]}}`)))
 	f.Add([]byte("TEMD\x01\x02\x00\x00\xff\xff\xff\xff"))
 	f.Add([]byte("TEMD"))
 	f.Add(requests.Append(nil, frameAnswer, 0, make([]byte, 18)))

@@ -42,7 +42,7 @@ func newStore(t *testing.T, o Options) *Store {
 func desc(name string, epoch, version uint64) *segment.Descriptor {
 	return &segment.Descriptor{
 		Name: name, Epoch: epoch, Version: version,
-		Protocols: []segment.Protocol{{Name: segment.ProtoTCP, Endpoint: "127.0.0.1:1", Attrs: map[string]string{"wire": "1"}}},
+		Protocols: []segment.Protocol{{Name: segment.ProtoTCP, Endpoint: "127.0.0.1:1", TCP: &segment.TCP{Wire: 1}}},
 		Buffers:   []segment.Buffer{{Addr: 0x7f0000000000, Length: 1 << 20, Location: "cpu:0"}},
 	}
 }
@@ -426,7 +426,7 @@ func TestMalformedResponses(t *testing.T) {
 	ctx := ctxT(t)
 	answers := map[string][]byte{
 		"garbage":            []byte("HTTP/1.1 400 Bad Request\r\n\r\n"),
-		"bad descriptor":     appendFrame(nil, frameDescriptor, []byte(`{"schema":1,"segment":{"name":""}}`)),
+		"bad descriptor":     appendFrame(nil, frameDescriptor, []byte(`{"schema":2,"segment":{"name":""}}`)),
 		"request as answer":  appendFrame(nil, frameGet, []byte("x")),
 		"truncated payload":  appendFrame(nil, frameDescriptor, []byte("{"))[:headerLen],
 		"oversize":           hdrOnly(frameDescriptor, segment.MaxEncodedSize+1),

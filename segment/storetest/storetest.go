@@ -36,6 +36,7 @@ import (
 	"context"
 	"crypto/rand"
 	"encoding/binary"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"slices"
@@ -156,13 +157,16 @@ func Descriptor(name string, epoch, version uint64) *segment.Descriptor {
 	return &segment.Descriptor{
 		Name: name, Epoch: epoch, Version: version,
 		Protocols: []segment.Protocol{
-			{Name: segment.ProtoTCP, Endpoint: "127.0.0.1:15002", Attrs: map[string]string{"lanes": "4"}},
-			{Name: segment.ProtoRDMA, Endpoint: "127.0.0.1:15003"},
+			{Name: segment.ProtoTCP, Endpoint: "127.0.0.1:15002", TCP: &segment.TCP{Wire: 2,
+				Extra: map[string]json.RawMessage{"lanes": json.RawMessage("4")}}},
+			{Name: segment.ProtoRDMA, Endpoint: "127.0.0.1:15003", RDMA: &segment.RDMA{
+				Devices: []segment.Device{{Name: "rxe0", Port: 1, GID: "fe80::1", MTU: 4096}},
+				RKeys:   [][]uint32{{0x1000 + uint32(version)}, {0x2000}},
+			}},
 		},
-		Devices: []segment.Device{{Name: "rxe0", Port: 1, GID: "fe80::1", MTU: 4096}},
 		Buffers: []segment.Buffer{
-			{Addr: 0x7f0000000000, Length: 1 << 20, Location: "cpu:0", RKeys: []uint32{0x1000 + uint32(version)}},
-			{Addr: 0x7f0000200000, Length: 64 << 10, Location: "cpu:0", RKeys: []uint32{0x2000}},
+			{Addr: 0x7f0000000000, Length: 1 << 20, Location: "cpu:0"},
+			{Addr: 0x7f0000200000, Length: 64 << 10, Location: "cpu:0"},
 		},
 	}
 }
@@ -270,8 +274,8 @@ func (h *harness) getReturnsCopy(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		got.Buffers[0].RKeys[0] = 0
-		got.Protocols[0].Attrs["lanes"] = "x"
+		got.Protocols[1].RDMA.RKeys[0][0] = 0
+		got.Protocols[0].TCP.Extra["lanes"][0] = 'x'
 		got.Name = "changed"
 		again, err := s.Get(ctx, want.Name)
 		if err != nil {
