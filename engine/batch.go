@@ -68,7 +68,8 @@ type TaskStatus struct {
 	State State
 	// Transferred is the number of bytes moved by finished slices.
 	Transferred uint64
-	// Err is the first slice error of a failed task (nil otherwise).
+	// Err is the first slice error of a failed or cancelled task (nil
+	// otherwise).
 	Err error
 	// Transport names the transport that carried the task (tcp, rdma,
 	// shm: the first choice of the segment's route, or the next one when
@@ -659,7 +660,7 @@ func (e *Engine) Status(id BatchID, taskIdx int) (TaskStatus, error) {
 
 func (t *task) status() TaskStatus {
 	st := TaskStatus{State: State(t.state.Load()), Transferred: t.transferred.Load(), Transport: t.tname, Layer: t.layer()}
-	if st.State == StateFailed {
+	if st.State == StateFailed || st.State == StateCanceled {
 		t.mu.Lock()
 		st.Err = t.err
 		t.mu.Unlock()

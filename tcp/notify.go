@@ -202,10 +202,16 @@ func (t *Transport) submitNotify(ss []*driver.Slice, n *driver.Note) {
 	p.submitNotify(ss, n)
 }
 
+// resends counts notes resent alone after a broken connection (tests).
+var resends atomic.Int64
+
 func (p *peer) submitNotify(ss []*driver.Slice, n *driver.Note) {
 	tn := p.getNote()
 	tn.n = n
 	if len(ss) == 0 {
+		if n.Attempt() > 0 {
+			resends.Add(1)
+		}
 		l := p.lanes[int(p.rr.Add(1))%len(p.lanes)]
 		if n.Attempt() > 0 {
 			l = p.freshLane()
