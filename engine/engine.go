@@ -222,6 +222,9 @@ func New(cfg Config) (*Engine, error) {
 		e.wg.Add(1)
 		go e.watchStuck()
 	}
+	if r, ok := cfg.Store.(driver.NotifyReceiver); ok {
+		r.ReceiveNotifications(&e.inbox)
+	}
 	return e, nil
 }
 

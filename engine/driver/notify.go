@@ -158,6 +158,14 @@ type Inbox interface {
 	Deliver(ctx context.Context, d *Delivery) error
 }
 
+// NotifyReceiver is implemented by a metadata store whose socket also
+// carries notifications (Mooncake's handshake socket has a Notify
+// message): the engine hands it its Inbox when it starts. After the
+// engine closes, Deliver fails; the store answers its peers accordingly.
+type NotifyReceiver interface {
+	ReceiveNotifications(Inbox)
+}
+
 // Errors of notifications; compare with errors.Is.
 var (
 	// ErrNotifyFull: the target's notification queue for this sender

@@ -154,7 +154,7 @@ func (l *lane) enqueue(ss []*driver.Slice) {
 	l.mu.Lock()
 	if l.closed {
 		l.mu.Unlock()
-		doneAll(ss, errPeerClosed)
+		doneAll(l.p.t, ss, errPeerClosed)
 		return
 	}
 	l.pending = append(l.pending, ss...)
@@ -184,9 +184,9 @@ func (l *lane) close() {
 	}
 }
 
-func doneAll(ss []*driver.Slice, err error) {
+func doneAll(t *Transport, ss []*driver.Slice, err error) {
 	for _, s := range ss {
-		s.Done(0, err)
+		t.finish(s, 0, err)
 	}
 }
 
@@ -199,7 +199,7 @@ func (l *lane) writeLoop() {
 				batch := l.pending
 				l.pending = nil
 				l.mu.Unlock()
-				doneAll(batch, errPeerClosed)
+				doneAll(l.p.t, batch, errPeerClosed)
 				return
 			}
 			if len(l.pending) == 0 {
@@ -212,7 +212,7 @@ func (l *lane) writeLoop() {
 			l.mu.Unlock()
 			if conn == nil {
 				if err := l.connect(l.p.t.ctx); err != nil {
-					doneAll(batch, err)
+					doneAll(l.p.t, batch, err)
 					l.recycle(batch)
 					continue
 				}
@@ -221,7 +221,7 @@ func (l *lane) writeLoop() {
 				l.mu.Unlock()
 			}
 			if conn == nil {
-				doneAll(batch, l.cause(nil, errPeerClosed))
+				doneAll(l.p.t, batch, l.cause(nil, errPeerClosed))
 			} else {
 				l.send(conn, batch)
 			}
@@ -269,7 +269,7 @@ func (l *lane) send(conn *net.TCPConn, batch []*driver.Slice) {
 		l.mu.Lock()
 		if l.conn != conn {
 			l.mu.Unlock()
-			doneAll(batch, l.cause(conn, fmt.Errorf("%w: to %s at %s", ErrConnection, l.p.name, l.p.addr)))
+			doneAll(l.p.t, batch, l.cause(conn, fmt.Errorf("%w: to %s at %s", ErrConnection, l.p.name, l.p.addr)))
 			return
 		}
 		l.iov = l.iov[:0]
@@ -316,17 +316,17 @@ func (l *lane) send(conn *net.TCPConn, batch []*driver.Slice) {
 		deferred, derr := l.deferred, l.deferErr
 		l.deferred, l.deferErr = nil, nil
 		l.mu.Unlock()
-		doneAll(deferred, derr)
+		doneAll(l.p.t, deferred, derr)
 		for i, s := range l.v1w {
 			l.v1w[i] = nil
 			if err != nil {
-				s.Done(0, err)
+				l.p.t.finish(s, 0, err)
 			} else {
-				s.Done(uint64(len(s.Local)), nil)
+				l.p.t.finish(s, uint64(len(s.Local)), nil)
 			}
 		}
 		if err != nil {
-			doneAll(batch, err)
+			doneAll(l.p.t, batch, err)
 			return
 		}
 	}
@@ -405,16 +405,16 @@ func (l *lane) readAnswers(c *net.TCPConn) error {
 		switch {
 		case rerr != nil:
 			l.fail(c, rerr)
-			s.Done(0, rerr)
+			l.p.t.finish(s, 0, rerr)
 			return rerr
 		case serr != nil:
 			// The target closes after a rejection: the requests behind
 			// this one fail with ErrConnection and are retried.
 			l.fail(c, fmt.Errorf("%w: %s closed the connection after rejecting a range", ErrConnection, l.p.addr))
-			s.Done(0, serr)
+			l.p.t.finish(s, 0, serr)
 			return serr
 		default:
-			s.Done(uint64(len(s.Local)), nil)
+			l.p.t.finish(s, uint64(len(s.Local)), nil)
 		}
 	}
 }
@@ -460,7 +460,7 @@ func (l *lane) fail(c *net.TCPConn, err error) {
 		failed = nil
 	}
 	l.mu.Unlock()
-	doneAll(failed, err)
+	doneAll(l.p.t, failed, err)
 }
 
 // checkStall fails the lane after limit watchdog ticks without an answer

@@ -23,6 +23,7 @@ import (
 	"net/netip"
 	"strconv"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/rdmago/te/engine/driver"
@@ -108,6 +109,11 @@ type Transport struct {
 	conns     map[net.Conn]*sconn
 	perSource map[netip.Addr]int
 	peers     map[*peer]struct{}
+
+	// Notifications (notify.go): the submission each slice of a
+	// SubmitNotify belongs to, while any is pending.
+	notes  atomic.Int64
+	noteOf sync.Map // *driver.Slice -> *noteWait
 }
 
 var _ driver.Transport = (*Transport)(nil)
@@ -262,7 +268,7 @@ func (t *Transport) Submit(ss []*driver.Slice) {
 		}
 		if p == nil {
 			for _, s := range ss[:n] {
-				s.Done(0, fmt.Errorf("mctcp: slice for a foreign peer %T: %w", s.Peer, driver.ErrClosed))
+				t.finish(s, 0, fmt.Errorf("mctcp: slice for a foreign peer %T: %w", s.Peer, driver.ErrClosed))
 			}
 		} else {
 			p.submit(ss[:n])

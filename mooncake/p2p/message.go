@@ -68,6 +68,9 @@ var (
 	ErrMalformed = errors.New("mooncake/p2p: malformed message")
 	// ErrTooLarge: a message's length is 0 or above the bound.
 	ErrTooLarge = errors.New("mooncake/p2p: message length out of bounds")
+	// ErrRefused: the receiver answered a Notify with an empty
+	// notify_msg: it did not take the notification.
+	ErrRefused = errors.New("mooncake/p2p: notification refused")
 )
 
 // AppendMessage appends one framed message to dst. Untyped writes the
@@ -141,6 +144,56 @@ type ConnectionRecord struct {
 type NotifyRecord struct {
 	Name      string `json:"name"`
 	NotifyMsg string `json:"notify_msg"`
+}
+
+// Bounds of a Notify message's fields: te's notification bounds
+// (driver.MaxNotifyName, driver.MaxNotifyMsg).
+const (
+	MaxNotifyName = 256
+	MaxNotifyMsg  = 4096
+)
+
+// DecodeNotify decodes a Notify message's body. Both fields are strings
+// (missing means empty, as Mooncake reads them) within MaxNotifyName and
+// MaxNotifyMsg bytes; anything else is an error wrapping ErrMalformed.
+func DecodeNotify(body []byte) (NotifyRecord, error) {
+	var o map[string]json.RawMessage
+	if err := json.NewDecoder(bytes.NewReader(body)).Decode(&o); err != nil || o == nil {
+		return NotifyRecord{}, fmt.Errorf("%w: Notify body is not a JSON object", ErrMalformed)
+	}
+	var r NotifyRecord
+	for _, f := range []struct {
+		key string
+		dst *string
+		max int
+	}{{"name", &r.Name, MaxNotifyName}, {"notify_msg", &r.NotifyMsg, MaxNotifyMsg}} {
+		raw, ok := o[f.key]
+		if !ok || string(bytes.TrimSpace(raw)) == "null" {
+			continue
+		}
+		if err := json.Unmarshal(raw, f.dst); err != nil {
+			return NotifyRecord{}, fmt.Errorf("%w: Notify %s must be a string", ErrMalformed, f.key)
+		}
+		if len(*f.dst) > f.max {
+			return NotifyRecord{}, fmt.Errorf("%w: Notify %s has %d bytes, more than %d", ErrMalformed, f.key, len(*f.dst), f.max)
+		}
+	}
+	return r, nil
+}
+
+// EncodeNotify writes a Notify body as Mooncake does (keys sorted, one
+// trailing newline).
+func EncodeNotify(r NotifyRecord) ([]byte, error) {
+	if len(r.Name) > MaxNotifyName || len(r.NotifyMsg) > MaxNotifyMsg {
+		return nil, fmt.Errorf("%w: Notify of %d+%d bytes exceeds %d+%d", ErrMalformed, len(r.Name), len(r.NotifyMsg), MaxNotifyName, MaxNotifyMsg)
+	}
+	var buf bytes.Buffer
+	enc := json.NewEncoder(&buf)
+	enc.SetEscapeHTML(false)
+	if err := enc.Encode(r); err != nil {
+		return nil, fmt.Errorf("%w: %v", ErrMalformed, err)
+	}
+	return buf.Bytes(), nil
 }
 
 // ProbeReply is what a live Mooncake process answers a Probe with.

@@ -2,11 +2,16 @@ package p2p
 
 import (
 	"bytes"
+	"context"
 	"encoding/hex"
 	"errors"
 	"io"
+	"net"
 	"strings"
+	"sync"
 	"testing"
+
+	"github.com/rdmago/te/engine/driver"
 )
 
 // TestFraming checks the bytes of the framing against the reference's
@@ -87,12 +92,15 @@ func FuzzAnswer(f *testing.F) {
 	f.Add(uint8(2), []byte(`{"name":"x","notify_msg":"y"}`))
 	f.Add(uint8(3), []byte("null"))
 	f.Add(uint8(9), []byte("x"))
-	s := &Store{}
+	s := &Store{life: context.Background()}
 	s.opts.setDefaults()
 	frame := AppendMessage(nil, Metadata, []byte("{}\n"))
 	s.reply.Store(&frame)
+	var in countInbox
+	s.ReceiveNotifications(&in)
+	from := &net.TCPAddr{IP: net.IPv4(127, 0, 0, 1), Port: 1}
 	f.Fuzz(func(t *testing.T, typ uint8, body []byte) {
-		reply, err := s.answer(Type(typ), body)
+		reply, err := s.answer(Type(typ), body, from)
 		if err != nil {
 			return
 		}
@@ -102,6 +110,45 @@ func FuzzAnswer(f *testing.F) {
 		}
 		if rt != Type(typ) && !(Type(typ) == Untyped && rt == Untyped) {
 			t.Fatalf("reply type %v to %v", rt, Type(typ))
+		}
+	})
+}
+
+// countInbox takes every notification, keeping the last.
+type countInbox struct {
+	mu   sync.Mutex
+	n    int
+	last driver.Delivery
+}
+
+func (c *countInbox) Deliver(_ context.Context, d *driver.Delivery) error {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.n++
+	c.last = driver.Delivery{From: d.From, ID: d.ID, Name: bytes.Clone(d.Name), Msg: bytes.Clone(d.Msg)}
+	return nil
+}
+
+// FuzzDecodeNotify: no input panics; what decodes re-encodes to the same
+// record, within the bounds.
+func FuzzDecodeNotify(f *testing.F) {
+	f.Add([]byte(`{"name":"agent1","notify_msg":"notification7"}` + "\n"))
+	f.Add([]byte(`{"name":"","notify_msg":"success"}`))
+	f.Add([]byte(`{"name":null}`))
+	f.Fuzz(func(t *testing.T, b []byte) {
+		r, err := DecodeNotify(b)
+		if err != nil {
+			return
+		}
+		if len(r.Name) > MaxNotifyName || len(r.NotifyMsg) > MaxNotifyMsg {
+			t.Fatalf("decoded past the bounds: %d, %d bytes", len(r.Name), len(r.NotifyMsg))
+		}
+		enc, err := EncodeNotify(r)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if r2, err := DecodeNotify(enc); err != nil || r2 != r {
+			t.Fatalf("round trip: %+v, %v; want %+v", r2, err, r)
 		}
 	})
 }

@@ -18,6 +18,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/rdmago/te/engine/driver"
 	"github.com/rdmago/te/internal/acceptor"
 	"github.com/rdmago/te/internal/listen"
 	"github.com/rdmago/te/mooncake"
@@ -114,6 +115,10 @@ type Store struct {
 
 	reply    atomic.Pointer[[]byte] // the Metadata reply frame; nil: none
 	versions mooncake.Versions
+	// inbox receives Notify messages (the engine's, ReceiveNotifications);
+	// nil: they are answered as not delivered.
+	inbox  atomic.Pointer[inboxRef]
+	noteID atomic.Uint64
 
 	mu     sync.Mutex
 	closed bool
@@ -384,7 +389,7 @@ func (s *Store) serve(slot *acceptor.Slot[netip.Addr, net.Conn]) {
 		s.opts.Logger.Debug("mooncake/p2p: bad request", "remote", c.RemoteAddr(), "err", err)
 		return
 	}
-	reply, err := s.answer(t, body)
+	reply, err := s.answer(t, body, c.RemoteAddr())
 	if err != nil {
 		s.opts.Logger.Debug("mooncake/p2p: request refused", "remote", c.RemoteAddr(), "type", t, "err", err)
 		return
@@ -404,7 +409,7 @@ func (s *Store) serve(slot *acceptor.Slot[netip.Addr, net.Conn]) {
 
 // answer builds the reply to one request, or refuses it (the connection is
 // then closed unanswered, as Mooncake does).
-func (s *Store) answer(t Type, body []byte) ([]byte, error) {
+func (s *Store) answer(t Type, body []byte, from net.Addr) ([]byte, error) {
 	if err := checkJSON(body); err != nil {
 		return nil, err
 	}
@@ -417,15 +422,87 @@ func (s *Store) answer(t Type, body []byte) ([]byte, error) {
 	case Probe:
 		return AppendMessage(nil, Probe, []byte(`{"status":"success"}`+"\n")), nil
 	case Notify:
-		// No notification API yet: an empty notify_msg tells a Mooncake
-		// sender that the notification was not delivered.
-		s.opts.Logger.Debug("mooncake/p2p: notification dropped (not supported yet)")
-		return AppendMessage(nil, Notify, []byte(`{"name":"","notify_msg":""}`+"\n")), nil
+		// An empty notify_msg tells a Mooncake sender that the
+		// notification was not delivered.
+		if err := s.deliver(body, from); err != nil {
+			s.opts.Logger.Debug("mooncake/p2p: notification not delivered", "remote", from, "err", err)
+			return AppendMessage(nil, Notify, []byte(`{"name":"","notify_msg":""}`+"\n")), nil
+		}
+		return AppendMessage(nil, Notify, []byte(`{"name":"","notify_msg":"success"}`+"\n")), nil
 	case Connection, Untyped:
 		rec, _ := json.Marshal(ConnectionRecord{QPNum: []uint32{}, ReplyMsg: "te: Mooncake RDMA endpoints are not supported yet; use the tcp protocol"})
 		return AppendMessage(nil, t, append(rec, '\n')), nil
 	}
 	return nil, fmt.Errorf("%w: unknown type %d", ErrMalformed, t)
+}
+
+type inboxRef struct{ driver.Inbox }
+
+// ReceiveNotifications implements driver.NotifyReceiver: Notify messages
+// go to ib (the engine does this when it starts with this store).
+func (s *Store) ReceiveNotifications(ib driver.Inbox) {
+	if ib == nil {
+		s.inbox.Store(nil)
+		return
+	}
+	s.inbox.Store(&inboxRef{ib})
+}
+
+// NotifySender is the sender name of notifications that arrive on the
+// handshake socket: Mooncake's Notify message names no sender, so the
+// sender is its IP address, "mooncake@" + ip.
+func NotifySender(ip netip.Addr) string { return "mooncake@" + ip.String() }
+
+// deliver hands a Notify message to the inbox: its name and notify_msg
+// become the notification's Name and Msg, its sender NotifySender of the
+// connection's address. Each message is a new notification (the wire has
+// no IDs to deduplicate by).
+func (s *Store) deliver(body []byte, from net.Addr) error {
+	ref := s.inbox.Load()
+	if ref == nil {
+		return errors.New("no engine receives notifications")
+	}
+	rec, err := DecodeNotify(body)
+	if err != nil {
+		return err
+	}
+	var ip netip.Addr
+	if ta, ok := from.(*net.TCPAddr); ok {
+		ip = ta.AddrPort().Addr().Unmap()
+	}
+	ctx, cancel := context.WithTimeout(s.life, s.opts.Timeout)
+	defer cancel()
+	return ref.Deliver(ctx, &driver.Delivery{From: driver.Sender{Name: NotifySender(ip), Epoch: 1},
+		ID: s.noteID.Add(1), Name: []byte(rec.Name), Msg: []byte(rec.NotifyMsg)})
+}
+
+// SendNotify sends a Notify message to the handshake socket at addr
+// (ip:port), as Mooncake's sendNotifyByName does, and reports whether the
+// receiver took it (a non-empty notify_msg in its reply). Errors wrap
+// segment.ErrUnavailable (no answer) or ErrRefused.
+func SendNotify(ctx context.Context, addr string, rec NotifyRecord, timeout time.Duration) error {
+	if timeout <= 0 {
+		timeout = 5 * time.Second
+	}
+	body, err := EncodeNotify(rec)
+	if err != nil {
+		return err
+	}
+	t, reply, err := exchange(ctx, addr, Notify, body, timeout, DefaultMaxMessage)
+	if err != nil {
+		return err
+	}
+	if t != Notify {
+		return fmt.Errorf("%w: mooncake/p2p: %s answered Notify with a %v message", segment.ErrUnavailable, addr, t)
+	}
+	r, err := DecodeNotify(reply)
+	if err != nil {
+		return fmt.Errorf("mooncake/p2p: %s's reply to Notify: %w", addr, err)
+	}
+	if r.NotifyMsg == "" {
+		return fmt.Errorf("%w: %s did not take the notification", ErrRefused, addr)
+	}
+	return nil
 }
 
 // Fetch asks the handshake socket at addr (ip:port) for its descriptor,
