@@ -158,6 +158,12 @@ func (e *Engine) Snapshot() Snapshot {
 		snap.Segments = append(snap.Segments, ss)
 	}
 
+	if snap.Segments == nil {
+		snap.Segments = []SegmentSnapshot{}
+	}
+	if snap.Transports == nil {
+		snap.Transports = []TransportSnapshot{}
+	}
 	snap.Tasks, snap.TasksInFlight = e.inflightTasks(now, MaxSnapshotTasks, 0)
 	if snap.Tasks == nil {
 		snap.Tasks = []TaskSnapshot{}

@@ -132,6 +132,10 @@ func TestTaskLayers(t *testing.T) {
 	if !strings.Contains(string(js), `"layer":"posted"`) {
 		t.Fatalf("snapshot JSON lacks the layer: %s", js)
 	}
+	var back engine.Snapshot
+	if err := json.Unmarshal(js, &back); err != nil || back.Tasks[0].Layer != engine.LayerPosted {
+		t.Fatalf("snapshot JSON does not read back: %v", err)
+	}
 
 	// A transient failure: retried, queued again, with its cause.
 	s.Done(0, fmt.Errorf("link flap: %w", engine.ErrTransient))

@@ -2,6 +2,7 @@ package engine
 
 import (
 	"errors"
+	"fmt"
 	"math/bits"
 	"sync"
 	"sync/atomic"
@@ -36,6 +37,17 @@ const (
 
 // MarshalText is the layer's name, for JSON.
 func (l Layer) MarshalText() ([]byte, error) { return []byte(l.String()), nil }
+
+// UnmarshalText reads a layer's name.
+func (l *Layer) UnmarshalText(b []byte) error {
+	for x := LayerNone; x <= LayerFailed; x++ {
+		if x.String() == string(b) {
+			*l = x
+			return nil
+		}
+	}
+	return fmt.Errorf("engine: unknown layer %q", b)
+}
 
 // behind reports whether a task at l is less advanced than one at m, a
 // failed task counting as further than a pending one and less far than a

@@ -524,7 +524,8 @@ func TestFakeRailChoice(t *testing.T) {
 }
 
 // TestFakeAllocs: a batch of 128 slices submitted, completed and freed
-// allocates nothing, initiator and target included.
+// allocates nothing, initiator and target included, with the counters
+// that the metrics export counting every byte.
 func TestFakeAllocs(t *testing.T) {
 	if raceOn {
 		t.Skip("the race detector allocates on its own")
@@ -553,12 +554,45 @@ func TestFakeAllocs(t *testing.T) {
 	for range 8 {
 		run()
 	}
+	// The counters the metrics read are on: every byte shows in the
+	// engine's and the rails' counters.
+	written := func() (eng, rails uint64) {
+		s := ini.Engine.Snapshot()
+		for _, tr := range s.Traffic {
+			eng += tr.WriteBytes
+		}
+		for _, tr := range s.Transports {
+			for _, p := range tr.Traffic {
+				rails += p.WriteBytes
+			}
+		}
+		return eng, rails
+	}
+	e0, r0 := written()
 	allocs := testing.AllocsPerRun(20, run)
 	if failed != nil {
 		t.Fatal(failed)
 	}
 	if allocs != 0 {
 		t.Fatalf("%v allocations per batch of %d", allocs, tasks)
+	}
+	e1, r1 := written()
+	if want := uint64(21 * tasks * blk); e1-e0 != want || r1-r0 != want {
+		t.Fatalf("counted %d bytes in the engine and %d on the rails over 21 batches, want %d", e1-e0, r1-r0, want)
+	} // Inspect: both rails up with nothing queued or posted, the
+	// endpoints to the target ready.
+	st := ini.Engine.Snapshot().Transports[0]
+	if len(st.Rails) != 2 || !st.Rails[0].Up || st.Rails[0].Queued != 0 || st.Rails[0].Posted != 0 || st.Rails[0].Attrs["mtu"] == "" {
+		t.Fatalf("rails %+v", st.Rails)
+	}
+	ready := 0
+	for _, p := range st.Paths {
+		if p.Peer == "target" && p.State == "ready" && p.Queued == 0 && p.Posted == 0 {
+			ready++
+		}
+	}
+	if ready == 0 {
+		t.Fatalf("no ready endpoint to the target among %+v", st.Paths)
 	}
 }
 

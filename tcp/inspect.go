@@ -17,7 +17,8 @@ type laneKey struct {
 }
 
 // laneCounters count one lane's traffic; the lane's reader and writer
-// add to them, Inspect reads them.
+// add to them, Inspect reads them. On the target side they count what an
+// initiator's requests did (Failures: refused ranges).
 type laneCounters struct {
 	bytes    [3]atomic.Uint64 // completed slices' bytes, by driver.Op
 	slices   [3]atomic.Uint64
@@ -42,6 +43,51 @@ func (t *Transport) counters(peer string, i int) *laneCounters {
 	return c
 }
 
+// track starts counting an accepted connection's requests for the named
+// initiator.
+func (t *Transport) track(sc *sconn, peer string) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	sc.peer = peer
+	if t.live == nil {
+		t.live = map[*sconn]struct{}{}
+		t.servedBy = map[string]*laneCounters{}
+	}
+	t.live[sc] = struct{}{}
+	sc.ctr.connects.Store(1)
+}
+
+// untrackLocked adds an ending connection's counts to its initiator's
+// totals; t.mu is held.
+func (t *Transport) untrackLocked(sc *sconn) {
+	if _, ok := t.live[sc]; !ok {
+		return
+	}
+	delete(t.live, sc)
+	tot := t.servedBy[sc.peer]
+	if tot == nil {
+		tot = &laneCounters{}
+		t.servedBy[sc.peer] = tot
+	}
+	tot.add(&sc.ctr)
+}
+
+func (c *laneCounters) add(o *laneCounters) {
+	for op := range c.bytes {
+		c.bytes[op].Add(o.bytes[op].Load())
+		c.slices[op].Add(o.slices[op].Load())
+	}
+	c.failures.Add(o.failures.Load())
+	c.connects.Add(o.connects.Load())
+}
+
+func (c *laneCounters) traffic(peer, rail string) driver.PathTraffic {
+	return driver.PathTraffic{Peer: peer, Rail: rail,
+		ReadBytes: c.bytes[driver.Read].Load(), WriteBytes: c.bytes[driver.Write].Load(),
+		ReadSlices: c.slices[driver.Read].Load(), WriteSlices: c.slices[driver.Write].Load(),
+		Failures: c.failures.Load(), Connects: c.connects.Load()}
+}
+
 func laneName(i int) string { return "lane" + strconv.Itoa(i) }
 
 // inspect lists every initiator lane with its queue depths and state, and
@@ -55,12 +101,24 @@ func (t *Transport) inspect() driver.TransportState {
 		peers = append(peers, p)
 	}
 	for k, c := range t.traffic {
-		st.Traffic = append(st.Traffic, driver.PathTraffic{Peer: k.peer, Rail: laneName(k.lane),
-			ReadBytes: c.bytes[driver.Read].Load(), WriteBytes: c.bytes[driver.Write].Load(),
-			ReadSlices: c.slices[driver.Read].Load(), WriteSlices: c.slices[driver.Write].Load(),
-			Failures: c.failures.Load(), Connects: c.connects.Load()})
+		st.Traffic = append(st.Traffic, c.traffic(k.peer, laneName(k.lane)))
+	}
+	served := map[string]*laneCounters{}
+	for peer, c := range t.servedBy {
+		served[peer] = &laneCounters{}
+		served[peer].add(c)
+	}
+	for sc := range t.live {
+		if served[sc.peer] == nil {
+			served[sc.peer] = &laneCounters{}
+		}
+		served[sc.peer].add(&sc.ctr)
 	}
 	t.mu.Unlock()
+	for peer, c := range served {
+		st.Served = append(st.Served, c.traffic(peer, ""))
+	}
+	slices.SortFunc(st.Served, func(a, b driver.PathTraffic) int { return cmp.Compare(a.Peer, b.Peer) })
 	for _, p := range peers {
 		for i, l := range p.lanes {
 			ps := driver.PathState{Peer: p.name, Epoch: p.epoch, Rail: laneName(i), Remote: p.addr}

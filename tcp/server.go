@@ -25,6 +25,11 @@ const connBufSize = 64 << 10
 type sconn struct {
 	c    *net.TCPConn
 	slot *acceptor.Slot[netip.Addr, *net.TCPConn]
+	// peer is the initiator's name (after the handshake); ctr counts
+	// what it did here, added to Transport.served when the connection
+	// ends (only this connection's goroutine writes it: no contention).
+	peer string
+	ctr  laneCounters
 }
 
 func (sc *sconn) wait() { sc.slot.Wait() }
@@ -62,6 +67,7 @@ func (t *Transport) admit(c *net.TCPConn) {
 func (t *Transport) leave(sc *sconn) {
 	t.gate.Leave(sc.slot)
 	t.mu.Lock()
+	t.untrackLocked(sc)
 	t.maybeReleaseLocked()
 	t.mu.Unlock()
 }
@@ -167,6 +173,7 @@ func (t *Transport) serveConn(sc *sconn) error {
 	if err != nil {
 		return fmt.Errorf("%w: %w", errHandshake, err)
 	}
+	t.track(sc, from.Name)
 	// served counts the data frames served, lastBad is the number of the
 	// last one that failed: a mark checks its run against them.
 	var served, lastBad uint64
@@ -221,6 +228,7 @@ func (t *Transport) serveConn(sc *sconn) error {
 			mem, r, aerr := t.host.AcquireLocal(h.addr, h.length)
 			if aerr != nil {
 				lastBad = served
+				sc.ctr.failures.Add(1)
 				reply.status = acquireStatus(aerr)
 				// Nothing is written: the payload is consumed and
 				// dropped, within the I/O timeout.
@@ -238,6 +246,8 @@ func (t *Transport) serveConn(sc *sconn) error {
 				if err != nil {
 					return err
 				}
+				sc.ctr.bytes[driver.Write].Add(h.length)
+				sc.ctr.slices[driver.Write].Add(1)
 			}
 			g.add(&reply, nil, nil)
 		case opRead:
@@ -246,11 +256,14 @@ func (t *Transport) serveConn(sc *sconn) error {
 			mem, r, aerr := t.host.AcquireLocal(h.addr, h.length)
 			if aerr != nil {
 				lastBad = served
+				sc.ctr.failures.Add(1)
 				reply.status = acquireStatus(aerr)
 				g.add(&reply, nil, nil)
 			} else {
 				reply.length = h.length
 				g.add(&reply, mem, r) // r is released once written
+				sc.ctr.bytes[driver.Read].Add(h.length)
+				sc.ctr.slices[driver.Read].Add(1)
 			}
 		case opMark:
 			if h.length < markHdrLen || h.length > markMaxLen {

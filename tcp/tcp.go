@@ -154,9 +154,13 @@ type Transport struct {
 	gate      *acceptor.Gate[netip.Addr, *net.TCPConn] // accepted connections, by source address
 	peers     map[*peer]struct{}
 	traffic   map[laneKey]*laneCounters
-	authLog   *control.Log
-	lostLog   *ratelog.Log
-	notes     noteTable // target: notes partly marked
+	// live holds the accepted connections past their handshake,
+	// servedBy the counts of ended ones, by initiator name.
+	live     map[*sconn]struct{}
+	servedBy map[string]*laneCounters
+	authLog  *control.Log
+	lostLog  *ratelog.Log
+	notes    noteTable // target: notes partly marked
 	// peak is the most connections served since the last release of
 	// their memory; releasing: a release is pending.
 	peak      int

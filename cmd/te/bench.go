@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/rdmago/te/engine"
+	"github.com/rdmago/te/internal/admin"
 	"github.com/rdmago/te/internal/bench"
 	"github.com/rdmago/te/internal/cli"
 	"github.com/rdmago/te/segment"
@@ -72,6 +73,14 @@ func runBench(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	}
 	defer env.Close()
 	defer serveLanes(env.laneLabels)() // for te trace
+	if c.Admin != "" {
+		srv, err := admin.Start(c.Admin, env.init.eng, stderrLogger())
+		if err != nil {
+			return err
+		}
+		defer srv.Close()
+		fmt.Fprintf(progress, "te bench: admin on http://%s (/metrics, /debug/te, /debug/pprof/)\n", srv.Addr())
+	}
 	var bt *benchTrace
 	if c.Trace {
 		bt = startBenchTrace(env, stderr)

@@ -40,6 +40,7 @@ type benchConfig struct {
 	Auth       bool         // a cluster secret is in use (never the secret)
 	secret     *auth.Secret // loaded from AuthFile
 	Trace      bool
+	Admin      string // --admin: the initiator's admin endpoint
 	Devices    []string
 	// Mooncake's transfer_engine_bench flags.
 	Mode            string
@@ -91,6 +92,7 @@ func benchFlags(c *benchConfig, help io.Writer) *cli.FlagSet {
 	fs.BoolVar(&c.Baseline, "baseline", false, "also measure raw TCP over one loopback connection at the same block size, taking turns with the engine (250 ms each), and print engine/baseline")
 	fs.BoolVar(&c.Sweep, "sweep", false, "measure the table: 4KiB, 64KiB, 1MiB blocks × write, read (other flags apply)")
 	fs.BoolVar(&c.Verify, "verify", false, "after each measurement, write a pattern, read it back and compare")
+	fs.StringVar(&c.Admin, "admin", "", "serve /metrics (Prometheus), /debug/te (the initiator engine's snapshot as JSON) and /debug/pprof/ on `host:port` (127.0.0.1:9100; port 0 picks one)")
 	fs.BoolVar(&c.Quiet, "quiet", false, "print only the results: no headers, no progress")
 	authFile := authFlag(fs.FlagSet)
 	fs.BoolVar(&c.Trace, "trace", false, "trace the TCP lanes with eBPF (root) while measuring and print a per-lane table (untraced, from TCP_INFO, where eBPF is unavailable)")

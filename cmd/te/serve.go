@@ -10,6 +10,7 @@ import (
 	"strings"
 
 	"github.com/rdmago/te/auth"
+	"github.com/rdmago/te/internal/admin"
 	"github.com/rdmago/te/internal/cli"
 )
 
@@ -39,6 +40,7 @@ func runServe(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	authFile := authFlag(fs.FlagSet)
 	lsn := fs.String("local-server-name", "", "Mooncake's `host[:port]` of this server: with p2p metadata the address the store listens on, else the segment name")
 	mode := fs.String("mode", "target", "Mooncake's --mode: target (what te serve does); for initiator run te bench")
+	adminAddr := fs.String("admin", "", "serve /metrics (Prometheus), /debug/te (the engine's snapshot as JSON) and /debug/pprof/ on `host:port` (127.0.0.1:9100; port 0 picks one)")
 	mc := fs.Bool("mooncake", false, "serve Mooncake's initiators (transfer_engine_bench, vLLM, SGLang): --protocol mooncake, and p2p (P2PHANDSHAKE, the default) metadata is Mooncake's handshake socket; Mooncake's wire has no authentication")
 	fs.Alias("metadata", "metadata_server")
 	fs.Alias("devices", "device_name")
@@ -81,6 +83,14 @@ func runServe(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	}
 	defer n.Close()
 	defer serveLanes(n.laneLabels)() // for te trace
+	if *adminAddr != "" {
+		srv, err := admin.Start(*adminAddr, n.eng, stderrLogger())
+		if err != nil {
+			return err
+		}
+		defer srv.Close()
+		fmt.Fprintf(stderr, "te serve: admin on http://%s (/metrics, /debug/te, /debug/pprof/)\n", srv.Addr())
+	}
 	d := n.eng.LocalDescriptor()
 	fmt.Fprintf(stdout, "segment %s\n", d.Name)
 	for _, p := range d.Protocols {

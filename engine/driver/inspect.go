@@ -30,6 +30,10 @@ type TransportState struct {
 	// They count from the transport's start and never go back, across
 	// reconnections and peer restarts.
 	Traffic []PathTraffic `json:"traffic,omitempty"`
+	// Served counts, per initiator (Rail empty), what remote initiators'
+	// requests did to local memory, for a transport whose target side
+	// sees them (tcp; one-sided rdma and shm do not).
+	Served []PathTraffic `json:"served,omitempty"`
 }
 
 // RailState is one rail (a NIC port).
@@ -71,7 +75,7 @@ type PathState struct {
 // PathTraffic counts what one peer's slices did on one rail or lane.
 type PathTraffic struct {
 	Peer string `json:"peer"`
-	Rail string `json:"rail"`
+	Rail string `json:"rail,omitempty"`
 	// ReadBytes, WriteBytes, ReadSlices and WriteSlices count completed
 	// slices; Failures failed ones.
 	ReadBytes   uint64 `json:"read_bytes"`
