@@ -4,19 +4,24 @@ package mlx5_test
 
 import (
 	"fmt"
+	"log"
 
 	"github.com/rdmago/te/mlx5"
 	"github.com/rdmago/te/uverbs"
 )
 
 // Open a ConnectX device with the mlx5 provider. Programs that support
-// several NIC families pass every provider; the device's driver picks one.
+// several NIC families pass every provider; the device's kernel driver
+// picks one.
 func ExampleProvider() {
-	ctx, err := uverbs.Open("mlx5_0", &uverbs.Options{Providers: []uverbs.Provider{mlx5.Provider()}})
+	p := mlx5.Provider()
+	fmt.Println(p.Name(), "drives kernel driver", p.DriverID())
+	ctx, err := uverbs.Open("mlx5_0", &uverbs.Options{Providers: []uverbs.Provider{p}})
 	if err != nil {
-		fmt.Println("no ConnectX here:", err != nil)
+		log.Println("no ConnectX here:", err)
 		return
 	}
 	defer ctx.Close()
-	fmt.Println("opened", ctx.Device().Name, "with", ctx.Provider().Name())
+	log.Println("opened", ctx.Device().Name, "with", ctx.Provider().Name())
+	// Output: mlx5 drives kernel driver mlx5
 }

@@ -6,11 +6,13 @@ import (
 	"crypto/rand"
 	"encoding/hex"
 	"errors"
+	"flag"
 	"fmt"
 	"net"
 	"net/url"
 	"os"
 	"os/exec"
+	"regexp"
 	"strings"
 	"sync"
 	"syscall"
@@ -38,7 +40,14 @@ var shared struct {
 
 func agent(t testing.TB) *consulagent.Agent {
 	t.Helper()
-	bin := consulagent.Require(t)
+	startShared(consulagent.Require(t))
+	if shared.err != nil {
+		t.Fatalf("consul agent: %v", shared.err)
+	}
+	return shared.a
+}
+
+func startShared(bin string) {
 	shared.once.Do(func() {
 		shared.dir, shared.err = os.MkdirTemp("", "te-consul-test-")
 		if shared.err != nil {
@@ -49,10 +58,28 @@ func agent(t testing.TB) *consulagent.Agent {
 			shared.err = shared.a.Start()
 		}
 	})
-	if shared.err != nil {
-		t.Fatalf("consul agent: %v", shared.err)
+}
+
+// exampleAgent points $TE_METADATA, which Example reads, at the shared
+// agent when the examples are to run. Without a consul binary Example is
+// skipped loudly (under CI the tests fail for it: consulagent.Require).
+func exampleAgent() {
+	if run := flag.Lookup("test.run").Value.String(); run != "" {
+		if ok, _ := regexp.MatchString(run, "Example"); !ok {
+			return
+		}
 	}
-	return shared.a
+	bin, err := consulagent.Binary()
+	if err == nil {
+		startShared(bin)
+		err = shared.err
+	}
+	if err != nil {
+		fmt.Fprintf(os.Stderr, "consul: SKIP Example (no agent: %v)\n", err)
+		flag.Set("test.skip", "^Example$")
+		return
+	}
+	os.Setenv("TE_METADATA", shared.a.URI("te-example"))
 }
 
 const childEnv = "TE_CONSUL_TEST_CHILD"
@@ -62,6 +89,8 @@ func TestMain(m *testing.M) {
 		child()
 		return
 	}
+	flag.Parse()
+	exampleAgent()
 	code := m.Run()
 	if shared.a != nil {
 		shared.a.Stop()

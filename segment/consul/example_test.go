@@ -1,9 +1,11 @@
 package consul_test
 
 import (
+	"cmp"
 	"context"
 	"fmt"
 	"log"
+	"os"
 	"time"
 
 	"github.com/rdmago/te/segment"
@@ -11,11 +13,14 @@ import (
 )
 
 // A process publishes its segment under a session it keeps alive; other
-// processes read and watch it. (Needs an agent at 127.0.0.1:8500.)
+// processes read and watch it. The store is $TE_METADATA (te's setting;
+// the package's tests point it at their agent), else the agent at
+// 127.0.0.1:8500.
 func Example() {
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
-	st, err := consul.Open(ctx, "consul://127.0.0.1:8500/te?ttl=10s")
+	uri := cmp.Or(os.Getenv("TE_METADATA"), "consul://127.0.0.1:8500/te")
+	st, err := consul.Open(ctx, uri+"?ttl=10s")
 	if err != nil {
 		log.Fatal(err) // wraps segment.ErrUnavailable when Consul is down
 	}
@@ -35,4 +40,5 @@ func Example() {
 		log.Fatal(err)
 	}
 	fmt.Println(d.Name, d.Version, d.Epoch == st.Epoch())
+	// Output: 10.0.0.5:15001 1 true
 }
