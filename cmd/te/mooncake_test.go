@@ -36,7 +36,9 @@ func TestMooncakeWireCLI(t *testing.T) {
 // users say it: te serve --mooncake is a target on Mooncake's handshake
 // socket, and te bench --mooncake reaches it with Mooncake's metadata
 // spelling (P2PHANDSHAKE) and its transfer_engine_bench flags, --protocol
-// tcp meaning Mooncake's TCP wire. Another protocol is refused.
+// tcp meaning Mooncake's TCP wire; with --metadata http://… both go
+// through Mooncake's HTTP metadata server instead. Another protocol is
+// refused.
 func TestMooncakeFlagCLI(t *testing.T) {
 	srv, name, srvErr := serveProcess(t, "--mooncake", "--buffer-size", "16MiB")
 	stdout, stderr, code := runTE(t, "bench", "--mooncake", "--metadata", "P2PHANDSHAKE", "--segment", name,
@@ -56,6 +58,16 @@ func TestMooncakeFlagCLI(t *testing.T) {
 	if log := stopped(srv, srvErr); !strings.Contains(log, "te serve: mooncake on ") || !strings.Contains(log, "p2phandshake://127.0.0.1:") {
 		t.Fatalf("te serve --mooncake does not say it serves mooncake on the handshake socket:\n%s", log)
 	}
+	// Through a Mooncake HTTP metadata server (te metadata serve's): the
+	// segment is named by --name, its data address is its rpc_meta.
+	meta := startMetadata(t, "")
+	srv, _, srvErr = serveProcess(t, "--mooncake", "--metadata", meta, "--name", "te-target", "--listen", "127.0.0.1:0", "--buffer-size", "16MiB")
+	stdout, stderr, code = runTE(t, "bench", "--mooncake", "--metadata", meta, "--segment", "te-target",
+		"--block-size", "1MiB", "--batch-size", "4", "--duration", "1", "--verify", "--quiet")
+	if code != 0 || !strings.Contains(stdout, "over mooncake") || !strings.Contains(stdout, "verify: true") {
+		t.Fatalf("te bench --mooncake --metadata %s: exit %d\n%s\n%s", meta, code, stdout, stderr)
+	}
+	stopped(srv, srvErr)
 	for _, cmd := range []string{"serve", "bench"} {
 		_, stderr, code = runTE(t, cmd, "--mooncake", "--protocol", "rdma")
 		if code != 2 || !strings.Contains(stderr, "--mooncake") || !strings.Contains(stderr, "not rdma") {
