@@ -118,6 +118,9 @@ type SHM struct {
 	// Partial counts registered regions that are not shared memory; when
 	// it is not 0, initiators do not reach the segment over shm.
 	Partial int `json:"partial,omitempty"`
+	// Notify: the owner accepts completion notifications over the
+	// protocol.
+	Notify bool `json:"notify,omitempty"`
 	// Extra holds fields this build does not know (see Protocol.Extra).
 	Extra map[string]json.RawMessage `json:"-"`
 }
@@ -131,7 +134,7 @@ func (p Protocol) Equal(q Protocol) bool {
 			return slices.Equal(a.Devices, b.Devices) && slices.EqualFunc(a.RKeys, b.RKeys, slices.Equal) && equalExtra(a.Extra, b.Extra)
 		}) &&
 		equalPart(p.SHM, q.SHM, func(a, b *SHM) bool {
-			return a.Host == b.Host && a.UID == b.UID && a.Wire == b.Wire && a.Partial == b.Partial && equalExtra(a.Extra, b.Extra)
+			return a.Host == b.Host && a.UID == b.UID && a.Wire == b.Wire && a.Partial == b.Partial && a.Notify == b.Notify && equalExtra(a.Extra, b.Extra)
 		}) &&
 		equalExtra(p.Extra, q.Extra)
 }

@@ -19,7 +19,10 @@ func (t *Transport) Driver() driver.Transport { return drv{t} }
 // fits in an interface without allocating.
 type drv struct{ t *Transport }
 
-var _ driver.Transport = drv{}
+var (
+	_ driver.Transport = drv{}
+	_ driver.Notifier  = drv{}
+)
 
 func (d drv) Name() string                         { return segment.ProtoSHM }
 func (d drv) Install(h driver.Host) error          { return d.t.install(h) }
@@ -34,8 +37,11 @@ func (d drv) Connect(ctx context.Context, remote *segment.Descriptor) (driver.Pe
 	return d.t.connect(ctx, remote)
 }
 func (d drv) SliceSize() uint64         { return d.t.sliceSize() }
-func (d drv) Submit(ss []*driver.Slice) { d.t.submitSlices(ss) }
-func (d drv) Close() error              { return d.t.shutdown() }
+func (d drv) Submit(ss []*driver.Slice) { d.t.submit(ss, nil) }
+func (d drv) SubmitNotify(ss []*driver.Slice, n *driver.Note) {
+	d.t.submitNotify(ss, n)
+}
+func (d drv) Close() error { return d.t.shutdown() }
 
 var (
 	_ driver.Reacher              = drv{}

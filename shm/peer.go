@@ -34,9 +34,16 @@ type peer struct {
 	users atomic.Int64               // copies in progress (they touch page and maps)
 	dead  atomic.Bool
 
-	reqMu    sync.Mutex    // one MAPREQ at a time
-	replies  chan struct{} // the reader answers a MAPREQ (MAP or NOMAP)
-	nomap    atomic.Bool
+	reqMu   sync.Mutex    // one MAPREQ at a time
+	replies chan struct{} // the reader answers a MAPREQ (MAP or NOMAP)
+	nomap   atomic.Bool
+	// Notifications: noteMu serialises NOTE sends and guards the rest.
+	noteMu  sync.Mutex
+	nfree   []*snote       // notes' states, reused
+	pending []*driver.Note // sent, awaiting NOTEACK
+	noteEnc []byte
+	noteOut []byte
+
 	gone     chan struct{} // closed when the peer goes down
 	done     chan struct{} // closed when the reader has exited
 	stopOnce sync.Once
@@ -263,6 +270,16 @@ func (p *peer) read() {
 				return
 			}
 			p.removeSlot(slot, gen)
+		case msgNoteAck:
+			uds.Close(fds)
+			id, st, err := parseNoteAck(pl)
+			if err == nil {
+				err = p.acked(id, st)
+			}
+			if err != nil {
+				p.t.log.Warn("shm: bad NOTEACK", "segment", p.name, "err", err)
+				return
+			}
 		default:
 			uds.Close(fds)
 			if typ == msgRefused {
@@ -396,6 +413,7 @@ func (p *peer) stop() {
 // owns the mappings.
 func (p *peer) teardown() {
 	p.stop()
+	p.failNotes()
 	for spins := 0; p.users.Load() > 0; spins++ {
 		if spins < 100 {
 			runtime.Gosched()

@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/rdmago/te/auth"
+	"github.com/rdmago/te/engine/driver"
 	"github.com/rdmago/te/internal/acceptor"
 	"github.com/rdmago/te/internal/control"
 	"github.com/rdmago/te/internal/dma"
@@ -36,6 +37,8 @@ type serverConn struct {
 	page   *ctlPage
 	mapped map[uint32]uint32 // slot → generation handed to the peer
 	out    []byte
+	// from is the initiator as its handshake named it (notifications).
+	from driver.Sender
 }
 
 func (t *Transport) acceptLoop() {
@@ -109,6 +112,13 @@ func (sc *serverConn) serve() {
 			return
 		}
 		uds.Close(fds)
+		if typ == msgNote {
+			if err := sc.note(p); err != nil {
+				t.log.Warn("shm: bad NOTE or cannot answer it; disconnecting", "pid", sc.cred.PID, "err", err)
+				return
+			}
+			continue
+		}
 		if typ != msgMapReq {
 			t.log.Warn("shm: peer sent an unexpected message; disconnecting", "pid", sc.cred.PID, "type", proto.TypeName(typ))
 			return
@@ -132,7 +142,7 @@ func (sc *serverConn) handshake() error {
 	t := sc.t
 	sc.c.SetDeadline(time.Now().Add(t.cfg.IOTimeout))
 	me := auth.Party{Name: t.host.LocalName(), Epoch: t.host.Epoch()}
-	_, err := handshake.Accept(conn(sc.c), t.cfg.Secret, me, func(*auth.Hello) error {
+	from, err := handshake.Accept(conn(sc.c), t.cfg.Secret, me, func(*auth.Hello) error {
 		if sc.cred.UID != t.uid {
 			return control.Refuse("shm handshake: user %d may not connect (the target runs as user %d)", sc.cred.UID, t.uid)
 		}
@@ -141,6 +151,7 @@ func (sc *serverConn) handshake() error {
 	if err != nil {
 		return err
 	}
+	sc.from = driver.Sender{Name: from.Name, Epoch: from.Epoch}
 	ctl, err := dma.AllocShared(ctlSize)
 	if err != nil {
 		sc.refuse("out of memory")

@@ -231,6 +231,9 @@ type job struct {
 	next atomic.Int64
 	refs atomic.Int32 // the submitter and each copier it handed the job to
 	free *jobList
+	// note, when set, follows the job's slices: it learns their failures
+	// and is sent once the last reference is dropped (every copy done).
+	note *snote
 }
 
 // jobList keeps finished jobs for reuse. It only grows while copiers still
@@ -259,19 +262,27 @@ func (j *job) work() {
 		if i >= int64(len(j.ss)) {
 			return
 		}
-		copySlice(j.ss[i], cost.Now())
+		_, err := copySlice(j.ss[i], cost.Now())
+		if err != nil && j.note != nil {
+			j.note.record(err)
+		}
 	}
 }
 
 // release drops one reference; the last one recycles the job.
 func (j *job) release() {
 	if j.refs.Add(-1) == 0 {
+		sn := j.note
 		clear(j.ss)
 		j.ss = j.ss[:0]
 		j.next.Store(0)
+		j.note = nil
 		j.free.mu.Lock()
 		j.free.jobs = append(j.free.jobs, j)
 		j.free.mu.Unlock()
+		if sn != nil {
+			sn.copied()
+		}
 	}
 }
 
@@ -369,7 +380,7 @@ func (t *Transport) describe(d *segment.Descriptor) error {
 	if t.endpoint == "" {
 		return fmt.Errorf("shm: not installed")
 	}
-	part := &segment.SHM{Host: t.hostID, UID: t.uid, Wire: wireVersion}
+	part := &segment.SHM{Host: t.hostID, UID: t.uid, Wire: wireVersion, Notify: true}
 	t.mu.Lock()
 	part.Partial = t.partial
 	t.mu.Unlock()
@@ -507,17 +518,23 @@ func (t *Transport) isLive(sr *sharedRegion) bool {
 	return t.slots[sr.slot] == sr
 }
 
-// submitSlices copies the slices. Small submissions are copied by the calling
+// submit copies the slices. Small submissions are copied by the calling
 // goroutine before Submit returns; large ones are shared with the copiers
 // (each goroutine takes the next slice until none is left), and each slice
-// completes on the goroutine that copied it.
-func (t *Transport) submitSlices(ss []*driver.Slice) {
+// completes on the goroutine that copied it. A slice whose batch was
+// cancelled before its copy began is not copied. sn, when not nil, is the
+// submission's note: it is sent once every copy is done.
+func (t *Transport) submit(ss []*driver.Slice, sn *snote) {
 	c0 := cost.Now()
 	t.submitting.Add(1)
 	defer t.submitting.Add(-1)
 	if t.closed.Load() {
 		for _, s := range ss {
 			s.Done(0, errClosed)
+		}
+		if sn != nil {
+			sn.record(errClosed)
+			sn.copied()
 		}
 		return
 	}
@@ -529,6 +546,7 @@ func (t *Transport) submitSlices(ss []*driver.Slice) {
 		if total >= t.cfg.ParallelMin {
 			j := t.jobs.get()
 			j.ss = append(j.ss, ss...)
+			j.note = sn
 			j.refs.Store(int32(len(t.copiers)) + 1)
 			for _, c := range t.copiers {
 				c.add(j)
@@ -558,17 +576,27 @@ func (t *Transport) submitSlices(ss []*driver.Slice) {
 				res[i].n, res[i].err = 0, errForeign
 				continue
 			}
+			if s.Canceled() {
+				res[i].n, res[i].err = 0, errSliceCanceled
+				continue
+			}
 			p.users.Add(1)
 			res[i].n, res[i].err = p.copy(s)
 			p.users.Add(-1)
 		}
 		c0 = cost.Move.Since(c0)
 		for i, s := range ss[:k] {
+			if sn != nil {
+				sn.record(res[i].err)
+			}
 			s.Done(res[i].n, res[i].err)
 			res[i].err = nil
 		}
 		c0 = cost.Complete.Since(c0)
 		ss = ss[k:]
+	}
+	if sn != nil {
+		sn.copied()
 	}
 }
 
@@ -578,11 +606,15 @@ const copyChunk = 64
 
 // copySlice moves one slice and completes it; c0 is the clock
 // (internal/cost) and so is the result.
-func copySlice(s *driver.Slice, c0 int64) int64 {
+func copySlice(s *driver.Slice, c0 int64) (int64, error) {
 	p, ok := s.Peer.(*peer)
 	if !ok {
 		s.Done(0, errForeign)
-		return c0
+		return c0, errForeign
+	}
+	if s.Canceled() {
+		s.Done(0, errSliceCanceled)
+		return c0, errSliceCanceled
 	}
 	p.users.Add(1)
 	s.Posted()
@@ -590,7 +622,7 @@ func copySlice(s *driver.Slice, c0 int64) int64 {
 	p.users.Add(-1)
 	c0 = cost.Move.Since(c0)
 	s.Done(n, err)
-	return cost.Complete.Since(c0)
+	return cost.Complete.Since(c0), err
 }
 
 // connect hands the target's memory to this process: it checks that the

@@ -20,6 +20,7 @@ import (
 	"github.com/rdmago/te/engine"
 	"github.com/rdmago/te/engine/driver"
 	"github.com/rdmago/te/engine/enginetest"
+	"github.com/rdmago/te/engine/transporttest"
 	"github.com/rdmago/te/segment"
 )
 
@@ -732,4 +733,11 @@ func childTarget(t *testing.T) (*segment.Descriptor, func()) {
 	stop()
 	t.Fatal(err)
 	return nil, nil
+}
+
+// TestNotifyConformance runs the transport-independent notification cases.
+func TestNotifyConformance(t *testing.T) {
+	transporttest.RunNotify(t, func(testing.TB) engine.Transport {
+		return New(Config{IOTimeout: time.Second})
+	})
 }

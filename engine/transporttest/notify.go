@@ -1,0 +1,336 @@
+package transporttest
+
+import (
+	"context"
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/rdmago/te/engine"
+	"github.com/rdmago/te/engine/enginetest"
+	"github.com/rdmago/te/segment"
+)
+
+// RunNotify runs the notification cases (engine.SubmitNotify over a
+// driver.Notifier) with both engines in this process:
+//
+//   - AfterData: concurrent submitters, submissions of 1 to 4096 tasks;
+//     the target checks every byte of a submission the moment its
+//     notification arrives; each completed submission is notified once,
+//     with the sender's name and epoch and the byte count.
+//   - FailedBatch: a submission with a request the target refuses (its
+//     descriptor, as the initiator sees it, names memory the target does
+//     not have) fails, and its notification never arrives.
+//   - Flood: a target that does not drain holds its per-sender and total
+//     bounds; the notes beyond fail at their senders with
+//     engine.ErrNotifyFull; after a drain, notes flow again.
+//   - Restart: a sender restarted under the same name replaces its old
+//     incarnation: the old one's queued notes are dropped.
+//
+// A refused note waits up to the transport's bound on waiting for the
+// target (tcp and shm: half the I/O timeout), so f should configure a
+// short one (a second). At most one Options may be given (Shared is
+// honoured).
+func RunNotify(t *testing.T, f Factory, opts ...Options) {
+	var o Options
+	if len(opts) > 1 {
+		t.Fatal("transporttest: more than one Options")
+	} else if len(opts) == 1 {
+		o = opts[0]
+	}
+	o = o.withDefaults()
+	t.Run("AfterData", func(t *testing.T) { testNotifyAfterData(t, f, o) })
+	t.Run("FailedBatch", func(t *testing.T) { testNotifyFailed(t, f, o) })
+	t.Run("Flood", func(t *testing.T) { testNotifyFlood(t, f, o) })
+	t.Run("Restart", func(t *testing.T) { testNotifyRestart(t, f, o) })
+}
+
+// notifyNode starts an engine with a fresh transport and size bytes of
+// registered memory.
+func notifyNode(t *testing.T, f Factory, o Options, st segment.Store, cfg engine.Config, size int) *enginetest.Node {
+	t.Helper()
+	cfg.Store = st
+	n := enginetest.NewNode(t, cfg, 0, f(t))
+	mem, err := o.alloc(size)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		n.Engine.Close()
+		mem.Close()
+	})
+	if err := n.Engine.RegisterLocalMemory(mem.Bytes(), "cpu:0"); err != nil {
+		t.Fatal(err)
+	}
+	n.Mem = mem
+	return n
+}
+
+func openSeg(t *testing.T, e *engine.Engine, name string) engine.SegmentID {
+	t.Helper()
+	seg, err := e.OpenSegment(ctxFor(t, 10*time.Second), name, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return seg
+}
+
+// noteInfo is what AfterData's notes carry: whose, which round, the
+// pattern's seed and where the bytes went (offset in the target's
+// buffer).
+type noteInfo struct {
+	who, round, seed, off, n uint64
+}
+
+func (m noteInfo) bytes() []byte {
+	b := make([]byte, 40)
+	for i, v := range []uint64{m.who, m.round, m.seed, m.off, m.n} {
+		binary.LittleEndian.PutUint64(b[8*i:], v)
+	}
+	return b
+}
+
+func parseNoteInfo(b []byte) (m noteInfo, ok bool) {
+	if len(b) != 40 {
+		return m, false
+	}
+	v := func(i int) uint64 { return binary.LittleEndian.Uint64(b[8*i:]) }
+	return noteInfo{v(0), v(1), v(2), v(3), v(4)}, true
+}
+
+func testNotifyAfterData(t *testing.T, f Factory, o Options) {
+	const (
+		submitters = 4
+		region     = 4 << 20
+	)
+	shapes := []struct{ tasks, size int }{{1, 64}, {7, 4096}, {300, 1024}, {4096, 64}, {4096, 1024}, {16, 256 << 10}}
+	st := enginetest.NewMemStore()
+	t.Cleanup(func() { st.Close() })
+	tgt := notifyNode(t, f, o, st, engine.Config{Name: "target"}, submitters*region)
+	ini := notifyNode(t, f, o, st, engine.Config{Name: "initiator"}, submitters*region)
+	seg := openSeg(t, ini.Engine, "target")
+	base := engine.AddrOf(tgt.Mem.Bytes())
+
+	acks := make([]chan error, submitters)
+	for i := range acks {
+		acks[i] = make(chan error, 1)
+	}
+	seen := map[[2]uint64]int{}
+	checked := make(chan struct{})
+	go func() {
+		defer close(checked)
+		for n := range tgt.Engine.Notifications() {
+			m, ok := parseNoteInfo(n.Msg)
+			var err error
+			switch {
+			case !ok || m.who >= submitters:
+				err = fmt.Errorf("notification %q: not one of the test's", n.Name)
+			case n.From != "initiator" || n.FromEpoch != ini.Engine.Epoch() || n.Name != "kv":
+				err = fmt.Errorf("notification from %s epoch %#x named %q, want initiator %#x kv", n.From, n.FromEpoch, n.Name, ini.Engine.Epoch())
+			case n.Bytes != m.n:
+				err = fmt.Errorf("notification for %d bytes, the submission had %d", n.Bytes, m.n)
+			default:
+				if cerr := CheckPattern(tgt.Mem.Bytes()[m.off:m.off+m.n], m.seed, 0); cerr != nil {
+					err = fmt.Errorf("notified before the data landed: %w", cerr)
+				}
+			}
+			if ok {
+				seen[[2]uint64{m.who, m.round}]++
+				if c := seen[[2]uint64{m.who, m.round}]; c > 1 && err == nil {
+					err = fmt.Errorf("submitter %d round %d notified %d times", m.who, m.round, c)
+				}
+			}
+			if ok && m.who < submitters {
+				acks[m.who] <- err
+			} else {
+				t.Error(err)
+			}
+		}
+	}()
+	var wg sync.WaitGroup
+	for w := range submitters {
+		wg.Go(func() {
+			reqs := make([]engine.Request, 4096)
+			for r := range shapes {
+				sh := shapes[(r+w)%len(shapes)]
+				off := uint64(w * region)
+				n := uint64(sh.tasks * sh.size)
+				seed := uint64(w)<<32 | uint64(r)<<8 | 0xa5
+				Pattern(ini.Mem.Bytes()[off:off+n], seed, 0)
+				for i := range sh.tasks {
+					p := off + uint64(i*sh.size)
+					reqs[i] = engine.Request{Op: engine.Write, Local: ini.Mem.Bytes()[p : p+uint64(sh.size)], Target: seg, TargetAddr: base + p}
+				}
+				b, err := ini.Engine.AllocateBatch(sh.tasks)
+				if err == nil {
+					err = ini.Engine.SubmitNotify(b, reqs[:sh.tasks], engine.Notify{Name: "kv", Msg: noteInfo{uint64(w), uint64(r), seed, off, n}.bytes()})
+					if err == nil {
+						err = ini.Engine.Wait(ctxFor(t, o.Timeout), b)
+					}
+					if ferr := ini.Engine.FreeBatch(b); err == nil {
+						err = ferr
+					}
+				}
+				if err == nil {
+					// The note is queued once Wait succeeds; the checker
+					// is done with the range before it is written again.
+					select {
+					case err = <-acks[w]:
+					case <-time.After(o.Timeout):
+						err = errors.New("no notification after the batch completed")
+					}
+				}
+				if err != nil {
+					t.Errorf("submitter %d round %d (%d × %d B): %v", w, r, sh.tasks, sh.size, err)
+					return
+				}
+			}
+		})
+	}
+	wg.Wait()
+	tgt.Engine.Close()
+	<-checked
+	if !t.Failed() && len(seen) != submitters*len(shapes) {
+		t.Fatalf("%d submissions notified, want %d", len(seen), submitters*len(shapes))
+	}
+}
+
+func testNotifyFailed(t *testing.T, f Factory, o Options) {
+	st := enginetest.NewMemStore()
+	t.Cleanup(func() { st.Close() })
+	tgt := notifyNode(t, f, o, st, engine.Config{Name: "target"}, 1<<20)
+	ini := notifyNode(t, f, o, st, engine.Config{Name: "initiator"}, 1<<20)
+	seg := openSeg(t, ini.Engine, "target")
+	base := engine.AddrOf(tgt.Mem.Bytes())
+	// The initiator learns of a buffer the target does not have.
+	d, err := ini.Engine.SegmentDescriptor(seg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ghost := base + 1<<30
+	d.Buffers = append(d.Buffers, segment.Buffer{Addr: ghost, Length: 1 << 16, Location: "cpu:0"})
+	d.Version++
+	if err := st.Publish(context.Background(), d); err != nil {
+		t.Fatal(err)
+	}
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		if cur, _ := ini.Engine.SegmentDescriptor(seg); cur != nil && len(cur.Buffers) == len(d.Buffers) {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("the initiator did not see the new descriptor within 10s")
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	reqs := make([]engine.Request, 9)
+	for i := range 8 {
+		reqs[i] = engine.Request{Op: engine.Write, Local: ini.Mem.Bytes()[i*4096 : (i+1)*4096], Target: seg, TargetAddr: base + uint64(i*4096)}
+	}
+	reqs[8] = engine.Request{Op: engine.Write, Local: ini.Mem.Bytes()[:4096], Target: seg, TargetAddr: ghost}
+	ctx := ctxFor(t, o.Timeout)
+	for _, order := range []string{"refused last", "refused first"} {
+		b, _ := ini.Engine.AllocateBatch(len(reqs))
+		err := ini.Engine.SubmitNotify(b, reqs, engine.Notify{Name: order})
+		if err == nil {
+			err = ini.Engine.Wait(ctx, b)
+		}
+		if err == nil {
+			t.Fatalf("%s: a batch with a refused request completed", order)
+		}
+		ini.Engine.FreeBatch(b)
+		// Wait covers the note: the target has decided on it.
+		if got := tgt.Engine.DrainNotifications(nil); len(got) != 0 {
+			t.Fatalf("%s: notification for a failed batch: %+v", order, got)
+		}
+		reqs[0], reqs[8] = reqs[8], reqs[0]
+	}
+	// The same target still notifies a good batch.
+	b, _ := ini.Engine.AllocateBatch(8)
+	err = ini.Engine.SubmitNotify(b, reqs[:8], engine.Notify{Name: "good"})
+	if err == nil {
+		err = ini.Engine.Wait(ctx, b)
+	}
+	ini.Engine.FreeBatch(b)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := tgt.Engine.DrainNotifications(nil); len(got) != 1 || got[0].Name != "good" || got[0].Bytes != 8*4096 {
+		t.Fatalf("good batch: %+v", got)
+	}
+}
+
+func testNotifyFlood(t *testing.T, f Factory, o Options) {
+	const per, total = 4, 6
+	st := enginetest.NewMemStore()
+	t.Cleanup(func() { st.Close() })
+	tgt := notifyNode(t, f, o, st, engine.Config{Name: "target", NotifyQueue: total, NotifyQueuePerSender: per}, 1<<16)
+	flood := func(name string, count int) (ok, full int) {
+		n := notifyNode(t, f, o, st, engine.Config{Name: name}, 1<<16)
+		seg := openSeg(t, n.Engine, "target")
+		var mu sync.Mutex
+		var wg sync.WaitGroup
+		for i := range count {
+			wg.Go(func() {
+				err := n.Engine.Notify(ctxFor(t, o.Timeout), seg, engine.Notify{Name: fmt.Sprint(i), Msg: make([]byte, engine.MaxNotifyMsg)})
+				mu.Lock()
+				defer mu.Unlock()
+				switch {
+				case err == nil:
+					ok++
+				case errors.Is(err, engine.ErrNotifyFull):
+					full++
+				default:
+					t.Errorf("%s: notify %d: %v", name, i, err)
+				}
+			})
+		}
+		wg.Wait()
+		return ok, full
+	}
+	if ok, full := flood("a", 2*per); ok != per || full != per {
+		t.Fatalf("sender a: %d queued, %d refused as full; want %d, %d", ok, full, per, per)
+	}
+	if ok, full := flood("b", per); ok != total-per || full != per-(total-per) {
+		t.Fatalf("sender b: %d queued, %d refused; want %d, %d", ok, full, total-per, per-(total-per))
+	}
+	if s := tgt.Engine.NotifyStats(); s.Queued != total {
+		t.Fatalf("queued %d, bound %d (%+v)", s.Queued, total, s)
+	}
+	if got := tgt.Engine.DrainNotifications(nil); len(got) != total {
+		t.Fatalf("drained %d, want %d", len(got), total)
+	}
+	if ok, full := flood("c", per); ok != per || full != 0 {
+		t.Fatalf("after a drain: %d queued, %d refused", ok, full)
+	}
+}
+
+func testNotifyRestart(t *testing.T, f Factory, o Options) {
+	st := enginetest.NewMemStore()
+	t.Cleanup(func() { st.Close() })
+	tgt := notifyNode(t, f, o, st, engine.Config{Name: "target"}, 1<<16)
+	notify := func(n *enginetest.Node, name string) {
+		t.Helper()
+		seg := openSeg(t, n.Engine, "target")
+		if err := n.Engine.Notify(ctxFor(t, o.Timeout), seg, engine.Notify{Name: name}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	old := notifyNode(t, f, o, st, engine.Config{Name: "sender"}, 1<<16)
+	for i := range 3 {
+		notify(old, fmt.Sprint("old ", i))
+	}
+	old.Engine.Close()
+	restarted := notifyNode(t, f, o, st, engine.Config{Name: "sender"}, 1<<16)
+	notify(restarted, "new")
+	got := tgt.Engine.DrainNotifications(nil)
+	if len(got) != 1 || got[0].Name != "new" || got[0].FromEpoch != restarted.Engine.Epoch() {
+		t.Fatalf("after the sender restarted: %+v", got)
+	}
+	if s := tgt.Engine.NotifyStats(); s.Stale != 3 {
+		t.Fatalf("%d stale notes dropped, want 3", s.Stale)
+	}
+}
