@@ -126,20 +126,6 @@ func checkJSON(body []byte) error {
 	return nil
 }
 
-// ConnectionRecord is the RDMA endpoint handshake record (Mooncake's
-// HandShakeDesc). te answers Connection messages with it but sets up no
-// queue pairs yet: its ReplyMsg says so, which a Mooncake initiator
-// treats as a refusal.
-type ConnectionRecord struct {
-	LocalGID     string   `json:"local_gid"`
-	LocalLID     uint16   `json:"local_lid"`
-	LocalNICPath string   `json:"local_nic_path"`
-	Payload      string   `json:"payload"`
-	PeerNICPath  string   `json:"peer_nic_path"`
-	QPNum        []uint32 `json:"qp_num"`
-	ReplyMsg     string   `json:"reply_msg"`
-}
-
 // NotifyRecord is a Notify message's body (Mooncake's NotifyDesc).
 type NotifyRecord struct {
 	Name      string `json:"name"`

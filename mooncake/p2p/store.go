@@ -430,8 +430,20 @@ func (s *Store) answer(t Type, body []byte, from net.Addr) ([]byte, error) {
 		}
 		return AppendMessage(nil, Notify, []byte(`{"name":"","notify_msg":"success"}`+"\n")), nil
 	case Connection, Untyped:
-		rec, _ := json.Marshal(ConnectionRecord{QPNum: []uint32{}, ReplyMsg: "te: Mooncake RDMA endpoints are not supported yet; use the tcp protocol"})
-		return AppendMessage(nil, t, append(rec, '\n')), nil
+		// te sets up no Mooncake RDMA endpoints yet: the reply, with the
+		// NIC paths swapped as Mooncake's passive side writes them,
+		// refuses the endpoint in reply_msg.
+		req, err := mooncake.DecodeHandshake(body)
+		if err != nil {
+			return nil, err
+		}
+		rep := mooncake.Handshake{LocalNICPath: req.PeerNICPath, PeerNICPath: req.LocalNICPath,
+			ReplyMsg: "te: Mooncake RDMA endpoints are not supported yet; use the tcp protocol"}
+		rec, err := rep.Encode()
+		if err != nil {
+			return nil, err
+		}
+		return AppendMessage(nil, t, rec), nil
 	}
 	return nil, fmt.Errorf("%w: unknown type %d", ErrMalformed, t)
 }

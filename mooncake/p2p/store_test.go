@@ -107,8 +107,14 @@ func TestServeMooncakeRequests(t *testing.T) {
 	}
 	conn := rawExchange(t, addr, AppendMessage(nil, Connection, []byte(`{"local_nic_path":"a@mlx5_0"}`)), false)
 	typ, body, err := ReadMessage(bytes.NewReader(conn), DefaultMaxMessage)
-	if err != nil || typ != Connection || !strings.Contains(string(body), `"qp_num":[]`) || !strings.Contains(string(body), `"reply_msg":"te: Mooncake RDMA endpoints are not supported yet`) {
+	if err != nil || typ != Connection || !strings.Contains(string(body), `"qp_num":[]`) || !strings.Contains(string(body), `"reply_msg":"te: Mooncake RDMA endpoints are not supported yet`) ||
+		!strings.Contains(string(body), `"peer_nic_path":"a@mlx5_0"`) {
 		t.Fatalf("connection reply %v %q %v", typ, body, err)
+	}
+	// A record Mooncake would not write (a QP number past 24 bits) is
+	// closed unanswered.
+	if out := rawExchange(t, addr, AppendMessage(nil, Connection, []byte(`{"qp_num":[16777216]}`)), false); len(out) != 0 {
+		t.Fatalf("malformed connection record answered: %q", out)
 	}
 	untyped := rawExchange(t, addr, AppendMessage(nil, Untyped, []byte(`{"local_nic_path":"a@mlx5_0"}`)), false)
 	if n := binary.LittleEndian.Uint64(untyped); len(untyped) < 9 || untyped[8] != '{' || n != uint64(len(untyped)-8) {
