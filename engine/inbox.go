@@ -135,10 +135,16 @@ func (ib *inbox) Deliver(ctx context.Context, d *driver.Delivery) error {
 			}
 			return nil
 		}
+		qs, qn := s.queued, ib.n
+		if ctx.Err() != nil {
+			// A context done from the start asks not to wait.
+			ib.mu.Unlock()
+			return fmt.Errorf("%w: %d queued from %s (bound %d), %d in total (bound %d)", driver.ErrNotifyFull, qs, d.From.Name, ib.per, qn, len(ib.ring))
+		}
 		if ib.room == nil {
 			ib.room = make(chan struct{})
 		}
-		room, qs, qn := ib.room, s.queued, ib.n
+		room := ib.room
 		ib.mu.Unlock()
 		select {
 		case <-room:

@@ -255,11 +255,14 @@ func (sc *serverConn) note(pl []byte) error {
 	d.From = sc.from
 	st := uint16(noteNo)
 	if ib := t.host.Inbox(); ib != nil {
-		ctx, cancel := context.WithTimeout(context.Background(), t.cfg.IOTimeout/2)
-		sc.slot.Wait()
-		err := ib.Deliver(ctx, &d)
-		sc.slot.Work()
-		cancel()
+		err := ib.Deliver(driver.NoWait, &d)
+		if errors.Is(err, driver.ErrNotifyFull) {
+			ctx, cancel := context.WithTimeout(context.Background(), t.cfg.IOTimeout/2)
+			sc.slot.Wait()
+			err = ib.Deliver(ctx, &d)
+			sc.slot.Work()
+			cancel()
+		}
 		switch {
 		case err == nil:
 			st = noteOK

@@ -1,6 +1,7 @@
 package shm
 
 import (
+	"fmt"
 	"testing"
 	"time"
 
@@ -15,4 +16,13 @@ func TestNotify(t *testing.T) {
 	transporttest.RunNotify(t, func(testing.TB) engine.Transport {
 		return New(Config{IOTimeout: time.Second})
 	}, transporttest.Options{Shared: true})
+}
+
+// BenchmarkNotify: as tcp's.
+func BenchmarkNotify(b *testing.B) {
+	for _, c := range []struct{ tasks, size int }{{1, 4096}, {128, 4096}, {128, 64 << 10}, {64, 1 << 20}} {
+		b.Run(fmt.Sprintf("%dx%d", c.tasks, c.size), func(b *testing.B) {
+			transporttest.BenchNotify(b, func(testing.TB) engine.Transport { return New(Config{}) }, transporttest.Options{Shared: true}, c.tasks, c.size)
+		})
+	}
 }

@@ -416,7 +416,7 @@ func (nt *noteTable) evictOldest(from driver.Sender) {
 // for room: the initiator's watchdog waits the whole of it), and returns
 // the reply's status. served and lastBad describe the connection's data
 // frames so far (lastBad: the number of the last failed one, from 1).
-func (t *Transport) serveMark(sc *sconn, from driver.Sender, id uint64, mi *markInfo, served, lastBad uint64) status {
+func (t *Transport) serveMark(sc *sconn, g *gather, from driver.Sender, id uint64, mi *markInfo, served, lastBad uint64) status {
 	bad := mi.flags&markFlagAbort != 0 || mi.frames > served || lastBad > served-mi.frames
 	d := driver.Delivery{From: from, ID: id}
 	if mi.kind == markKindFinal || mi.lanes == 1 {
@@ -441,11 +441,18 @@ func (t *Transport) serveMark(sc *sconn, from driver.Sender, id uint64, mi *mark
 	if ib == nil {
 		return statusNotDelivered
 	}
-	ctx, cancel := context.WithTimeout(t.ctx, t.cfg.IOTimeout/2)
-	sc.wait()
-	err := ib.Deliver(ctx, &d)
-	sc.work()
-	cancel()
+	err := ib.Deliver(driver.NoWait, &d)
+	if errors.Is(err, driver.ErrNotifyFull) {
+		// Replies gathered so far go out first: the wait may be long.
+		if ferr := t.flush(sc, g); ferr != nil {
+			return statusNotDelivered
+		}
+		ctx, cancel := context.WithTimeout(t.ctx, t.cfg.IOTimeout/2)
+		sc.wait()
+		err = ib.Deliver(ctx, &d)
+		sc.work()
+		cancel()
+	}
 	switch {
 	case err == nil:
 		return statusOK

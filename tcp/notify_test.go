@@ -741,3 +741,14 @@ func TestNotifyConformance(t *testing.T) {
 		return New(Config{IOTimeout: time.Second})
 	})
 }
+
+// BenchmarkNotify: plain batches and batches with a notification, taking
+// turns: completion latency of each, submit to the target's application
+// receiving the note, and the throughput ratio (notify/plain).
+func BenchmarkNotify(b *testing.B) {
+	for _, c := range []struct{ tasks, size int }{{1, 4096}, {128, 4096}, {128, 64 << 10}, {64, 1 << 20}} {
+		b.Run(fmt.Sprintf("%dx%d", c.tasks, c.size), func(b *testing.B) {
+			transporttest.BenchNotify(b, func(testing.TB) engine.Transport { return New(Config{}) }, transporttest.Options{}, c.tasks, c.size)
+		})
+	}
+}

@@ -283,12 +283,7 @@ func (t *Transport) serveConn(sc *sconn) error {
 			if merr != nil {
 				reply.status = statusBadRequest
 			} else {
-				// Replies gathered so far go out first: delivery may
-				// wait for room in the queue.
-				if err := t.flush(sc, g); err != nil {
-					return err
-				}
-				reply.status = t.serveMark(sc, driver.Sender{Name: from.Name, Epoch: from.Epoch}, h.addr, &mi, served, lastBad)
+				reply.status = t.serveMark(sc, g, driver.Sender{Name: from.Name, Epoch: from.Epoch}, h.addr, &mi, served, lastBad)
 			}
 			g.add(&reply, nil, nil)
 		default:

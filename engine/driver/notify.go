@@ -3,6 +3,7 @@ package driver
 import (
 	"context"
 	"errors"
+	"time"
 
 	"github.com/rdmago/te/segment"
 )
@@ -154,7 +155,9 @@ type Inbox interface {
 	// for a note it already accepted (same sender incarnation and ID);
 	// it drops a note from a sender incarnation that has been replaced by
 	// a newer one and fails with ErrPeerReset. It does not block on
-	// anything but room in the queue.
+	// anything but room in the queue. With a ctx already done it does
+	// not wait at all: a transport may try so first, and wait (having
+	// flushed whatever it holds for the sender) only when that fails.
 	Deliver(ctx context.Context, d *Delivery) error
 }
 
@@ -165,6 +168,19 @@ type Inbox interface {
 type NotifyReceiver interface {
 	ReceiveNotifications(Inbox)
 }
+
+// NoWait is a context that is already done: Inbox.Deliver with it
+// queues only if there is room at once.
+var NoWait context.Context = doneCtx{}
+
+type doneCtx struct{ context.Context }
+
+var doneCh = func() chan struct{} { c := make(chan struct{}); close(c); return c }()
+
+func (doneCtx) Deadline() (time.Time, bool) { return time.Time{}, false }
+func (doneCtx) Done() <-chan struct{}       { return doneCh }
+func (doneCtx) Err() error                  { return context.Canceled }
+func (doneCtx) Value(any) any               { return nil }
 
 // Errors of notifications; compare with errors.Is.
 var (

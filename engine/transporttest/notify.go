@@ -5,6 +5,7 @@ import (
 	"encoding/binary"
 	"errors"
 	"fmt"
+	"slices"
 	"sync"
 	"testing"
 	"time"
@@ -332,5 +333,113 @@ func testNotifyRestart(t *testing.T, f Factory, o Options) {
 	}
 	if s := tgt.Engine.NotifyStats(); s.Stale != 3 {
 		t.Fatalf("%d stale notes dropped, want 3", s.Stale)
+	}
+}
+
+// BenchNotify measures, with both engines in this process over fresh
+// transports from f, batches of tasks WRITEs of size bytes, side by side
+// in one run: plain batches and batches with a notification take turns.
+// It reports the initiator's completion latency (submit to Wait
+// returning) of each, the latency from submit to the target's application
+// receiving the notification, and the throughput of each with their
+// ratio (notify/plain).
+func BenchNotify(b *testing.B, f Factory, o Options, tasks, size int) {
+	st := enginetest.NewMemStore()
+	b.Cleanup(func() { st.Close() })
+	node := func(name string) *enginetest.Node {
+		n := enginetest.NewNode(b, engine.Config{Name: name, Store: st}, 0, f(b))
+		mem, err := o.alloc(tasks * size)
+		if err != nil {
+			b.Fatal(err)
+		}
+		b.Cleanup(func() {
+			n.Engine.Close()
+			mem.Close()
+		})
+		if err := n.Engine.RegisterLocalMemory(mem.Bytes(), "cpu:0"); err != nil {
+			b.Fatal(err)
+		}
+		n.Mem = mem
+		return n
+	}
+	tgt, ini := node("target"), node("initiator")
+	ctx := context.Background()
+	seg, err := ini.Engine.OpenSegment(ctx, "target", nil)
+	if err != nil {
+		b.Fatal(err)
+	}
+	base := engine.AddrOf(tgt.Mem.Bytes())
+	reqs := make([]engine.Request, tasks)
+	for i := range reqs {
+		reqs[i] = engine.Request{Op: engine.Write, Local: ini.Mem.Bytes()[i*size : (i+1)*size], Target: seg, TargetAddr: base + uint64(i*size)}
+	}
+	// The target's application: the time each notification arrives.
+	arrived := make(chan time.Time, 1)
+	go func() {
+		for range tgt.Engine.Notifications() {
+			arrived <- time.Now()
+		}
+	}()
+	msg := make([]byte, 64)
+	var plainLat, noteLat, notifyLat []time.Duration
+	var plainTime, noteTime time.Duration
+	step := func(notify bool) {
+		bid, err := ini.Engine.AllocateBatch(tasks)
+		if err != nil {
+			b.Fatal(err)
+		}
+		t0 := time.Now()
+		if notify {
+			err = ini.Engine.SubmitNotify(bid, reqs, engine.Notify{Name: "bench", Msg: msg})
+		} else {
+			err = ini.Engine.Submit(bid, reqs)
+		}
+		if err == nil {
+			err = ini.Engine.Wait(ctx, bid)
+		}
+		done := time.Since(t0)
+		if err == nil {
+			err = ini.Engine.FreeBatch(bid)
+		}
+		if err != nil {
+			b.Fatal(err)
+		}
+		if !notify {
+			plainLat, plainTime = append(plainLat, done), plainTime+done
+			return
+		}
+		at := <-arrived
+		noteLat, noteTime = append(noteLat, done), noteTime+done
+		notifyLat = append(notifyLat, at.Sub(t0))
+	}
+	for range 20 {
+		step(false)
+		step(true)
+	}
+	plainLat, noteLat, notifyLat = plainLat[:0], noteLat[:0], notifyLat[:0]
+	plainTime, noteTime = 0, 0
+	b.SetBytes(int64(tasks * size))
+	b.ResetTimer()
+	for i := range b.N {
+		step(i%2 == 1)
+	}
+	b.StopTimer()
+	q := func(ds []time.Duration, p float64) float64 {
+		if len(ds) == 0 {
+			return 0
+		}
+		s := slices.Clone(ds)
+		slices.Sort(s)
+		return float64(s[min(len(s)-1, int(p*float64(len(s))))]) / 1e3
+	}
+	b.ReportMetric(q(plainLat, 0.5), "plain-done-p50-us")
+	b.ReportMetric(q(noteLat, 0.5), "notify-done-p50-us")
+	b.ReportMetric(q(noteLat, 0.99), "notify-done-p99-us")
+	b.ReportMetric(q(notifyLat, 0.5), "submit-to-note-p50-us")
+	b.ReportMetric(q(notifyLat, 0.99), "submit-to-note-p99-us")
+	if len(plainLat) > 0 && len(noteLat) > 0 && noteTime > 0 {
+		plain := float64(len(plainLat)) / plainTime.Seconds()
+		note := float64(len(noteLat)) / noteTime.Seconds()
+		b.ReportMetric(note/plain, "notify/plain")
 	}
 }
