@@ -26,6 +26,7 @@ import (
 	"github.com/rdmago/te/internal/cli"
 	"github.com/rdmago/te/rdma"
 	"github.com/rdmago/te/segment"
+	"github.com/rdmago/te/segment/p2p"
 )
 
 // Status is a layer's verdict.
@@ -268,6 +269,9 @@ func (w *walk) descriptor(ctx context.Context) bool {
 	}
 	w.desc = d
 	age := "age unknown (the store does not record publication times)"
+	if _, ok := w.cfg.Store.(*p2p.Store); ok {
+		age = "fetched now from the peer itself (p2p)"
+	}
 	if pa, ok := w.cfg.Store.(publishedAt); ok {
 		if at, ok := pa.PublishedAt(d.Name); ok {
 			age = "published " + w.cfg.Now().Sub(at).Round(time.Second).String() + " ago"
