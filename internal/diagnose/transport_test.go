@@ -20,9 +20,10 @@ func TestNoCommonTransport(t *testing.T) {
 	owner := st.Process()
 	defer owner.Close()
 	d := &segment.Descriptor{Name: "rdma-only", Epoch: 7, Version: 1,
-		Protocols: []segment.Protocol{{Name: segment.ProtoRDMA, Endpoint: "10.0.0.2:4000"}},
-		Devices:   []segment.Device{{Name: "mlx5_0", Port: 1, GID: "::ffff:10.0.0.2", MTU: 4096}},
-		Buffers:   []segment.Buffer{{Addr: 1 << 30, Length: 1 << 20, RKeys: []uint32{0x11}}}}
+		Protocols: []segment.Protocol{{Name: segment.ProtoRDMA, Endpoint: "10.0.0.2:4000", RDMA: &segment.RDMA{
+			Devices: []segment.Device{{Name: "mlx5_0", Port: 1, GID: "::ffff:10.0.0.2", MTU: 4096}},
+			RKeys:   [][]uint32{{0x11}}}}},
+		Buffers: []segment.Buffer{{Addr: 1 << 30, Length: 1 << 20}}}
 	if err := owner.Publish(context.Background(), d); err != nil {
 		t.Fatal(err)
 	}
