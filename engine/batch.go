@@ -153,6 +153,110 @@ func (t *task) setErr(err error) {
 // who sees the final state can unregister at once), then publish the
 // state, then count the batch down.
 func (t *task) finish() {
+	t.release()
+	if t.stats != nil {
+		t.stats.tasks.Add(1)
+	}
+	t.publish()
+	t.b.done(1)
+}
+
+// finishAll is finish for several tasks: their pins, in-flight counts and
+// task counters are dropped or counted in runs that share them, all
+// before any task's state is published, and the batch is counted down
+// once per run of one batch.
+func finishAll(ts []*task) {
+	var (
+		reg, treg   *region
+		regN, tregN int64
+		seg         *remoteSegment
+		segN        int64
+		tin         *atomic.Int64
+		tinN        int64
+		ps          *peerStats
+		psN         uint64
+	)
+	for _, t := range ts {
+		if t.region != reg {
+			if regN != 0 {
+				reg.users.Add(-regN)
+			}
+			reg, regN = t.region, 0
+		}
+		if t.tregion != treg {
+			if tregN != 0 {
+				treg.users.Add(-tregN)
+			}
+			treg, tregN = t.tregion, 0
+		}
+		if t.seg != seg {
+			if segN != 0 {
+				seg.inflight.Add(-segN)
+			}
+			seg, segN = t.seg, 0
+		}
+		if t.tin != tin {
+			if tinN != 0 {
+				tin.Add(-tinN)
+			}
+			tin, tinN = t.tin, 0
+		}
+		if t.stats != ps {
+			if psN != 0 {
+				ps.tasks.Add(psN)
+			}
+			ps, psN = t.stats, 0
+		}
+		if reg != nil {
+			regN++
+		}
+		if treg != nil {
+			tregN++
+		}
+		if seg != nil {
+			segN++
+		}
+		if tin != nil {
+			tinN++
+		}
+		if ps != nil {
+			psN++
+		}
+	}
+	if regN != 0 {
+		reg.users.Add(-regN)
+	}
+	if tregN != 0 {
+		treg.users.Add(-tregN)
+	}
+	if segN != 0 {
+		seg.inflight.Add(-segN)
+	}
+	if tinN != 0 {
+		tin.Add(-tinN)
+	}
+	if psN != 0 {
+		ps.tasks.Add(psN)
+	}
+	var b *batch
+	var bn int64
+	for _, t := range ts {
+		t.publish()
+		if t.b != b {
+			if bn != 0 {
+				b.done(bn)
+			}
+			b, bn = t.b, 0
+		}
+		bn++
+	}
+	if bn != 0 {
+		b.done(bn)
+	}
+}
+
+// publish stores the finished task's state and steps its notification.
+func (t *task) publish() {
 	st := StateCompleted
 	if t.failed.Load() {
 		st = StateFailed
@@ -162,11 +266,6 @@ func (t *task) finish() {
 		}
 		t.mu.Unlock()
 	}
-	t.release()
-	b := t.b
-	if t.stats != nil {
-		t.stats.tasks.Add(1)
-	}
 	t.state.Store(uint32(st))
 	if n := t.note; n != nil {
 		if st != StateCompleted {
@@ -174,12 +273,11 @@ func (t *task) finish() {
 		}
 		n.step()
 	}
-	b.done()
 }
 
-// done counts one finished task or note down.
-func (b *batch) done() {
-	if b.pending.Add(-1) == 0 {
+// done counts n finished tasks or notes down.
+func (b *batch) done(n int64) {
+	if b.pending.Add(-n) == 0 {
 		e := b.e
 		e.stats.batch.observe(e.now() - b.start.Load())
 		select {
@@ -404,15 +502,22 @@ func (e *Engine) submit(id BatchID, reqs []Request, n *Notify, seg SegmentID) er
 	}
 	ts := e.transports.Load()
 	now := e.now()
+	rv := resolver{e: e, ts: ts, now: now}
 	for i := range reqs {
-		if err := e.resolve(&b.tasks[base+i], &reqs[i], ts, now); err != nil {
+		if err := rv.resolve(&b.tasks[base+i], &reqs[i]); err != nil {
+			rv.flush()
 			for j := base; j <= base+i; j++ {
 				b.tasks[j].unpin()
 			}
 			return fmt.Errorf("engine: submit: request %d: %w", i, err)
 		}
 	}
-	c0 = cost.Resolve.Since(c0)
+	rv.flush()
+	if c0 != 0 {
+		cost.Admit.Add(rv.admitNs)
+		cost.Resolve.Add(-rv.admitNs)
+		c0 = cost.Resolve.Since(c0)
+	}
 	var nt *note
 	if n != nil {
 		var err error
@@ -463,6 +568,7 @@ func (e *Engine) submit(id BatchID, reqs []Request, n *Notify, seg SegmentID) er
 	}
 	if local {
 		c0 = cost.Move.Since(c0)
+		ss := b.scratch[:0]
 		for i := range reqs {
 			t := &b.tasks[base+i]
 			if t.seg != nil {
@@ -470,9 +576,13 @@ func (e *Engine) submit(id BatchID, reqs []Request, n *Notify, seg SegmentID) er
 			}
 			s := b.newSlice()
 			s.task = t
+			s.Local = t.local
 			s.Bind(s, 0)
-			s.Done(uint64(len(t.local)), nil)
+			ss = append(ss, &s.Slice)
 		}
+		driver.DoneAll(ss)
+		clear(ss)
+		b.scratch = ss
 		c0 = cost.Complete.Since(c0)
 	}
 	if nt != nil && nt.tr == nil {
@@ -530,9 +640,83 @@ func (e *Engine) submit(id BatchID, reqs []Request, n *Notify, seg SegmentID) er
 	return nil
 }
 
-// resolve validates r and fills t; on error t holds what must be unpinned.
-func (e *Engine) resolve(t *task, r *Request, ts *transportSet, now int64) error {
-	*t = task{b: t.b, slot: -1, start: now}
+// resolver resolves the requests of one Submit. What consecutive requests
+// share is looked up once: a run of requests in one local region pins it
+// with one atomic add (the run's first pin holds it, so the others can be
+// added later), and a run to one segment over one transport finds its
+// state, its transport and peer and counts itself in flight on both once
+// (admit). flush adds the counts deferred so far; Submit calls it before
+// it unpins or dispatches anything.
+type resolver struct {
+	e   *Engine
+	ts  *transportSet
+	now int64 // Submit's time on the engine's clock
+
+	reg, treg   *region // the last local and local-target regions
+	regN, tregN int64   // their pins taken and not yet added
+
+	// The last target group: requests with this Target and Transport.
+	seg      *remoteSegment // nil: none
+	target   SegmentID
+	hint     string
+	st       *segState
+	slot     int
+	ref      *peerRef
+	tin      *atomic.Int64
+	sliceMax uint64 // the transport's (or the engine's) slice size
+	rbuf     *segment.Buffer
+	rbufIdx  int
+	grpN     int64 // tasks of the group counted in flight and not yet added
+
+	admitNs int64 // the clock's time in group lookups (internal/cost)
+}
+
+// flush adds the deferred pins and in-flight counts.
+func (rv *resolver) flush() {
+	if rv.regN != 0 {
+		rv.reg.users.Add(rv.regN)
+		rv.regN = 0
+	}
+	if rv.tregN != 0 {
+		rv.treg.users.Add(rv.tregN)
+		rv.tregN = 0
+	}
+	if rv.grpN != 0 {
+		rv.seg.inflight.Add(rv.grpN)
+		rv.tin.Add(rv.grpN)
+		rv.grpN = 0
+	}
+}
+
+// pinLocal returns the region holding [addr, addr+n), pinned for one task.
+func (rv *resolver) pinLocal(reg **region, pending *int64, addr, n uint64) *region {
+	if r := *reg; r != nil && r.contains(addr, n) {
+		*pending++
+		return r
+	}
+	if *pending != 0 {
+		(*reg).users.Add(*pending)
+		*pending = 0
+	}
+	*reg = nil
+	r := rv.e.mem.find(addr, n)
+	if r == nil {
+		return nil
+	}
+	if !r.pin() {
+		return errRegionBusy
+	}
+	*reg = r
+	return r
+}
+
+// errRegionBusy is pinLocal's answer for a region being unregistered.
+var errRegionBusy = &region{}
+
+// resolve validates r and fills t; on error t holds what must be unpinned
+// (after flush).
+func (rv *resolver) resolve(t *task, r *Request) error {
+	*t = task{b: t.b, slot: -1, start: rv.now}
 	if r.Op != Read && r.Op != Write {
 		return fmt.Errorf("%w: op %d", ErrInvalidRequest, r.Op)
 	}
@@ -552,11 +736,11 @@ func (e *Engine) resolve(t *task, r *Request, ts *transportSet, now int64) error
 	if laddr+n < laddr || r.TargetAddr+n < r.TargetAddr {
 		return fmt.Errorf("%w: range wraps the address space", ErrInvalidRequest)
 	}
-	reg := e.mem.find(laddr, n)
-	if reg == nil {
+	reg := rv.pinLocal(&rv.reg, &rv.regN, laddr, n)
+	switch reg {
+	case nil:
 		return fmt.Errorf("%w: [%#x, %#x)", ErrNotRegistered, laddr, laddr+n)
-	}
-	if !reg.pin() {
+	case errRegionBusy:
 		return fmt.Errorf("%w: local [%#x, %#x)", errAcquireBusy, laddr, laddr+n)
 	}
 	t.region = reg
@@ -566,17 +750,66 @@ func (e *Engine) resolve(t *task, r *Request, ts *transportSet, now int64) error
 	t.nslices = 1
 
 	if r.Target == LocalSegment {
-		tr := e.mem.find(r.TargetAddr, n)
-		if tr == nil {
+		tr := rv.pinLocal(&rv.treg, &rv.tregN, r.TargetAddr, n)
+		switch tr {
+		case nil:
 			return fmt.Errorf("%w: local segment [%#x, %#x)", ErrOutOfRange, r.TargetAddr, r.TargetAddr+n)
-		}
-		if !tr.pin() {
+		case errRegionBusy:
 			return fmt.Errorf("%w: target [%#x, %#x)", errAcquireBusy, r.TargetAddr, r.TargetAddr+n)
 		}
 		t.tregion = tr
 		t.tmem = tr.sliceAt(r.TargetAddr, n)
 		return nil
 	}
+	if rv.seg != nil && r.Target == rv.target && r.Transport == rv.hint {
+		// The group's first task holds the segment and the transport:
+		// this one's counts can wait for flush.
+		rv.grpN++
+		t.seg, t.tin = rv.seg, rv.tin
+	} else if err := rv.admit(t, r); err != nil {
+		return err
+	}
+	st := rv.st
+	if b := rv.rbuf; b == nil || !b.Contains(r.TargetAddr, n) {
+		bi, err := st.desc.Find(r.TargetAddr, n)
+		if err != nil {
+			return fmt.Errorf("%w: %s [%#x, %#x)", ErrOutOfRange, rv.seg.name, r.TargetAddr, r.TargetAddr+n)
+		}
+		rv.rbuf, rv.rbufIdx = &st.desc.Buffers[bi], bi
+	}
+	t.st = st
+	t.slot = rv.slot
+	t.tname = rv.ts.names[rv.slot]
+	t.peer = rv.ref.p
+	t.stats = rv.ref.stats
+	t.rbuf = rv.rbuf
+	t.rbufIdx = rv.rbufIdx
+	t.raddr = r.TargetAddr
+	t.sliceMax = rv.sliceMax
+	if t.sliceMax == 0 || t.sliceMax > n {
+		t.sliceMax = n
+	}
+	t.nslices = int64((n + t.sliceMax - 1) / t.sliceMax)
+	return nil
+}
+
+// admit starts a target group with t: the segment, its state, the
+// transport and peer, t counted in flight on the segment and the
+// transport.
+func (rv *resolver) admit(t *task, r *Request) error {
+	c0 := cost.Now()
+	defer func() {
+		if c0 != 0 {
+			rv.admitNs += cost.Now() - c0
+		}
+	}()
+	if rv.grpN != 0 {
+		rv.seg.inflight.Add(rv.grpN)
+		rv.tin.Add(rv.grpN)
+		rv.grpN = 0
+	}
+	rv.seg, rv.rbuf = nil, nil
+	e := rv.e
 	s := e.segs.acquire(r.Target)
 	if s == nil {
 		return fmt.Errorf("%w: id %d", ErrSegmentNotFound, r.Target)
@@ -586,30 +819,16 @@ func (e *Engine) resolve(t *task, r *Request, ts *transportSet, now int64) error
 	if st.gone {
 		return fmt.Errorf("%w: %s is gone", ErrSegmentNotFound, s.name)
 	}
-	bi, err := st.desc.Find(r.TargetAddr, n)
-	if err != nil {
-		return fmt.Errorf("%w: %s [%#x, %#x)", ErrOutOfRange, s.name, r.TargetAddr, r.TargetAddr+n)
-	}
-	slot, ref, err := e.connect(e.ctx, s, st, ts, r.Transport, t)
+	slot, ref, err := e.connect(e.ctx, s, st, rv.ts, r.Transport, t)
 	if err != nil {
 		return err
 	}
-	t.st = st
-	t.slot = slot
-	t.tname = ts.names[slot]
-	t.peer = ref.p
-	t.stats = ref.stats
-	t.rbuf = &st.desc.Buffers[bi]
-	t.rbufIdx = bi
-	t.raddr = r.TargetAddr
-	t.sliceMax = e.cfg.SliceSize
-	if t.sliceMax == 0 {
-		t.sliceMax = ts.slots[slot].SliceSize()
+	rv.seg, rv.target, rv.hint = s, r.Target, r.Transport
+	rv.st, rv.slot, rv.ref, rv.tin = st, slot, ref, t.tin
+	rv.sliceMax = e.cfg.SliceSize
+	if rv.sliceMax == 0 {
+		rv.sliceMax = rv.ts.slots[slot].SliceSize()
 	}
-	if t.sliceMax == 0 || t.sliceMax > n {
-		t.sliceMax = n
-	}
-	t.nslices = int64((n + t.sliceMax - 1) / t.sliceMax)
 	return nil
 }
 

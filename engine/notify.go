@@ -101,7 +101,7 @@ func (n *note) final(err error) {
 	if n.alone {
 		n.hold.release()
 	}
-	n.b.done()
+	n.b.done(1)
 }
 
 // SubmitNotify is Submit followed by a notification: the target receives

@@ -145,6 +145,19 @@ func (h *hist) observe(ns int64) {
 	h.sum.Add(ns)
 }
 
+// observeN records n observations of ns at once.
+func (h *hist) observeN(ns int64, n uint64) {
+	if ns < 0 {
+		ns = 0
+	}
+	k := bits.Len64(uint64(ns) / 1000)
+	if k > histBounds {
+		k = histBounds
+	}
+	h.counts[k].Add(n)
+	h.sum.Add(ns * int64(n))
+}
+
 // Histogram is a latency distribution, in the form Prometheus exports.
 type Histogram struct {
 	// Bounds are the buckets' upper bounds in seconds, ascending.

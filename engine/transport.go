@@ -50,7 +50,10 @@ func (s *slice) Posted() {
 // up to Config.Retries times. It does not allocate on success.
 func (s *slice) Complete(n uint64, err error) {
 	t := s.task
-	if s.posted.Swap(false) {
+	// Posted comes before Done on the transport's side: no race here,
+	// and a plain load spares a locked exchange per slice never posted.
+	if s.posted.Load() {
+		s.posted.Store(false)
 		t.posted.Add(-1)
 	}
 	e := t.b.e
@@ -92,9 +95,74 @@ func (s *slice) Complete(n uint64, err error) {
 	if n > 0 {
 		t.transferred.Add(n)
 	}
-	if t.pending.Add(-1) == 0 {
+	// A task of one slice is finished by it (a retry does not get here).
+	if t.nslices == 1 || t.pending.Add(-1) == 0 {
 		t.finish()
 	}
+}
+
+// CompleteAll is Complete(len(Local), nil) for each of ss, slices bound
+// to the engine's completers (driver.DoneAll): the counters of a run of
+// slices to one peer are added once, and the tasks they finish are
+// released and counted down in runs (finishAll).
+func (s *slice) CompleteAll(ss []*driver.Slice) {
+	var (
+		fin   [64]*task
+		k     int
+		ps    *peerStats
+		op    Op
+		start int64
+		lat   int64
+		bytes uint64
+		n     uint64
+	)
+	flush := func() {
+		if n != 0 {
+			ps.bytes[op%3].Add(bytes)
+			ps.slices[op%3].Add(n)
+			ps.ps.latency.observeN(lat, n)
+		}
+		bytes, n = 0, 0
+	}
+	var now int64
+	for _, ds := range ss {
+		c := ds.Take()
+		sl, ok := c.(*slice)
+		if !ok {
+			c.Complete(uint64(len(ds.Local)), nil)
+			continue
+		}
+		t := sl.task
+		if sl.posted.Load() {
+			sl.posted.Store(false)
+			t.posted.Add(-1)
+		}
+		sl.task = nil
+		size := uint64(len(sl.Local))
+		if t.stats != nil {
+			if t.stats != ps || sl.Op != op || t.start != start {
+				flush()
+				if now == 0 {
+					now = t.b.e.now()
+				}
+				ps, op, start, lat = t.stats, sl.Op, t.start, now-t.start
+			}
+			bytes += size
+			n++
+		}
+		if size > 0 {
+			t.transferred.Add(size)
+		}
+		if t.nslices == 1 || t.pending.Add(-1) == 0 {
+			fin[k] = t
+			if k++; k == len(fin) {
+				finishAll(fin[:])
+				k = 0
+			}
+		}
+	}
+	flush()
+	finishAll(fin[:k])
 }
 
 // Canceled implements the engine side of driver.Slice.Canceled.

@@ -89,7 +89,7 @@ func TestUnregisterWaitsForCopy(t *testing.T) {
 			t.Fatal(err)
 		}
 		// Play an initiator inside a copy: hold the peer and raise the
-		// slot's busy counter, as copySlice and copy do.
+		// slot's busy counter, as copyRun does (hold).
 		var p *peer
 		itr.mu.Lock()
 		for x := range itr.peers {

@@ -359,18 +359,20 @@ func (p *peer) fetch(addr, n uint64) (*mapping, error) {
 	}
 }
 
-// copy moves one slice; the caller holds p.users. It makes no system call
-// and does not allocate once the region is mapped.
-func (p *peer) copy(s *driver.Slice) (uint64, error) {
+// hold finds the mapping holding [addr, addr+n), asking the target for
+// it when it is not mapped yet, and marks a copy in progress in it, here
+// (m.users) and on the control page (busy); unhold ends that. The caller
+// holds p.users. A run of copies into one mapping holds it once. It makes
+// no system call and does not allocate once the region is mapped.
+func (p *peer) hold(addr, n uint64) (*mapping, error) {
 	if p.dead.Load() {
-		return 0, errGone
+		return nil, errGone
 	}
-	n := uint64(len(s.Local))
-	m := p.find(s.RemoteAddr, n)
+	m := p.find(addr, n)
 	if m == nil {
 		var err error
-		if m, err = p.fetch(s.RemoteAddr, n); err != nil {
-			return 0, err
+		if m, err = p.fetch(addr, n); err != nil {
+			return nil, err
 		}
 	}
 	busy := &p.page.busy[m.slot]
@@ -382,19 +384,89 @@ func (p *peer) copy(s *driver.Slice) (uint64, error) {
 		busy.Add(-1)
 		m.users.Add(-1)
 		if p.dead.Load() || p.page.closing.Load() != 0 {
-			return 0, errGone
+			return nil, errGone
 		}
-		return 0, errRevoked
+		return nil, errRevoked
 	}
-	off := s.RemoteAddr - m.addr
-	if s.Op == driver.Write {
-		copy(m.mem[off:off+n], s.Local)
-	} else {
-		copy(s.Local, m.mem[off:off+n])
-	}
-	busy.Add(-1)
+	return m, nil
+}
+
+// unhold ends what hold started.
+func (p *peer) unhold(m *mapping) {
+	p.page.busy[m.slot].Add(-1)
 	m.users.Add(-1)
-	return n, nil
+}
+
+// covers reports whether [addr, addr+n) lies inside m.
+func (m *mapping) covers(addr, n uint64) bool {
+	return addr >= m.addr && n <= m.n && addr-m.addr <= m.n-n
+}
+
+// result is one slice's outcome.
+type result struct {
+	n   uint64
+	err error
+}
+
+// copyRun copies ss and puts each slice's outcome into res. It holds a
+// peer (p.users) and a mapping (hold) across the consecutive slices that
+// use them, so a batch into one region raises and checks its pins once,
+// not per slice; the target's unregistration waits for the run (at most
+// a chunk of slices) as it waits for one copy. With posted, each slice
+// is marked posted (driver.Slice.Posted) as its copy starts: a copier's
+// slices wait in a queue before that.
+func copyRun(ss []*driver.Slice, res []result, posted bool) {
+	var p *peer
+	var m *mapping
+	for i, s := range ss {
+		sp, ok := s.Peer.(*peer)
+		if !ok {
+			res[i] = result{0, errForeign}
+			continue
+		}
+		if s.Canceled() {
+			res[i] = result{0, errSliceCanceled}
+			continue
+		}
+		if sp != p {
+			if m != nil {
+				p.unhold(m)
+				m = nil
+			}
+			if p != nil {
+				p.users.Add(-1)
+			}
+			p = sp
+			p.users.Add(1)
+		}
+		n := uint64(len(s.Local))
+		if m == nil || !m.covers(s.RemoteAddr, n) {
+			if m != nil {
+				p.unhold(m)
+			}
+			var err error
+			if m, err = p.hold(s.RemoteAddr, n); err != nil {
+				res[i] = result{0, err}
+				continue
+			}
+		}
+		if posted {
+			s.Posted()
+		}
+		off := s.RemoteAddr - m.addr
+		if s.Op == driver.Write {
+			copy(m.mem[off:off+n], s.Local)
+		} else {
+			copy(s.Local, m.mem[off:off+n])
+		}
+		res[i] = result{n, nil}
+	}
+	if m != nil {
+		p.unhold(m)
+	}
+	if p != nil {
+		p.users.Add(-1)
+	}
 }
 
 // stop marks the peer down: no copy starts after it, and a copy waiting

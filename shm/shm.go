@@ -222,12 +222,14 @@ func (t *Transport) install(h driver.Host) error {
 }
 
 // A job is one large submission shared by the submitting goroutine and
-// every copier: each takes the next uncopied slice until none is left.
+// every copier: each takes the next uncopied run of slices (step of them,
+// about stepBytes) until none is left.
 // Nobody waits for anybody, so a copier that wakes late (waking an idle
 // thread can take tens of microseconds in a VM) only copies less; a fixed
 // split would leave the submitter idle until the late share is done.
 type job struct {
 	ss   []*driver.Slice
+	step int64
 	next atomic.Int64
 	refs atomic.Int32 // the submitter and each copier it handed the job to
 	free *jobList
@@ -255,18 +257,50 @@ func (l *jobList) get() *job {
 	return &job{free: l}
 }
 
-// work copies slices until the job has none left.
+// stepBytes is about the bytes a goroutine takes from a job at once:
+// small slices go in runs, so that taking one costs little next to its
+// copy, and large ones one at a time, so that the goroutines end together.
+const stepBytes = 64 << 10
+
+// maxStep bounds a run taken from a job.
+const maxStep = 16
+
+// work copies runs of slices until the job has none left.
 func (j *job) work() {
+	var res [maxStep]result
 	for {
-		i := j.next.Add(1) - 1
+		i := j.next.Add(j.step) - j.step
 		if i >= int64(len(j.ss)) {
 			return
 		}
-		_, err := copySlice(j.ss[i], cost.Now())
-		if err != nil && j.note != nil {
-			j.note.record(err)
+		copyDone(j.ss[i:min(i+j.step, int64(len(j.ss)))], res[:], true, j.note)
+	}
+}
+
+// copyDone copies ss (at most len(res) slices) and completes them; sn,
+// when not nil, records their failures for the submission's note.
+func copyDone(ss []*driver.Slice, res []result, posted bool, sn *snote) {
+	c0 := cost.Now()
+	copyRun(ss, res, posted)
+	c0 = cost.Move.Since(c0)
+	ok := true
+	for i := range ss {
+		if res[i].err != nil {
+			ok = false
+			if sn != nil {
+				sn.record(res[i].err)
+			}
 		}
 	}
+	if ok {
+		driver.DoneAll(ss)
+	} else {
+		for i, s := range ss {
+			s.Done(res[i].n, res[i].err)
+		}
+	}
+	clear(res[:len(ss)])
+	cost.Complete.Since(c0)
 }
 
 // release drops one reference; the last one recycles the job.
@@ -547,6 +581,7 @@ func (t *Transport) submit(ss []*driver.Slice, sn *snote) {
 			j := t.jobs.get()
 			j.ss = append(j.ss, ss...)
 			j.note = sn
+			j.step = int64(min(max(stepBytes*uint64(len(ss))/total, 1), maxStep))
 			j.refs.Store(int32(len(t.copiers)) + 1)
 			for _, c := range t.copiers {
 				c.add(j)
@@ -562,37 +597,11 @@ func (t *Transport) submit(ss []*driver.Slice, sn *snote) {
 			return
 		}
 	}
-	c0 = cost.Enqueue.Since(c0)
-	// Copy a chunk, then complete it: the clock reads twice a chunk.
-	var res [copyChunk]struct {
-		n   uint64
-		err error
-	}
+	cost.Enqueue.Since(c0)
+	var res [copyChunk]result
 	for len(ss) > 0 {
 		k := min(len(ss), copyChunk)
-		for i, s := range ss[:k] {
-			p, ok := s.Peer.(*peer)
-			if !ok {
-				res[i].n, res[i].err = 0, errForeign
-				continue
-			}
-			if s.Canceled() {
-				res[i].n, res[i].err = 0, errSliceCanceled
-				continue
-			}
-			p.users.Add(1)
-			res[i].n, res[i].err = p.copy(s)
-			p.users.Add(-1)
-		}
-		c0 = cost.Move.Since(c0)
-		for i, s := range ss[:k] {
-			if sn != nil {
-				sn.record(res[i].err)
-			}
-			s.Done(res[i].n, res[i].err)
-			res[i].err = nil
-		}
-		c0 = cost.Complete.Since(c0)
+		copyDone(ss[:k], res[:], false, sn)
 		ss = ss[k:]
 	}
 	if sn != nil {
@@ -603,27 +612,6 @@ func (t *Transport) submit(ss []*driver.Slice, sn *snote) {
 // copyChunk is how many slices the submitting goroutine copies before it
 // completes them.
 const copyChunk = 64
-
-// copySlice moves one slice and completes it; c0 is the clock
-// (internal/cost) and so is the result.
-func copySlice(s *driver.Slice, c0 int64) (int64, error) {
-	p, ok := s.Peer.(*peer)
-	if !ok {
-		s.Done(0, errForeign)
-		return c0, errForeign
-	}
-	if s.Canceled() {
-		s.Done(0, errSliceCanceled)
-		return c0, errSliceCanceled
-	}
-	p.users.Add(1)
-	s.Posted()
-	n, err := p.copy(s)
-	p.users.Add(-1)
-	c0 = cost.Move.Since(c0)
-	s.Done(n, err)
-	return cost.Complete.Since(c0), err
-}
 
 // connect hands the target's memory to this process: it checks that the
 // segment is reachable, connects, authenticates and maps every region the

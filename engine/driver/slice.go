@@ -96,3 +96,41 @@ func (s *Slice) Done(n uint64, err error) {
 	s.c = nil
 	c.Complete(n, err)
 }
+
+// batchCompleter is implemented by the engine's completers: it accounts
+// for several successful slices at once.
+type batchCompleter interface {
+	CompleteAll(ss []*Slice)
+}
+
+// DoneAll completes every slice of ss as moved in full, as
+// Done(uint64(len(s.Local)), nil) one after the other would, but lets the
+// engine account for them together: a few atomic operations for a run of
+// slices of one batch, segment and transport instead of several per
+// slice. A slice already completed panics, as with Done. ss may be
+// handed on: it must not be on the caller's stack frame only (pass a
+// buffer the transport keeps), or it is copied to the heap.
+func DoneAll(ss []*Slice) {
+	if len(ss) == 0 {
+		return
+	}
+	if bc, ok := ss[0].c.(batchCompleter); ok {
+		bc.CompleteAll(ss)
+		return
+	}
+	for _, s := range ss {
+		s.Done(uint64(len(s.Local)), nil)
+	}
+}
+
+// Take returns the completer of s's submission and marks s done; only
+// the engine calls it, for the slices DoneAll hands it. A slice already
+// completed panics, as with Done.
+func (s *Slice) Take() Completer {
+	c := s.c
+	if c == nil {
+		panic("engine: Slice.Done called twice")
+	}
+	s.c = nil
+	return c
+}

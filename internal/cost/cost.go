@@ -92,6 +92,14 @@ func (s Stage) Since(t int64) int64 {
 	return now
 }
 
+// Add adds ns to s (a part of another stage's time that belongs to s:
+// add it here and its negative there).
+func (s Stage) Add(ns int64) {
+	if ns != 0 {
+		total[s].Add(ns)
+	}
+}
+
 // Reset zeroes every stage's total.
 func Reset() {
 	for i := range total {
