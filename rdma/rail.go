@@ -129,6 +129,14 @@ type rail struct {
 	busyBytes uint64
 	busyTime  time.Duration
 	polled    uint64
+	// The successful slices of one poll and their bytes (finishOK).
+	okDone  []*driver.Slice
+	okBytes uint64
+	// The run of them on one endpoint and op, for its counters.
+	okEP      *endpoint
+	okOp      driver.Op
+	okEPBytes uint64
+	okEPN     uint64
 }
 
 // rateWindow is the busy time measured before a rail has a rate;
@@ -154,6 +162,7 @@ func openRail(t *Transport, idx int, v railVerbs) *rail {
 		r.free = int32(i)
 	}
 	r.wc = make([]uverbs.WC, 64)
+	r.okDone = make([]*driver.Slice, 0, len(r.wc))
 	r.wrs = make([]uverbs.SendWR, 0, maxChain)
 	r.sges = make([]uverbs.SGE, maxChain)
 	st, err := v.PortState()
@@ -518,6 +527,46 @@ func (r *rail) release(idx int32, sl *slot) {
 	r.free = idx
 }
 
+// finishOK is finish for a slice that moved all its bytes, on the owner
+// inside poll: its counters and its Done wait for the end of the poll
+// (flushDone), which completes every such slice at once.
+func (r *rail) finishOK(s *driver.Slice, ep *endpoint, n uint64) {
+	ep.busy.Add(-1)
+	if ep != r.okEP || s.Op != r.okOp {
+		r.flushEP()
+		r.okEP, r.okOp = ep, s.Op
+	}
+	r.okEPBytes += n
+	r.okEPN++
+	r.okBytes += n
+	r.polled += n
+	r.okDone = append(r.okDone, s)
+}
+
+// flushEP adds the endpoint counters of finishOK's current run.
+func (r *rail) flushEP() {
+	if r.okEPN != 0 {
+		r.okEP.ctr.bytes[r.okOp%3].Add(r.okEPBytes)
+		r.okEP.ctr.slices[r.okOp%3].Add(r.okEPN)
+	}
+	r.okEP, r.okEPBytes, r.okEPN = nil, 0, 0
+}
+
+// flushDone accounts for and completes the slices finishOK deferred.
+func (r *rail) flushDone() {
+	if len(r.okDone) == 0 {
+		return
+	}
+	r.flushEP()
+	r.outstanding.Add(-int64(r.okBytes))
+	r.bytes.Add(r.okBytes)
+	r.slices.Add(uint64(len(r.okDone)))
+	r.okBytes = 0
+	driver.DoneAll(r.okDone)
+	clear(r.okDone)
+	r.okDone = r.okDone[:0]
+}
+
 // finish completes a slice the rail accepted: n bytes moved (0 on error).
 func (r *rail) finish(s *driver.Slice, ep *endpoint, n uint64, err error) {
 	r.outstanding.Add(-int64(len(s.Local)))
@@ -547,6 +596,7 @@ func (r *rail) poll() int {
 		r.complete(&r.wc[i])
 		r.wc[i] = uverbs.WC{}
 	}
+	r.flushDone()
 	if n > 0 {
 		r.measure()
 		cost.Complete.Since(c0)
@@ -603,7 +653,9 @@ func (r *rail) complete(wc *uverbs.WC) {
 	s, q, n, rkey := sl.s, sl.q, sl.n, sl.rkey
 	ep := q.ep
 	r.release(int32(idx), sl)
-	if wc.Status == uverbs.WCSuccess {
+	if wc.Status == uverbs.WCSuccess && n == uint64(len(s.Local)) {
+		r.finishOK(s, ep, n)
+	} else if wc.Status == uverbs.WCSuccess {
 		r.finish(s, ep, n, nil)
 	} else {
 		err := r.classify(wc, s, rkey, ep)

@@ -459,30 +459,35 @@ func (l *lane) readReplies(c *net.TCPConn) error {
 			return fmt.Errorf("%w: unexpected reply (%v) from %s", ErrProtocol, h, l.p.addr)
 		}
 		l.ring.pop()
-		l.reading = true
-		l.mu.Unlock()
-
 		s := e.s
 		serr := statusErr(h.status)
+		payload := e.m == nil && serr == nil && s.Op == driver.Read
+		if payload {
+			l.reading = true
+		} else {
+			l.done++ // a reply without payload is received whole: one lock
+		}
+		l.mu.Unlock()
+
 		var rerr error
 		switch {
 		case e.m != nil:
 			if h.length != 0 {
 				rerr = fmt.Errorf("%w: mark reply with %d bytes of payload from %s", ErrProtocol, h.length, l.p.addr)
 			}
-		case serr == nil && s.Op == driver.Read:
+		case payload:
 			if h.length != uint64(len(s.Local)) {
 				rerr = fmt.Errorf("%w: READ reply of %d bytes for %d from %s", ErrProtocol, h.length, len(s.Local), l.p.addr)
 			} else if err := fr.payload(s.Local); err != nil {
 				rerr = connErr(err)
 			}
+			l.mu.Lock()
+			l.reading = false
+			l.done++
+			l.mu.Unlock()
 		case h.length != 0:
 			rerr = fmt.Errorf("%w: reply with %d bytes of payload from %s", ErrProtocol, h.length, l.p.addr)
 		}
-		l.mu.Lock()
-		l.reading = false
-		l.done++
-		l.mu.Unlock()
 		switch {
 		case rerr != nil:
 			// Fail the lane first: a retry of s must find the lane
