@@ -39,3 +39,17 @@ func TestStages(t *testing.T) {
 		t.Fatal("stage names")
 	}
 }
+
+// TestProcessCPU: a busy loop of 20ms adds CPU time, a sleep of 20ms
+// (almost) none.
+func TestProcessCPU(t *testing.T) {
+	c0 := ProcessCPU()
+	for end := time.Now().Add(20 * time.Millisecond); time.Now().Before(end); {
+	}
+	c1 := ProcessCPU()
+	time.Sleep(20 * time.Millisecond)
+	c2 := ProcessCPU()
+	if c0 <= 0 || c1-c0 < int64(5*time.Millisecond) || c2-c1 > int64(15*time.Millisecond) {
+		t.Fatalf("CPU %v, +%v busy, +%v asleep", time.Duration(c0), time.Duration(c1-c0), time.Duration(c2-c1))
+	}
+}
