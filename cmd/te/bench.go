@@ -92,8 +92,11 @@ func runBench(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	if c.Sweep {
 		blocks, ops = sweepBlocks, sweepOps
 	}
-	var table *sweepTable
-	if c.Sweep && !c.JSON {
+	var table interface{ row([]*benchResult) }
+	switch {
+	case c.Sweep && !c.JSON && c.Latency:
+		table = newLatencyTable(stdout, c, env)
+	case c.Sweep && !c.JSON:
 		table = newSweepTable(stdout, c, env)
 	}
 	var results []*benchResult
@@ -173,9 +176,9 @@ type benchEnv struct {
 func (env *benchEnv) config(op string, block int64) bench.Config {
 	c := env.cfg
 	bc := bench.Config{Op: parseOp(op), Block: block, Batch: c.BatchSize, Threads: c.Threads,
-		Duration: c.Duration, Protocols: env.protos, Baseline: c.Baseline}
+		Duration: c.Duration, Protocols: env.protos, Baseline: c.Baseline, Latency: c.Latency}
 	for _, p := range env.protos {
-		bc.Memcpy = bc.Memcpy || p == segment.ProtoSHM
+		bc.Memcpy = bc.Memcpy || (p == segment.ProtoSHM && !c.Latency)
 	}
 	return bc
 }

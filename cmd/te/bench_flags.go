@@ -33,6 +33,7 @@ type benchConfig struct {
 	JSON       bool
 	Baseline   bool
 	Sweep      bool
+	Latency    bool
 	Verify     bool
 	Mooncake   bool // --mooncake: Mooncake's wire and its P2PHANDSHAKE socket
 	Quiet      bool
@@ -80,7 +81,7 @@ func benchFlags(c *benchConfig, help io.Writer) *cli.FlagSet {
 	fs.Var(op, "operation", "the `op`: read (target to local) or write (local to target)")
 	fs.Var(proto, "protocol", "the `transports` to measure, taking turns: tcp, shm (same host), rdma, or a comma-separated list; with shm a single-thread memcpy of the same blocks is measured beside it")
 	fs.Var(c.block, "block-size", "`bytes` per request")
-	fs.IntVar(&c.BatchSize, "batch-size", 128, "requests per batch")
+	fs.IntVar(&c.BatchSize, "batch-size", 128, "requests per batch (1 with --latency)")
 	fs.IntVar(&c.Threads, "threads", 1, "initiator goroutines, each with its own batches")
 	fs.Var(dur, "duration", "`time` to measure each configuration (seconds, or 500ms, 2s, ...)")
 	fs.Var(buf, "buffer-size", "`bytes` registered on each side (raised to block × batch × threads)")
@@ -91,6 +92,7 @@ func benchFlags(c *benchConfig, help io.Writer) *cli.FlagSet {
 	fs.BoolVar(&c.JSON, "json", false, "print the results as JSON on stdout (docs/cli.md)")
 	fs.BoolVar(&c.Baseline, "baseline", false, "also measure raw TCP over one loopback connection at the same block size, taking turns with the engine (250 ms each), and print engine/baseline")
 	fs.BoolVar(&c.Sweep, "sweep", false, "measure the table: 4KiB, 64KiB, 1MiB blocks × write, read (other flags apply)")
+	fs.BoolVar(&c.Latency, "latency", false, "measure single requests (batch size 1): latency p50, p90, p99, p99.9 and max per request on each protocol, taking turns (with --sweep, the table)")
 	fs.BoolVar(&c.Verify, "verify", false, "after each measurement, write a pattern, read it back and compare")
 	fs.StringVar(&c.Admin, "admin", "", "serve /metrics (Prometheus), /debug/te (the initiator engine's snapshot as JSON) and /debug/pprof/ on `host:port` (127.0.0.1:9100; port 0 picks one)")
 	fs.BoolVar(&c.Quiet, "quiet", false, "print only the results: no headers, no progress")
@@ -146,6 +148,14 @@ func parseBench(args []string, help io.Writer) (*benchConfig, error) {
 	}
 	if err := checkSegment(fs, c.Metadata, c.Segment); err != nil {
 		return nil, err
+	}
+	if c.Latency {
+		given := false
+		fs.Visit(func(f *flag.Flag) { given = given || f.Name == "batch-size" })
+		if given && c.BatchSize != 1 {
+			return nil, fs.Usagef("--latency measures single requests: leave out --batch-size %d (it is 1)", c.BatchSize)
+		}
+		c.BatchSize = 1
 	}
 	switch {
 	case c.BlockSize <= 0 || c.BlockSize > 1<<30:

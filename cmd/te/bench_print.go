@@ -107,7 +107,25 @@ func latency(us float64) string {
 	return fmt.Sprintf("%.0f µs", us)
 }
 
+// latencyFine writes a request's latency: tenths of a microsecond below
+// 100 µs.
+func latencyFine(us float64) string {
+	if us < 100 {
+		return fmt.Sprintf("%.1f µs", us)
+	}
+	return latency(us)
+}
+
 func printResult(w io.Writer, c *benchConfig, r *benchResult) {
+	if l := r.Latency; l != nil {
+		fmt.Fprintf(w, "result: %s %s over %s, one request at a time: latency p50 %s  p90 %s  p99 %s  p99.9 %s  max %s  mean %s  %s req/s\n",
+			r.Operation, c.size(r.BlockSize), r.Protocol, latencyFine(l.P50), latencyFine(l.P90), latencyFine(l.P99),
+			latencyFine(l.P999), latencyFine(l.Max), latencyFine(l.Mean), si(r.OpsPerSec))
+		if r.VsTCP > 0 {
+			fmt.Fprintf(w, "compare: %s/tcp %.2f in requests/s (taking turns in this run)\n", r.Protocol, r.VsTCP)
+		}
+		return
+	}
 	fmt.Fprintf(w, "result: %s %s over %s: %s  %s req/s  batch latency p50 %s  p99 %s  max %s  %s moved in %.2f s\n",
 		r.Operation, c.size(r.BlockSize), r.Protocol, rate(r.GBps*1e9, c), si(r.OpsPerSec),
 		latency(r.P50Micros), latency(r.P99Micros), latency(r.MaxMicros),
@@ -247,6 +265,42 @@ func (t *sweepTable) row(rs []*benchResult) {
 	}
 	if b := r0.Baseline; c.Baseline && b != nil {
 		cells = append(cells, num(b.GBps*1e9, c), fmt.Sprintf("%.2f", r0.VsBaseline))
+	}
+	t.line(cells)
+}
+
+// latencyTable prints --latency --sweep: per configuration, each
+// protocol's p50 and p99 request latency, measured taking turns.
+type latencyTable struct{ *sweepTable }
+
+func newLatencyTable(w io.Writer, c *benchConfig, env *benchEnv) latencyTable {
+	t := &sweepTable{w: w, c: c, protos: env.protos}
+	hdr := []string{"op", "block"}
+	for _, p := range t.protos {
+		hdr = append(hdr, p+" p50", p+" p99", p+" req/s")
+	}
+	for _, h := range hdr {
+		t.widths = append(t.widths, max(len(h), 9))
+	}
+	fmt.Fprintf(w, "\n%s, one request at a time (batch 1), threads %d, %v per configuration, target %s\n\n",
+		strings.Join(t.protos, " vs "), c.Threads, c.Duration, env.segment)
+	t.line(hdr)
+	sep := make([]string, len(hdr))
+	for i := range sep {
+		sep[i] = strings.Repeat("-", t.widths[i]+2)
+	}
+	fmt.Fprintf(w, "|%s|\n", strings.Join(sep, "|"))
+	return latencyTable{t}
+}
+
+func (t latencyTable) row(rs []*benchResult) {
+	cells := []string{rs[0].Operation, t.c.size(rs[0].BlockSize)}
+	for _, r := range rs {
+		if l := r.Latency; l != nil {
+			cells = append(cells, latencyFine(l.P50), latencyFine(l.P99), si(r.OpsPerSec))
+		} else {
+			cells = append(cells, "-", "-", si(r.OpsPerSec))
+		}
 	}
 	t.line(cells)
 }

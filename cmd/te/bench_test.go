@@ -108,6 +108,37 @@ func TestBenchSweep(t *testing.T) {
 	t.Logf("\n%s", out.String())
 }
 
+// TestBenchLatency: --latency measures one request at a time on tcp and
+// shm, taking turns: JSON carries each protocol's latency quantiles in
+// order, and --sweep prints the table.
+func TestBenchLatency(t *testing.T) {
+	var out, errb bytes.Buffer
+	err := runBench(benchCtx(t), []string{"--latency", "--json", "--quiet", "--duration", "300ms", "--block-size", "4KiB"}, &out, &errb)
+	if err != nil {
+		t.Fatalf("bench: %v\nstderr:\n%s", err, errb.String())
+	}
+	rs := decodeReport[benchResult](t, "bench", out.Bytes())
+	var got []string
+	for _, r := range rs {
+		got = append(got, r.Protocol)
+		l := r.Latency
+		if r.BatchSize != 1 || l == nil || r.Requests == 0 || !(0 < l.P50 && l.P50 <= l.P99 && l.P99 <= l.Max) || r.Memcpy != nil {
+			t.Errorf("%s: batch %d, %d requests, latency %+v, memcpy %v", r.Protocol, r.BatchSize, r.Requests, l, r.Memcpy)
+		}
+	}
+	if !slices.Equal(got, []string{"tcp", "shm"}) {
+		t.Fatalf("measured %v, want tcp and shm", got)
+	}
+	out.Reset()
+	if err := runBench(benchCtx(t), []string{"--latency", "--sweep", "--quiet", "--duration", "100ms"}, &out, &errb); err != nil {
+		t.Fatal(err)
+	}
+	if n := strings.Count(out.String(), "\n| "); n != 7 || !strings.Contains(out.String(), "shm p99") {
+		t.Fatalf("table has %d rows, want header + 6, with shm p99:\n%s", n, out.String())
+	}
+	t.Logf("\n%s", out.String())
+}
+
 func TestBenchCancel(t *testing.T) {
 	defer goleak.VerifyNone(t, goleak.IgnoreCurrent())
 	ctx, cancel := context.WithCancel(context.Background())
@@ -197,6 +228,7 @@ func TestBadFlags(t *testing.T) {
 		{[]string{"bench", "--protocol", "udp"}, "--protocol udp: udp is not one of tcp, shm, rdma"},
 		{[]string{"bench", "--threads", "-1"}, "--threads -1"},
 		{[]string{"bench", "--batch-size", "0"}, "--batch-size 0"},
+		{[]string{"bench", "--latency", "--batch-size", "8"}, "--latency measures single requests: leave out --batch-size 8"},
 		{[]string{"bench", "--duration", "soon"}, "--duration soon: not a duration"},
 		{[]string{"bench", "--report-unit", "furlong"}, "--report-unit furlong: not one of GB"},
 		{[]string{"bench", "--bogus"}, "unknown flag --bogus"},

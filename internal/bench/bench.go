@@ -59,6 +59,10 @@ type Config struct {
 	// Memcpy measures a single-thread copy of the same blocks beside the
 	// engine; Baseline a raw TCP stream over one loopback connection.
 	Memcpy, Baseline bool
+	// Latency measures single requests: Batch must be 1, and each
+	// result's Latency gives the quantiles of one request's time from
+	// Submit to the end of Wait.
+	Latency bool
 	// Turn is the length of one contender's turn (default 250 ms).
 	Turn time.Duration
 	// Progress, when set, is called once a second while a single
@@ -123,6 +127,8 @@ func (c *Config) check(env *Env) error {
 		return fmt.Errorf("bench: block %d, batch %d, threads %d, duration %v: want all positive", c.Block, c.Batch, c.Threads, c.Duration)
 	case len(c.Protocols) == 0:
 		return errors.New("bench: no protocol to measure")
+	case c.Latency && c.Batch != 1:
+		return fmt.Errorf("bench: latency is measured with batches of 1 request, not %d", c.Batch)
 	case int64(len(env.Local)) < c.Footprint():
 		return fmt.Errorf("bench: %d bytes of local memory for a footprint of %d", len(env.Local), c.Footprint())
 	case c.Memcpy && env.TargetMem != nil && int64(len(env.TargetMem)) < c.Footprint():
@@ -157,6 +163,8 @@ type Result struct {
 	P99Micros float64 `json:"batch_latency_p99_us"`
 	MaxMicros float64 `json:"batch_latency_max_us"`
 	Verified  *bool   `json:"verified,omitempty"`
+	// Latency is one request's latency (Config.Latency).
+	Latency *Latency `json:"latency,omitempty"`
 	// The ceilings measured taking turns with the engine, and this
 	// protocol's rate over each; VsTCP is the rate over tcp's.
 	Baseline   *Ceiling `json:"baseline,omitempty"`
@@ -166,6 +174,26 @@ type Result struct {
 	VsTCP      float64  `json:"over_tcp,omitempty"`
 	// Rails is what each RDMA rail of the initiator carried (rdma only).
 	Rails []Rail `json:"rails,omitempty"`
+}
+
+// Latency is the distribution of single requests' latency, Submit to
+// the end of Wait, in microseconds.
+type Latency struct {
+	Mean float64 `json:"mean_us"`
+	P50  float64 `json:"p50_us"`
+	P90  float64 `json:"p90_us"`
+	P99  float64 `json:"p99_us"`
+	P999 float64 `json:"p999_us"`
+	Max  float64 `json:"max_us"`
+}
+
+func latencyOf(h *histogram) *Latency {
+	l := &Latency{P50: micros(h.quantile(0.50)), P90: micros(h.quantile(0.90)), P99: micros(h.quantile(0.99)),
+		P999: micros(h.quantile(0.999)), Max: micros(h.max)}
+	if h.n > 0 {
+		l.Mean = micros(h.sum / time.Duration(h.n))
+	}
+	return l
 }
 
 // Run measures c over each protocol in turn (and the ceilings asked
@@ -288,6 +316,9 @@ func Run(ctx context.Context, env *Env, c Config) ([]*Result, error) {
 		r.P50Micros = micros(h.quantile(0.50))
 		r.P99Micros = micros(h.quantile(0.99))
 		r.MaxMicros = micros(h.max)
+		if c.Latency {
+			r.Latency = latencyOf(&h)
+		}
 		if base != nil && base.GBps > 0 {
 			r.Baseline, r.VsBaseline = base, r.GBps/base.GBps
 		}

@@ -139,10 +139,39 @@ func TestRunBadConfig(t *testing.T) {
 		{Block: 0, Batch: 1, Threads: 1, Duration: time.Second, Protocols: []string{"tcp"}},
 		{Block: 4096, Batch: 1, Threads: 1, Duration: time.Second},
 		{Block: 4096, Batch: 64, Threads: 1, Duration: time.Second, Protocols: []string{"tcp"}}, // 256KiB > 64KiB
+		{Block: 4096, Batch: 2, Threads: 1, Duration: time.Second, Protocols: []string{"tcp"}, Latency: true},
 	} {
 		if _, err := Run(ctxT(t), env, c); err == nil {
 			t.Errorf("Run(%+v) succeeded", c)
 		}
+	}
+}
+
+// TestLatency: batches of one request; the result's latency quantiles
+// are ordered, within the batch latencies' range, and the mean lies
+// between the smallest possible and the largest sample.
+func TestLatency(t *testing.T) {
+	env := pair(t, 1<<16)
+	c := Config{Op: engine.Read, Block: 4096, Batch: 1, Threads: 1, Duration: 300 * time.Millisecond,
+		Protocols: []string{"tcp"}, Latency: true}
+	rs, err := Run(ctxT(t), env, c)
+	if err != nil {
+		t.Fatal(err)
+	}
+	r := rs[0]
+	l := r.Latency
+	if l == nil || r.Requests == 0 || r.Requests != r.Batches {
+		t.Fatalf("latency %+v over %d requests in %d batches", l, r.Requests, r.Batches)
+	}
+	if !(0 < l.P50 && l.P50 <= l.P90 && l.P90 <= l.P99 && l.P99 <= l.P999 && l.P999 <= l.Max) || l.Mean <= 0 || l.Mean > l.Max {
+		t.Fatalf("latency %+v", *l)
+	}
+	if l.P50 != r.P50Micros || l.Max != r.MaxMicros {
+		t.Fatalf("latency %+v, batch latency p50 %v max %v: with batches of one they are the same", *l, r.P50Micros, r.MaxMicros)
+	}
+	// A request's latency bounds the rate one thread reaches.
+	if ops := 1e6 / l.Mean; r.OpsPerSec > 1.05*ops {
+		t.Fatalf("%.0f requests/s with a mean latency of %.1f µs", r.OpsPerSec, l.Mean)
 	}
 }
 

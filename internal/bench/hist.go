@@ -12,6 +12,7 @@ type histogram struct {
 	counts [64 * histSub]uint64
 	n      uint64
 	max    time.Duration
+	sum    time.Duration
 }
 
 const (
@@ -44,6 +45,7 @@ func (h *histogram) record(d time.Duration) {
 	}
 	h.counts[histIndex(uint64(d))]++
 	h.n++
+	h.sum += d
 	if d > h.max {
 		h.max = d
 	}
@@ -54,6 +56,7 @@ func (h *histogram) merge(o *histogram) {
 		h.counts[i] += c
 	}
 	h.n += o.n
+	h.sum += o.sum
 	h.max = max(h.max, o.max)
 }
 
