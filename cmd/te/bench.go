@@ -176,7 +176,7 @@ type benchEnv struct {
 func (env *benchEnv) config(op string, block int64) bench.Config {
 	c := env.cfg
 	bc := bench.Config{Op: parseOp(op), Block: block, Batch: c.BatchSize, Threads: c.Threads,
-		Duration: c.Duration, Protocols: env.protos, Baseline: c.Baseline, Latency: c.Latency}
+		Duration: c.Duration, Protocols: env.protos, Baseline: c.Baseline, Latency: c.Latency, Notify: c.Notify}
 	for _, p := range env.protos {
 		bc.Memcpy = bc.Memcpy || (p == segment.ProtoSHM && !c.Latency)
 	}
@@ -254,6 +254,7 @@ func setupBench(ctx context.Context, c *benchConfig, bufSize, localSize int64, s
 			if env.target != nil {
 				tmem := env.target.mem.Bytes()
 				env.TargetMem = tmem[b.Addr-engine.AddrOf(tmem):]
+				env.Target = env.target.eng
 			}
 			return env, nil
 		}

@@ -10,6 +10,7 @@ import (
 	"strings"
 
 	"github.com/rdmago/te/auth"
+	"github.com/rdmago/te/engine"
 	"github.com/rdmago/te/internal/admin"
 	"github.com/rdmago/te/internal/cli"
 )
@@ -41,6 +42,7 @@ func runServe(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	lsn := fs.String("local-server-name", "", "Mooncake's `host[:port]` of this server: with p2p metadata the address the store listens on, else the segment name")
 	mode := fs.String("mode", "target", "Mooncake's --mode: target (what te serve does); for initiator run te bench")
 	adminAddr := fs.String("admin", "", "serve /metrics (Prometheus), /debug/te (the engine's snapshot as JSON) and /debug/pprof/ on `host:port` (127.0.0.1:9100; port 0 picks one)")
+	printNotifies := fs.Bool("print-notifies", false, "print each completion notification that arrives, one line each: sender, its epoch, name, byte count, message")
 	mc := fs.Bool("mooncake", false, "serve Mooncake's initiators (transfer_engine_bench, vLLM, SGLang): --protocol mooncake, and p2p (P2PHANDSHAKE, the default) metadata is Mooncake's handshake socket; Mooncake's wire has no authentication")
 	fs.Alias("metadata", "metadata_server")
 	fs.Alias("devices", "device_name")
@@ -114,9 +116,37 @@ func runServe(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	if f, ok := stdout.(*os.File); ok {
 		f.Sync()
 	}
-	<-ctx.Done()
+	// Notifications are always received, so senders never find the
+	// queue full; printed when asked.
+	notes := n.eng.Notifications()
+	for done := false; !done; {
+		select {
+		case <-ctx.Done():
+			done = true
+		case m, ok := <-notes:
+			if !ok {
+				done = true
+			} else if *printNotifies {
+				printNotify(stdout, m)
+			}
+		}
+	}
 	fmt.Fprintf(stderr, "te serve: stopping\n")
 	return n.Close()
+}
+
+// printNotify prints one notification; what the sender chose is quoted
+// and cut to a line's worth.
+func printNotify(w io.Writer, m engine.Notification) {
+	msg := m.Msg
+	cut := ""
+	if len(msg) > 64 {
+		msg, cut = msg[:64], fmt.Sprintf("... (%d bytes)", len(m.Msg))
+	}
+	fmt.Fprintf(w, "notify from %s epoch %#x name %q bytes %d msg %q%s\n", cli.Printable(m.From), m.FromEpoch, m.Name, m.Bytes, msg, cut)
+	if f, ok := w.(*os.File); ok {
+		f.Sync()
+	}
 }
 
 // shellQuote quotes s for a POSIX shell when it needs it.

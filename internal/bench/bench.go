@@ -33,6 +33,10 @@ type Env struct {
 	TargetMem []byte
 	// Rails reads the initiator's RDMA rail counters (nil: no rails).
 	Rails func() []Rail
+	// Target is the target's engine when it runs in this process: with
+	// Config.Notify, the time from submit to its notification is
+	// measured there. Nil for a target elsewhere.
+	Target *engine.Engine
 }
 
 // Rail is what one RDMA rail of the initiator carried.
@@ -71,6 +75,11 @@ type Config struct {
 	// Stage, when set, is told what the setup is doing (warming up), and
 	// "measuring" when the measured phase begins.
 	Stage func(what string)
+	// Notify sends every batch with a notification (engine.SubmitNotify):
+	// the batch latency then includes the target accepting it, and with
+	// Env.Target the latency from submit to the target's application
+	// receiving it is measured too.
+	Notify bool
 }
 
 // Progress is a report while measuring.
@@ -162,7 +171,14 @@ type Result struct {
 	P50Micros float64 `json:"batch_latency_p50_us"`
 	P99Micros float64 `json:"batch_latency_p99_us"`
 	MaxMicros float64 `json:"batch_latency_max_us"`
-	Verified  *bool   `json:"verified,omitempty"`
+	// Notify: every batch carried a notification; NotifyP50Micros and
+	// NotifyP99Micros are the time from submit to the target's
+	// application receiving it (0 when the target ran elsewhere).
+	Notify          bool    `json:"notify,omitempty"`
+	Notified        uint64  `json:"notified,omitempty"`
+	NotifyP50Micros float64 `json:"notify_latency_p50_us,omitempty"`
+	NotifyP99Micros float64 `json:"notify_latency_p99_us,omitempty"`
+	Verified        *bool   `json:"verified,omitempty"`
 	// Latency is one request's latency (Config.Latency).
 	Latency *Latency `json:"latency,omitempty"`
 	// The ceilings measured taking turns with the engine, and this
@@ -206,11 +222,17 @@ func Run(ctx context.Context, env *Env, c Config) ([]*Result, error) {
 	footprint := c.Footprint()
 	stats := make([][]workerStats, len(protos))
 	loops := make([][]*Loop, len(protos))
+	var nc *noteCollector // drains the warm-up's notes too
+	if c.Notify && env.Target != nil {
+		nc = startNotes(env.Target, loops)
+		defer nc.stop()
+	}
 	for pi, proto := range protos {
 		stats[pi] = make([]workerStats, c.Threads)
 		loops[pi] = make([]*Loop, c.Threads)
 		for t := range loops[pi] {
 			loops[pi][t] = newLoop(env, &c, t, proto, &stats[pi][t])
+			loops[pi][t].pi = pi
 		}
 		// One untimed batch per thread, all threads at once, connects
 		// the transport and faults in the pages of both buffers.
@@ -245,6 +267,9 @@ func Run(ctx context.Context, env *Env, c Config) ([]*Result, error) {
 
 	if c.Stage != nil {
 		c.Stage("measuring")
+	}
+	if nc != nil {
+		nc.measuring.Store(true)
 	}
 	rounds, slice := c.Rounds()
 	var (
@@ -298,6 +323,9 @@ func Run(ctx context.Context, env *Env, c Config) ([]*Result, error) {
 		}
 	}
 
+	if nc != nil {
+		nc.stop()
+	}
 	rs := make([]*Result, len(protos))
 	for pi, proto := range protos {
 		r := &Result{
@@ -318,6 +346,13 @@ func Run(ctx context.Context, env *Env, c Config) ([]*Result, error) {
 		r.MaxMicros = micros(h.max)
 		if c.Latency {
 			r.Latency = latencyOf(&h)
+		}
+		r.Notify = c.Notify
+		if nc != nil {
+			nh := &nc.hists[pi]
+			r.Notified = nh.n
+			r.NotifyP50Micros = micros(nh.quantile(0.50))
+			r.NotifyP99Micros = micros(nh.quantile(0.99))
 		}
 		if base != nil && base.GBps > 0 {
 			r.Baseline, r.VsBaseline = base, r.GBps/base.GBps

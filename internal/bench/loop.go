@@ -24,6 +24,13 @@ type Loop struct {
 	e     *engine.Engine
 	reqs  []engine.Request
 	stats *workerStats
+	// With Config.Notify: the note's message (protocol, thread and
+	// sequence number) and when each recent batch was submitted.
+	notify  bool
+	pi, tid int
+	seq     uint64
+	msg     [24]byte
+	sent    [noteRing]atomic.Int64
 }
 
 // NewLoop builds thread tid's requests over proto.
@@ -32,7 +39,7 @@ func NewLoop(env *Env, c *Config, tid int, proto string) *Loop {
 }
 
 func newLoop(env *Env, c *Config, tid int, proto string, st *workerStats) *Loop {
-	l := &Loop{e: env.Engine, reqs: make([]engine.Request, c.Batch), stats: st}
+	l := &Loop{e: env.Engine, reqs: make([]engine.Request, c.Batch), stats: st, notify: c.Notify, tid: tid}
 	block := c.Block
 	for i := range l.reqs {
 		off := block * int64(i*c.Threads+tid)
@@ -56,7 +63,12 @@ func (l *Loop) Step(ctx context.Context) error {
 		return err
 	}
 	start := time.Now()
-	if err := l.e.Submit(b, l.reqs); err != nil {
+	if l.notify {
+		err = l.submitNotify(b, start)
+	} else {
+		err = l.e.Submit(b, l.reqs)
+	}
+	if err != nil {
 		l.e.FreeBatch(b)
 		return err
 	}
