@@ -618,6 +618,7 @@ func (e *Engine) submit(id BatchID, reqs []Request, n *Notify, seg SegmentID) er
 					Peer:         t.peer,
 				}
 				s.task = t
+				s.timed = b.nslices%latencySample == 1
 				s.Bind(s, 0)
 				ss = append(ss, &s.Slice)
 			}

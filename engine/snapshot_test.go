@@ -1,18 +1,17 @@
 package engine_test
 
 import (
-	"bytes"
 	"encoding/json"
 	"fmt"
 	"log/slog"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
 	"github.com/rdmago/te/engine"
 	"github.com/rdmago/te/engine/driver"
 	"github.com/rdmago/te/engine/enginetest"
+	"github.com/rdmago/te/internal/testenv"
 )
 
 // holder is a fake transport that keeps every slice until the test
@@ -30,24 +29,6 @@ func (h holder) Submit(ss []*driver.Slice) {
 	}
 }
 
-// logBuf is a concurrency-safe buffer for a slog handler.
-type logBuf struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (l *logBuf) Write(p []byte) (int, error) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.Write(p)
-}
-
-func (l *logBuf) String() string {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.String()
-}
-
 // A task reports the layer it has reached as its slice moves: queued when
 // handed to the transport, posted after Posted, queued again when a
 // transient failure retries it (with the retry's cause), completed at the
@@ -58,7 +39,7 @@ func TestTaskLayers(t *testing.T) {
 	st := enginetest.NewMemStore()
 	t.Cleanup(func() { st.Close() })
 	enginetest.NewNode(t, engine.Config{Name: "target", Store: st}, 1<<20, &fake{name: "hold"})
-	var log logBuf
+	var log testenv.Buffer
 	h := holder{fake: &fake{name: "hold"}, in: make(chan *driver.Slice, 16)}
 	ini := enginetest.NewNode(t, engine.Config{Name: "ini", Store: st, StuckAfter: 50 * time.Millisecond,
 		Logger: slog.New(slog.NewTextHandler(&log, nil))}, 1<<20, h)

@@ -121,6 +121,13 @@ func causeOf(err error) Cause {
 	return CauseOther
 }
 
+// latencySample: the latency of one slice in this many of a batch is
+// observed (the first, then every latencySample-th). Reading the clock is
+// the dearest part of counting, several times the rest together on some
+// virtual machines; a sample keeps the distribution, slices_total keeps
+// the count.
+const latencySample = 8
+
 // histBounds is the number of finite latency buckets: bucket k holds
 // durations below 2^k µs, k = 0..histBounds-1 (1 µs to about 16.8 s);
 // one more bucket holds the rest.

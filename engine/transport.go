@@ -36,6 +36,7 @@ type slice struct {
 	task   *task
 	self   [1]*driver.Slice
 	posted atomic.Bool // this submission called Posted
+	timed  bool        // its latency is observed (latencySample)
 }
 
 // Posted counts the slice as posted in its task (driver.Completer).
@@ -82,7 +83,9 @@ func (s *slice) Complete(n uint64, err error) {
 			ps.bytes[s.Op%3].Add(n)
 			ps.slices[s.Op%3].Add(1)
 		}
-		ps.ps.latency.observe(e.now() - t.start)
+		if s.timed {
+			ps.ps.latency.observe(e.now() - t.start)
+		}
 	}
 	if err != nil {
 		if e.closed.Load() && !errors.Is(err, ErrClosed) {

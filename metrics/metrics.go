@@ -11,7 +11,7 @@
 //	bytes_total, slices_total                 {peer, protocol, op}      completed slices, initiator side
 //	failed_slices_total, tasks_total          {peer, protocol}
 //	retries_total, failures_total             {protocol, cause}         slices retried / failed, by engine.Cause
-//	slice_latency_seconds                     {protocol}                histogram, Submit to slice completion
+//	slice_latency_seconds                     {protocol}                histogram, Submit to slice completion (1 slice in 8)
 //	batch_latency_seconds                     histogram, idle batch's Submit to its last completion
 //	tasks_in_flight                           engine-wide; transport_tasks_in_flight {protocol}
 //	oldest_task_age_seconds                   the oldest task in flight
@@ -76,7 +76,7 @@ func newDescs(cl prometheus.Labels) descs {
 		tasks:          d("tasks_total", "Finished tasks (completed or failed).", "peer", "protocol"),
 		retries:        d("retries_total", "Slices retried after a transient failure, by cause.", "protocol", "cause"),
 		failures:       d("failures_total", "Slices failed for good, by cause.", "protocol", "cause"),
-		sliceLatency:   d("slice_latency_seconds", "Time from Submit to a slice's completion (retries included).", "protocol"),
+		sliceLatency:   d("slice_latency_seconds", "Time from Submit to a slice's completion (retries included), for one slice in 8 of each batch.", "protocol"),
 		batchLatency:   d("batch_latency_seconds", "Time from the Submit that found a batch idle to its last task's completion."),
 		tasksInFlight:  d("tasks_in_flight", "Tasks submitted and not finished."),
 		transportTasks: d("transport_tasks_in_flight", "Tasks in flight per transport.", "protocol"),

@@ -2,39 +2,21 @@ package tcp
 
 import (
 	"bufio"
-	"bytes"
 	"context"
 	"log/slog"
 	"os"
 	"os/exec"
 	"regexp"
 	"strings"
-	"sync"
 	"syscall"
 	"testing"
 	"time"
 
 	"github.com/rdmago/te/engine"
 	"github.com/rdmago/te/engine/enginetest"
+	"github.com/rdmago/te/internal/testenv"
 	"github.com/rdmago/te/segment"
 )
-
-type syncBuf struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (s *syncBuf) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
-
-func (s *syncBuf) String() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.String()
-}
 
 // TestStuckTask stops a target process (SIGSTOP) and writes more to it
 // than the sockets hold: the lane's writev blocks with the first frames
@@ -70,7 +52,7 @@ func TestStuckTask(t *testing.T) {
 	if err := st.Publish(context.Background(), d); err != nil {
 		t.Fatal(err)
 	}
-	var log syncBuf
+	var log testenv.Buffer
 	const stuck = 200 * time.Millisecond
 	n := enginetest.NewNode(t, engine.Config{Name: "ini", Store: st, StuckAfter: stuck,
 		Logger: slog.New(slog.NewTextHandler(&log, nil))}, 1<<20, New(Config{Lanes: 1, IOTimeout: time.Minute}))

@@ -91,8 +91,8 @@ func TestPrometheusScrapesAdmin(t *testing.T) {
 	serveAdmin, benchAdmin, promAddr := freeAddr(t), freeAddr(t), freeAddr(t)
 	dir := t.TempDir()
 	cfg := fmt.Sprintf(`global:
-  scrape_interval: 500ms
-  scrape_timeout: 500ms
+  scrape_interval: 1s
+  scrape_timeout: 1s
 scrape_configs:
   - job_name: serve
     static_configs: [{targets: [%q]}]
@@ -131,7 +131,7 @@ scrape_configs:
 
 	_, name, _ := serveProcess(t, "--buffer-size", "64MiB", "--protocol", "tcp", "--admin", serveAdmin)
 	var benchErr testenv.Buffer
-	bench := exec.Command(teBinary(t), "bench", "--segment", name, "--protocol", "tcp", "--operation", "write", "--duration", "3",
+	bench := exec.Command(teBinary(t), "bench", "--segment", name, "--protocol", "tcp", "--operation", "write", "--duration", "4",
 		"--batch-size", "16", "--admin", benchAdmin)
 	bench.Stderr = &benchErr
 	if err := bench.Start(); err != nil {

@@ -183,7 +183,7 @@ func (c *benchConfig) serveArgs() []string {
 	var out []string
 	c.fs.Visit(func(f *flag.Flag) {
 		switch f.Name {
-		case "metadata", "protocol", "buffer-size", "devices", "auth-file", "local-server-name", "mooncake":
+		case "metadata", "protocol", "buffer-size", "devices", "auth-file", "local-server-name", "mooncake", "admin":
 			out = append(out, "--"+f.Name+"="+f.Value.String())
 		}
 	})
