@@ -118,14 +118,17 @@ func (s *slice) CompleteAll(ss []*driver.Slice) {
 		lat   int64
 		bytes uint64
 		n     uint64
+		timed uint64 // of the n, those whose latency is observed
 	)
 	flush := func() {
 		if n != 0 {
 			ps.bytes[op%3].Add(bytes)
 			ps.slices[op%3].Add(n)
-			ps.ps.latency.observeN(lat, n)
+			if timed != 0 {
+				ps.ps.latency.observeN(lat, timed)
+			}
 		}
-		bytes, n = 0, 0
+		bytes, n, timed = 0, 0, 0
 	}
 	var now int64
 	for _, ds := range ss {
@@ -152,6 +155,9 @@ func (s *slice) CompleteAll(ss []*driver.Slice) {
 			}
 			bytes += size
 			n++
+			if sl.timed {
+				timed++
+			}
 		}
 		if size > 0 {
 			t.transferred.Add(size)
