@@ -115,6 +115,12 @@ type peer struct {
 
 	epMu   sync.Mutex // creating endpoints
 	nextID uint32
+	// goMu guards waiting: Close sets it before it waits for wg, and
+	// released adds to wg only while it is not set (a WaitGroup must not
+	// gain work while it is waited for). released runs on a rail's owner,
+	// which must not wait on epMu.
+	goMu    sync.Mutex
+	waiting bool
 
 	hsMu  sync.Mutex // one exchange at a time on conn
 	conn  net.Conn
@@ -430,7 +436,9 @@ func (p *peer) closeEndpoints(err error) {
 func (p *peer) released(ep *endpoint) {
 	p.eps[ep.slot].CompareAndSwap(ep, nil)
 	p.t.store.remove(ep)
-	if p.closed.Load() {
+	p.goMu.Lock()
+	defer p.goMu.Unlock()
+	if p.closed.Load() || p.waiting {
 		return
 	}
 	// Tell the target to drop its side; best effort, off the owner.
@@ -463,6 +471,9 @@ func (p *peer) Close() error {
 		p.conn.Close()
 	}
 	p.hsMu.Unlock()
+	p.goMu.Lock()
+	p.waiting = true
+	p.goMu.Unlock()
 	p.wg.Wait()
 	p.t.forget(p)
 	return nil
