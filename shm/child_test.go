@@ -37,6 +37,7 @@ func runChildIfAsked() {
 		err = childStranger(target)
 	case "busy":
 		err = childBusy(target)
+
 	default:
 		err = fmt.Errorf("unknown role %q", role)
 	}
