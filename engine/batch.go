@@ -157,6 +157,7 @@ func (t *task) finish() {
 	if t.stats != nil {
 		t.stats.tasks.Add(1)
 	}
+	t.b.transferred.Add(t.transferred.Load())
 	t.publish()
 	t.b.done(1)
 }
@@ -238,7 +239,23 @@ func finishAll(ts []*task) {
 	if psN != 0 {
 		ps.tasks.Add(psN)
 	}
-	var b *batch
+	var (
+		b     *batch
+		bytes uint64
+	)
+	for _, t := range ts {
+		if t.b != b {
+			if bytes != 0 {
+				b.transferred.Add(bytes)
+			}
+			b, bytes = t.b, 0
+		}
+		bytes += t.transferred.Load()
+	}
+	if bytes != 0 {
+		b.transferred.Add(bytes)
+	}
+	b = nil
 	var bn int64
 	for _, t := range ts {
 		t.publish()
@@ -265,6 +282,9 @@ func (t *task) publish() {
 			st = StateCanceled
 		}
 		t.mu.Unlock()
+	}
+	if st != StateCompleted {
+		t.b.bad.Store(true)
 	}
 	t.state.Store(uint32(st))
 	if n := t.note; n != nil {
@@ -329,6 +349,23 @@ type batch struct {
 	nslices   int
 	scratch   []*driver.Slice
 	start     atomic.Int64 // when pending last rose from 0, ns on the engine's clock
+	// What BatchStatus reports of a batch whose tasks all completed,
+	// kept as they finish so that it need not visit every task: the
+	// bytes of finished tasks, whether one did not complete, and the
+	// transports' names in task order (Submit).
+	transferred atomic.Uint64
+	bad         atomic.Bool
+	tnames      atomic.Pointer[string]
+}
+
+// addName returns the transports' names of the batch with name added
+// (the first without allocating: the transport set's own string).
+func (b *batch) addName(names, name *string) *string {
+	if names == nil {
+		return name
+	}
+	s := *names + "," + *name
+	return &s
 }
 
 func (b *batch) newSlice() *slice {
@@ -441,6 +478,9 @@ func (e *Engine) FreeBatch(id BatchID) error {
 	b.nslices = 0
 	b.submitted.Store(0)
 	b.canceled.Store(false)
+	b.transferred.Store(0)
+	b.bad.Store(false)
+	b.tnames.Store(nil)
 	for _, n := range b.notes[:b.nnotes] {
 		*n = note{b: b, msg: n.msg[:0]}
 	}
@@ -531,8 +571,12 @@ func (e *Engine) submit(id BatchID, reqs []Request, n *Notify, seg SegmentID) er
 	// Everything is valid: account for the tasks before any slice can
 	// complete, then dispatch.
 	var used uint32
+	names := b.tnames.Load()
 	for i := range reqs {
 		t := &b.tasks[base+i]
+		if t.slot >= 0 && (names == nil || *names != t.tname && !inList(*names, t.tname)) {
+			names = b.addName(names, &ts.names[t.slot])
+		}
 		t.state.Store(uint32(StatePending))
 		t.pending.Store(t.nslices)
 		t.note = nt
@@ -540,6 +584,7 @@ func (e *Engine) submit(id BatchID, reqs []Request, n *Notify, seg SegmentID) er
 			used |= 1 << t.slot
 		}
 	}
+	b.tnames.Store(names)
 	add := int64(len(reqs))
 	if nt != nil {
 		add++
@@ -900,6 +945,15 @@ func (e *Engine) BatchStatus(id BatchID) (TaskStatus, error) {
 	}
 	out := TaskStatus{State: StateCompleted, Layer: LayerCompleted}
 	n := int(b.submitted.Load())
+	if b.pending.Load() == 0 && !b.bad.Load() && b.nnotes == 0 {
+		// Every task completed: the batch's totals say all of it,
+		// without a visit to each task.
+		out.Transferred = b.transferred.Load()
+		if p := b.tnames.Load(); p != nil {
+			out.Transport = *p
+		}
+		return out, nil
+	}
 	for i := range b.tasks[:n] {
 		ts := b.tasks[i].status()
 		if ts.Layer.behind(out.Layer) {
