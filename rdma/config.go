@@ -71,6 +71,14 @@ type Config struct {
 	// zero; ~30 s on rxe, ~1.9 s on hardware defaults), so only a work
 	// request that the device never completes, not a slow one, hits it.
 	SliceTimeout time.Duration
+	// NotifyDepth is how many notification receives a target posts on
+	// each responder QP: the notifications an initiator may have in
+	// flight per QP before the target hands them over (default 8).
+	NotifyDepth int
+	// NotifyBuffers bounds the registered notification buffers of each
+	// rail (default 4096, ~18 MiB): receives on a target, SEND sources on
+	// an initiator. QPs created when they run short get fewer receives.
+	NotifyBuffers int
 	// SpinPolls is how many empty CQ polls a rail owner spends, while work
 	// is in flight, before it sleeps on the completion channel (default 64).
 	SpinPolls int
@@ -124,6 +132,12 @@ func (c *Config) defaults() {
 	}
 	if c.HandshakeTimeout <= 0 {
 		c.HandshakeTimeout = 5 * time.Second
+	}
+	if c.NotifyDepth <= 0 {
+		c.NotifyDepth = 8
+	}
+	if c.NotifyBuffers <= 0 {
+		c.NotifyBuffers = 4096
 	}
 	if c.SpinPolls <= 0 {
 		c.SpinPolls = 64

@@ -35,7 +35,7 @@ func (d drv) Connect(ctx context.Context, remote *segment.Descriptor) (driver.Pe
 	return d.t.connect(ctx, remote)
 }
 func (d drv) SliceSize() uint64         { return d.t.sliceSize() }
-func (d drv) Submit(ss []*driver.Slice) { d.t.submitSlices(ss) }
+func (d drv) Submit(ss []*driver.Slice) { d.t.submitSlices(ss, nil) }
 func (d drv) Close() error              { return d.t.shutdown() }
 
 // Inspect describes the rails and endpoints (driver.Inspector).

@@ -31,13 +31,17 @@ const (
 
 type pend struct {
 	s    *driver.Slice
+	tr   *noteTrack
 	rkey uint32
 }
 
 type qpState struct {
 	qp      railQP
 	credits int
-	ep      *endpoint
+	// notes is how many notification SENDs the target can receive on
+	// this QP now (its posted receives not yet used).
+	notes int
+	ep    *endpoint
 }
 
 // endpoint is QPsPerPath QPs from one local rail to one remote rail of one
@@ -67,6 +71,7 @@ type endpoint struct {
 
 	// Rail owner only.
 	waiting  []pend
+	notes    []*outNote // notifications waiting for the endpoint or a credit
 	inflight int
 	rr       int
 	blocked  bool
@@ -247,7 +252,7 @@ func (p *peer) handshake(ep *endpoint) (err error) {
 	r.call(func() {
 		for i := range t.cfg.QPsPerPath {
 			var qp railQP
-			if qp, err = r.v.CreateQP(r.sendDepth); err != nil {
+			if qp, err = r.v.CreateQP(r.sendDepth, 1); err != nil {
 				return
 			}
 			credits := min(r.sendDepth, qp.SendDepth())
@@ -300,6 +305,7 @@ func (p *peer) handshake(ep *endpoint) (err error) {
 	}
 	r.call(func() {
 		for i, q := range ep.qps {
+			q.notes = int(a.Notes)
 			remote := uverbs.Endpoint{QPN: a.QPs[i].QPN, PSN: a.QPs[i].PSN, GID: a.Port.GID, MTU: a.Port.MTU, LID: a.Port.LID}
 			if err = q.qp.Connect(psns[i], remote, t.tune()); err != nil {
 				err = fmt.Errorf("rdma: connect QP %#x to %s rail %d: %w", uint32(q.qp.QPN()), p.name, ep.rrail, err)
@@ -390,12 +396,24 @@ func (p *peer) readLoop(c net.Conn, rd *bufio.Reader, resp chan frame, dead chan
 	defer p.wg.Done()
 	var hdr [wire.HeaderLen]byte
 	var err error
+	// Credit frames come with every notification: read into one buffer,
+	// decoded into one slice.
+	buf := make([]byte, 0, 2+maxCreditsPerMsg*creditLen)
+	var creds []credit
 	for {
 		var h wire.Header
 		var payload []byte
-		if h, payload, err = hsProto.Read(rd, hdr[:], nil); err != nil {
+		if h, payload, err = hsProto.Read(rd, hdr[:], buf); err != nil {
 			break
 		}
+		if h.Type == hsCredit {
+			if creds, err = decodeCredits(payload, creds[:0]); err != nil {
+				break
+			}
+			p.creditsFor(creds)
+			continue
+		}
+		payload = append([]byte(nil), payload...) // buf is reused
 		select {
 		case resp <- frame{h, payload}:
 		default:

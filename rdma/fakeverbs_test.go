@@ -36,15 +36,18 @@ type fabric struct {
 	posted    atomic.Int64
 	maxQP     atomic.Int64 // most WRs outstanding on one QP
 	maxDev    atomic.Int64 // most WRs outstanding on one device
+	rnr       atomic.Int64 // SENDs that found no receive posted
+	recvs     atomic.Int64 // receives completed
 }
 
 type verdict uint8
 
 const (
-	deliver verdict = iota // execute and complete now
-	hold                   // keep in flight until release
-	fail                   // complete with the given status
-	lose                   // never complete, unless flushed (ToErr)
+	deliver  verdict = iota // execute and complete now
+	hold                    // keep in flight until release
+	fail                    // complete with the given status
+	lose                    // never complete, unless flushed (ToErr)
+	landFail                // execute, then complete with the given status (a lost ACK)
 )
 
 type heldWR struct {
@@ -203,7 +206,7 @@ func (d *fakeDev) RegMR(b []byte) (memReg, error) {
 	return m, nil
 }
 
-func (d *fakeDev) CreateQP(depth int) (railQP, error) {
+func (d *fakeDev) CreateQP(depth, rdepth int) (railQP, error) {
 	f := d.f
 	f.mu.Lock()
 	onCreate := f.onCreate
@@ -216,7 +219,7 @@ func (d *fakeDev) CreateQP(depth int) (railQP, error) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	f.nextQPN++
-	q := &fakeQP{d: d, qpn: uverbs.QPN(f.nextQPN), depth: depth}
+	q := &fakeQP{d: d, qpn: uverbs.QPN(f.nextQPN), depth: depth, rdepth: max(1, rdepth)}
 	q.state.Store(uint32(uverbs.QPStateInit))
 	f.qps[q.qpn] = q
 	d.nqps.Add(1)
@@ -331,16 +334,76 @@ type fakeQP struct {
 	d      *fakeDev
 	qpn    uverbs.QPN
 	depth  int
+	rdepth int
 	remote uverbs.QPN
 	state  atomic.Uint32
 	out    atomic.Int64
 	closed atomic.Bool
+	rq     []fakeRecv // posted receives (fabric mu)
+}
+
+type fakeRecv struct {
+	id uint64
+	sg uverbs.SGE
 }
 
 var _ railQP = (*fakeQP)(nil)
 
 func (q *fakeQP) QPN() uverbs.QPN { return q.qpn }
 func (q *fakeQP) SendDepth() int  { return q.depth }
+func (q *fakeQP) RecvDepth() int  { return q.rdepth }
+
+// PostRecv queues receives; a SEND to q takes the oldest. In the error
+// state they flush.
+func (q *fakeQP) PostRecv(wrs []uverbs.RecvWR) (int, error) {
+	if q.closed.Load() {
+		return 0, uverbs.ErrClosed
+	}
+	f := q.d.f
+	n, err := 0, error(nil)
+	f.mu.Lock()
+	for _, wr := range wrs {
+		if len(q.rq) >= q.rdepth {
+			err = uverbs.ErrQueueFull
+			break
+		}
+		if len(wr.SGL) != 1 {
+			err = uverbs.ErrTooManySGE
+			break
+		}
+		q.rq = append(q.rq, fakeRecv{wr.ID, wr.SGL[0]})
+		n++
+	}
+	f.mu.Unlock()
+	if uverbs.QPState(q.state.Load()) == uverbs.QPStateErr {
+		q.flushRecvs()
+	}
+	return n, err
+}
+
+// flushRecvs completes q's posted receives as flushed (error state).
+func (q *fakeQP) flushRecvs() {
+	f := q.d.f
+	f.mu.Lock()
+	rq := q.rq
+	q.rq = nil
+	f.mu.Unlock()
+	for _, r := range rq {
+		q.d.push(uverbs.WC{ID: r.id, Status: uverbs.WCWRFlushErr, Opcode: uverbs.WCRecv, QPN: q.qpn})
+	}
+}
+
+// heldOn reports whether the fabric holds a work request of q (fabric
+// mu): RC executes a QP's work requests in order, so a SEND posted
+// behind held ones waits for them.
+func (f *fabric) heldOn(q *fakeQP) bool {
+	for _, h := range f.held {
+		if h.q == q && !h.lost {
+			return true
+		}
+	}
+	return false
+}
 
 func (q *fakeQP) peer() *fakeQP {
 	q.d.f.mu.Lock()
@@ -383,14 +446,21 @@ func (q *fakeQP) PostSend(wrs []uverbs.SendWR) (int, error) {
 		v, st := deliver, uverbs.WCSuccess
 		f.mu.Lock()
 		onPost := f.onPost
+		behind := wr.Opcode == uverbs.WRSend && f.heldOn(q)
 		f.mu.Unlock()
 		if onPost != nil {
 			v, st = onPost(q, wr)
+		}
+		if v == deliver && behind {
+			v = hold
 		}
 		switch v {
 		case deliver:
 			q.complete(wr, q.execute(wr))
 		case fail:
+			q.complete(wr, st)
+		case landFail:
+			q.execute(wr)
 			q.complete(wr, st)
 		case hold:
 			f.mu.Lock()
@@ -418,6 +488,9 @@ func (q *fakeQP) execute(wr *uverbs.SendWR) uverbs.WCStatus {
 	if local == nil {
 		return uverbs.WCLocProtErr
 	}
+	if wr.Opcode == uverbs.WRSend {
+		return q.send(p, local)
+	}
 	remote := f.bytes(p.d, uint32(wr.RKey), wr.RemoteAddr, uint64(sg.Length))
 	if remote == nil {
 		return uverbs.WCRemAccessErr
@@ -433,12 +506,40 @@ func (q *fakeQP) execute(wr *uverbs.SendWR) uverbs.WCStatus {
 	return uverbs.WCSuccess
 }
 
+// send delivers a SEND's bytes into p's oldest posted receive and
+// completes that receive on p's CQ; with none posted it fails as RNR
+// retries exceeded (RC with a finite rnr_retry).
+func (q *fakeQP) send(p *fakeQP, b []byte) uverbs.WCStatus {
+	f := q.d.f
+	f.mu.Lock()
+	if len(p.rq) == 0 {
+		f.mu.Unlock()
+		f.rnr.Add(1)
+		return uverbs.WCRNRRetryExcErr
+	}
+	r := p.rq[0]
+	p.rq = p.rq[:copy(p.rq, p.rq[1:])]
+	f.mu.Unlock()
+	dst := f.bytes(p.d, uint32(r.sg.LKey), r.sg.Addr, uint64(r.sg.Length))
+	if dst == nil || len(b) > len(dst) {
+		p.d.push(uverbs.WC{ID: r.id, Status: uverbs.WCLocLenErr, Opcode: uverbs.WCRecv, QPN: p.qpn})
+		return uverbs.WCRemInvReqErr
+	}
+	copy(dst, b)
+	f.recvs.Add(1)
+	p.d.push(uverbs.WC{ID: r.id, Status: uverbs.WCSuccess, Opcode: uverbs.WCRecv, QPN: p.qpn, ByteLen: uint32(len(b))})
+	return uverbs.WCSuccess
+}
+
 func (q *fakeQP) complete(wr *uverbs.SendWR, st uverbs.WCStatus) {
 	q.out.Add(-1)
 	q.d.out.Add(-1)
 	op := uverbs.WCRDMAWrite
-	if wr.Opcode == uverbs.WRRDMARead {
+	switch wr.Opcode {
+	case uverbs.WRRDMARead:
 		op = uverbs.WCRDMARead
+	case uverbs.WRSend:
+		op = uverbs.WCSend
 	}
 	q.d.push(uverbs.WC{ID: wr.ID, Status: st, Opcode: op, QPN: q.qpn, ByteLen: wr.SGL[0].Length})
 }
@@ -465,6 +566,7 @@ func (q *fakeQP) ToErr() error {
 	for _, h := range flush {
 		q.complete(&h.wr, uverbs.WCWRFlushErr)
 	}
+	q.flushRecvs()
 	return nil
 }
 
@@ -497,6 +599,7 @@ func (q *fakeQP) Close() error {
 	d.busy.Store(false)
 	f.mu.Lock()
 	delete(f.qps, q.qpn)
+	q.rq = nil
 	kept := f.held[:0]
 	for _, h := range f.held {
 		if h.q != q {

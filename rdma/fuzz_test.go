@@ -18,8 +18,9 @@ func FuzzControlMessages(f *testing.F) {
 	f.Add(uint8(1), a.encode())
 	f.Add(uint8(2), rj.encode())
 	f.Add(uint8(3), encodeRelease(9))
+	f.Add(uint8(4), encodeCredits([]credit{{ep: 1, qp: 0, num: 3}, {ep: 2, qp: 1, num: 1}}))
 	f.Fuzz(func(t *testing.T, which uint8, b []byte) {
-		switch which % 4 {
+		switch which % 5 {
 		case 0:
 			if m, err := decodeConnect(b); err == nil {
 				if string(m.encode()) != string(b) {
@@ -40,6 +41,10 @@ func FuzzControlMessages(f *testing.F) {
 		case 3:
 			if id, err := decodeRelease(b); err == nil && string(encodeRelease(id)) != string(b) {
 				t.Fatalf("release re-encodes differently")
+			}
+		case 4:
+			if cs, err := decodeCredits(b, nil); err == nil && string(encodeCredits(cs)) != string(b) {
+				t.Fatalf("credit re-encodes differently")
 			}
 		}
 	})

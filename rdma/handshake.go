@@ -14,18 +14,28 @@ import (
 // challenge, answer and verdict, with or without a secret): no endpoint is
 // set up before the target's verdict. Then the initiator sends hsConnect
 // for each endpoint it needs and hsRelease for one it evicts; the target
-// answers every hsConnect with hsAccept or hsReject. Frames of one
-// connection are strictly request/response, one at a time.
+// answers every hsConnect with hsAccept or hsReject. Those frames are
+// strictly request/response, one at a time; besides them the target sends
+// hsCredit whenever it has reposted notification receives (notify.go),
+// which the initiator's reader takes aside.
+//
+// Version 3 (control.RDMA.Version) added the accept's notification
+// credits and hsCredit.
 const (
 	hsConnect wire.Type = 1
 	hsAccept  wire.Type = 2
 	hsReject  wire.Type = 3
 	hsRelease wire.Type = 4
+	// Types 5 to 8 are the handshake's (control.RDMA).
+	hsCredit wire.Type = 9
 
 	maxNameLen = 1024
 	maxMsgLen  = 1024
 	// maxQPsPerMsg bounds the QPs of one endpoint in a message.
 	maxQPsPerMsg = 64
+	// maxCreditsPerMsg bounds the entries of one credit message.
+	maxCreditsPerMsg = 512
+	creditLen        = 4 + 1 + 2
 )
 
 var (
@@ -35,11 +45,13 @@ var (
 		case hsConnect:
 			return 2 + maxNameLen + 8 + 8 + 4 + 2 + 2 + portInfoLen + 1 + maxQPsPerMsg*8, true
 		case hsAccept:
-			return 4 + portInfoLen + 1 + maxQPsPerMsg*8, true
+			return 4 + portInfoLen + 1 + maxQPsPerMsg*8 + 2, true
 		case hsReject:
 			return 1 + 2 + maxMsgLen, true
 		case hsRelease:
 			return 4, true
+		case hsCredit:
+			return 2 + maxCreditsPerMsg*creditLen, true
 		}
 		return 0, false
 	}, func(t wire.Type) string {
@@ -52,6 +64,8 @@ var (
 			return "reject"
 		case hsRelease:
 			return "release"
+		case hsCredit:
+			return "credit"
 		}
 		return fmt.Sprintf("type %d", uint8(t))
 	})
@@ -173,6 +187,9 @@ type acceptMsg struct {
 	ID   uint32
 	Port portInfo
 	QPs  []qpInfo
+	// Notes is how many notification receives each QP has posted: the
+	// initiator's credits per QP.
+	Notes uint16
 }
 
 func (m *acceptMsg) encode() []byte {
@@ -180,6 +197,7 @@ func (m *acceptMsg) encode() []byte {
 	e.U32(m.ID)
 	m.Port.put(&e)
 	putQPs(&e, m.QPs)
+	e.U16(m.Notes)
 	return e.B
 }
 
@@ -187,6 +205,7 @@ func decodeAccept(b []byte) (acceptMsg, error) {
 	d := wire.NewDec(b)
 	m := acceptMsg{ID: d.U32(), Port: getPortInfo(d)}
 	m.QPs = getQPs(d)
+	m.Notes = d.U16()
 	if err := d.Finish(); err != nil {
 		return acceptMsg{}, fmt.Errorf("rdma: accept message: %w", err)
 	}
@@ -227,4 +246,41 @@ func decodeRelease(b []byte) (uint32, error) {
 	d := wire.NewDec(b)
 	id := d.U32()
 	return id, d.Finish()
+}
+
+// encodeCredits encodes credit entries: u16 count, then per entry the
+// endpoint id (u32), the QP's index in it (u8) and the receives reposted
+// (u16).
+func encodeCredits(cs []credit) []byte { return putCredits(nil, cs) }
+
+// putCredits appends the encoding of cs to b.
+func putCredits(b []byte, cs []credit) []byte {
+	e := wire.Enc{B: b}
+	e.U16(uint16(len(cs)))
+	for _, c := range cs {
+		e.U32(c.ep)
+		e.U8(c.qp)
+		e.U16(c.num)
+	}
+	return e.B
+}
+
+// decodeCredits appends the entries of a credit message to out.
+func decodeCredits(b []byte, out []credit) ([]credit, error) {
+	d := wire.NewDec(b)
+	n := int(d.U16())
+	if d.Err() == nil && (n == 0 || n > maxCreditsPerMsg) {
+		return out, fmt.Errorf("rdma: credit message: %w: %d entries (1 to %d)", wire.ErrFrame, n, maxCreditsPerMsg)
+	}
+	for range n {
+		c := credit{ep: d.U32(), qp: d.U8(), num: d.U16()}
+		if d.Err() != nil {
+			break
+		}
+		out = append(out, c)
+	}
+	if err := d.Finish(); err != nil {
+		return out, fmt.Errorf("rdma: credit message: %w", err)
+	}
+	return out, nil
 }

@@ -21,19 +21,26 @@ const maxChain = 32
 type itemKind uint8
 
 const (
-	itemSlice itemKind = iota // post a slice on ep
-	itemReady                 // ep's handshake ended (ready or failed)
-	itemClose                 // ep's peer closed or ep was evicted
-	itemDown                  // the rail's port went down
-	itemCall                  // run fn on the owner, then close done
+	itemSlice   itemKind = iota // post a slice on ep
+	itemReady                   // ep's handshake ended (ready or failed)
+	itemClose                   // ep's peer closed or ep was evicted
+	itemDown                    // the rail's port went down
+	itemCall                    // run fn on the owner, then close done
+	itemNote                    // send a notification on ep
+	itemCredit                  // ep's QP qp got num notification credits back
+	itemRecycle                 // receive buffer buf was delivered: post it again
 )
 
 // item is what submitters and control goroutines hand a rail's owner.
 type item struct {
 	kind itemKind
 	s    *driver.Slice
+	tr   *noteTrack // s belongs to a submission with a notification
+	note *outNote
 	ep   *endpoint
 	rkey uint32
+	cred credit
+	buf  int32
 	err  error
 	fn   func()
 	done chan struct{}
@@ -42,11 +49,14 @@ type item struct {
 // slot is a posted work request; wr_id is gen<<32 | index.
 type slot struct {
 	s      *driver.Slice // nil while free, or after its slice timed out
+	tr     *noteTrack    // s's submission's notification, if any
+	note   *outNote      // a notification's SEND (s is nil)
 	q      *qpState      // nil while free
 	posted time.Duration // rail clock at the post
 	n      uint64
 	rkey   uint32
 	gen    uint32
+	buf    int32 // the SEND's buffer in spool
 	next   int32 // free list
 }
 
@@ -123,6 +133,13 @@ type rail struct {
 	chainQ   *qpState
 	blocked  []*endpoint
 	eps      []*endpoint
+	// Notifications: receive buffers (target) and SEND sources
+	// (initiator), both mapped on first use; receives posted.
+	rpool   *bufPool
+	spool   *bufPool
+	rposted int
+	rwr     [1]uverbs.RecvWR
+	rsge    [1]uverbs.SGE
 	// Busy totals for the rate: bytes completed and time passed while the
 	// rail never ran empty (an idle rail's rate says nothing of its speed).
 	winStart  time.Time
@@ -130,8 +147,11 @@ type rail struct {
 	busyTime  time.Duration
 	polled    uint64
 	// The successful slices of one poll and their bytes (finishOK).
-	okDone  []*driver.Slice
-	okBytes uint64
+	okDone []*driver.Slice
+	// okTracks are the notification trackers of okDone's slices that
+	// have one.
+	okTracks []*noteTrack
+	okBytes  uint64
 	// The run of them on one endpoint and op, for its counters.
 	okEP      *endpoint
 	okOp      driver.Op
@@ -236,7 +256,10 @@ func (r *rail) enqueue(it item) {
 		r.inMu.Unlock()
 		switch it.kind {
 		case itemSlice:
-			r.finish(it.s, it.ep, 0, fmt.Errorf("rdma: %w", driver.ErrClosed))
+			r.finish(it.s, it.tr, it.ep, 0, fmt.Errorf("rdma: %w", driver.ErrClosed))
+		case itemNote:
+			it.ep.busy.Add(-1)
+			it.note.finish(fmt.Errorf("rdma: %w", driver.ErrClosed))
 		case itemReady, itemClose:
 			// A handshake that ended after the owner stopped: nothing was
 			// posted on its QPs, destroy them here.
@@ -291,14 +314,14 @@ func (r *rail) enqueueSlices(rs []routed) {
 		r.inMu.Unlock()
 		for _, rt := range rs[i:] {
 			if rt.ep.r == r {
-				r.finish(rt.s, rt.ep, 0, fmt.Errorf("rdma: %w", driver.ErrClosed))
+				r.finish(rt.s, rt.tr, rt.ep, 0, fmt.Errorf("rdma: %w", driver.ErrClosed))
 			}
 		}
 		return
 	}
 	for _, rt := range rs[i:] {
 		if rt.ep.r == r {
-			r.in = append(r.in, item{kind: itemSlice, s: rt.s, ep: rt.ep, rkey: rt.rkey})
+			r.in = append(r.in, item{kind: itemSlice, s: rt.s, tr: rt.tr, ep: rt.ep, rkey: rt.rkey})
 		}
 	}
 	r.inMu.Unlock()
@@ -346,7 +369,7 @@ func (r *rail) run() {
 			continue
 		}
 		idle = 0
-		if r.inflight == 0 {
+		if r.inflight == 0 && r.rposted == 0 {
 			select {
 			case <-r.wake:
 			case <-r.quit:
@@ -354,14 +377,25 @@ func (r *rail) run() {
 			continue
 		}
 		// Arm, then poll once more: a completion that landed before the
-		// arm raises no event. Asleep, wake for the next timeout scan
-		// (or soon, if the CQ could not be armed).
-		wait := max(r.nextScan-r.clock, time.Millisecond)
+		// arm raises no event. Asleep, wake for the next timeout scan (or
+		// soon, if the CQ could not be armed); with only receives posted,
+		// on an event alone.
+		wait := time.Duration(-1)
+		if r.inflight > 0 {
+			wait = max(r.nextScan-r.clock, time.Millisecond)
+		}
 		if err := r.v.Arm(); err != nil {
 			r.log.Error("rdma: arm CQ", "err", err)
 			wait = time.Millisecond
 		}
 		if r.poll() > 0 {
+			continue
+		}
+		if wait < 0 {
+			select {
+			case <-r.wake:
+			case <-r.quit:
+			}
 			continue
 		}
 		r.timer.Reset(wait)
@@ -386,14 +420,14 @@ func (r *rail) expire() {
 		if sl.s == nil || r.clock-sl.posted < r.sliceTimeout {
 			continue
 		}
-		s, ep := sl.s, sl.q.ep
-		sl.s = nil
+		s, tr, ep := sl.s, sl.tr, sl.q.ep
+		sl.s, sl.tr = nil, nil
 		err := fmt.Errorf("rdma: %s of %d bytes on %s to %s rail %d: %w: none %v after the post (Config.SliceTimeout): %w",
 			s.Op, sl.n, r.name, ep.p.name, ep.rrail, ErrSliceTimeout, r.sliceTimeout, driver.ErrTransient)
 		// Break first, so a retry that Done submits at once finds a
 		// fresh endpoint rather than this one.
 		r.breakEP(ep, err)
-		r.finish(s, ep, 0, err)
+		r.finish(s, tr, ep, 0, err)
 	}
 }
 
@@ -403,14 +437,14 @@ func (r *rail) handle(it item) {
 	case itemSlice:
 		switch ep.state.Load() {
 		case epReady:
-			if len(ep.waiting) > 0 || !r.post(ep, it.s, it.rkey) {
-				ep.waiting = append(ep.waiting, pend{it.s, it.rkey})
+			if len(ep.waiting) > 0 || !r.post(ep, it.s, it.tr, it.rkey) {
+				ep.waiting = append(ep.waiting, pend{it.s, it.tr, it.rkey})
 				r.block(ep)
 			}
 		case epConnecting:
-			ep.waiting = append(ep.waiting, pend{it.s, it.rkey})
+			ep.waiting = append(ep.waiting, pend{it.s, it.tr, it.rkey})
 		default:
-			r.finish(it.s, ep, 0, ep.failure())
+			r.finish(it.s, it.tr, ep, 0, ep.failure())
 		}
 	case itemReady:
 		switch err := ep.failure(); {
@@ -425,12 +459,34 @@ func (r *rail) handle(it item) {
 				ep.waiting[i] = pend{}
 				r.outstanding.Add(-int64(len(p.s.Local)))
 				ep.busy.Add(-1)
-				r.t.submit(p.s)
+				r.t.submit(p.s, p.tr)
 			}
 			ep.waiting = ep.waiting[:0]
+			for i, n := range ep.notes {
+				ep.notes[i] = nil
+				ep.busy.Add(-1)
+				r.t.sendNote(n)
+			}
+			ep.notes = ep.notes[:0]
 		default:
 			r.failWaiting(ep, err)
 		}
+	case itemNote:
+		switch ep.state.Load() {
+		case epReady:
+			if len(ep.notes) > 0 || !r.postNote(ep, it.note) {
+				ep.notes = append(ep.notes, it.note)
+				r.block(ep)
+			}
+		case epConnecting:
+			ep.notes = append(ep.notes, it.note)
+		default:
+			r.noteFailed(ep, it.note, ep.failure())
+		}
+	case itemCredit:
+		r.credited(ep, it.cred)
+	case itemRecycle:
+		r.recycle(it.buf)
 	case itemClose:
 		r.closeEP(ep, it.err)
 	case itemDown:
@@ -452,7 +508,7 @@ var postHook func(epoch uint64, rkey uint32, addr, n uint64)
 
 // post adds one slice to the current doorbell chain; false when ep has no
 // send credit or the rail no free slot.
-func (r *rail) post(ep *endpoint, s *driver.Slice, rkey uint32) bool {
+func (r *rail) post(ep *endpoint, s *driver.Slice, tr *noteTrack, rkey uint32) bool {
 	if r.free < 0 {
 		return false
 	}
@@ -468,8 +524,8 @@ func (r *rail) post(ep *endpoint, s *driver.Slice, rkey uint32) bool {
 	sl := &r.slots[idx]
 	r.free = sl.next
 	n := uint64(len(s.Local))
-	sl.s, sl.q, sl.n, sl.rkey, sl.posted = s, q, n, rkey, r.clock
-	sl.gen++
+	sl.s, sl.tr, sl.q, sl.n, sl.rkey, sl.posted = s, tr, q, n, rkey, r.clock
+	sl.gen = (sl.gen + 1) & genMask
 	q.credits--
 	ep.inflight++
 	ep.posted.Add(1)
@@ -503,9 +559,15 @@ func (r *rail) flushChain() {
 		for i := n; i < len(r.wrs); i++ {
 			idx := int32(uint32(r.wrs[i].ID))
 			sl := &r.slots[idx]
-			s, sn := sl.s, sl.n
+			if note := sl.note; note != nil {
+				r.spool.put(sl.buf)
+				r.release(idx, sl)
+				r.noteFailed(q.ep, note, perr)
+				continue
+			}
+			s, tr, sn := sl.s, sl.tr, sl.n
 			r.release(idx, sl)
-			r.finish(s, q.ep, sn, perr)
+			r.finish(s, tr, q.ep, sn, perr)
 		}
 		r.breakEP(q.ep, perr)
 	}
@@ -530,7 +592,7 @@ func (r *rail) release(idx int32, sl *slot) {
 // finishOK is finish for a slice that moved all its bytes, on the owner
 // inside poll: its counters and its Done wait for the end of the poll
 // (flushDone), which completes every such slice at once.
-func (r *rail) finishOK(s *driver.Slice, ep *endpoint, n uint64) {
+func (r *rail) finishOK(s *driver.Slice, tr *noteTrack, ep *endpoint, n uint64) {
 	ep.busy.Add(-1)
 	if ep != r.okEP || s.Op != r.okOp {
 		r.flushEP()
@@ -541,6 +603,9 @@ func (r *rail) finishOK(s *driver.Slice, ep *endpoint, n uint64) {
 	r.okBytes += n
 	r.polled += n
 	r.okDone = append(r.okDone, s)
+	if tr != nil {
+		r.okTracks = append(r.okTracks, tr)
+	}
 }
 
 // flushEP adds the endpoint counters of finishOK's current run.
@@ -565,24 +630,39 @@ func (r *rail) flushDone() {
 	driver.DoneAll(r.okDone)
 	clear(r.okDone)
 	r.okDone = r.okDone[:0]
+	// Their notifications count them after their Done, as sliceDone.
+	for i, tr := range r.okTracks {
+		r.okTracks[i] = nil
+		tr.sliceDone(nil)
+	}
+	r.okTracks = r.okTracks[:0]
 }
 
 // finish completes a slice the rail accepted: n bytes moved (0 on error).
-func (r *rail) finish(s *driver.Slice, ep *endpoint, n uint64, err error) {
+func (r *rail) finish(s *driver.Slice, tr *noteTrack, ep *endpoint, n uint64, err error) {
 	r.outstanding.Add(-int64(len(s.Local)))
 	ep.busy.Add(-1)
 	if err != nil {
 		r.errs.Add(1)
 		ep.ctr.failures.Add(1)
-		s.Done(0, err)
-		return
+		n = 0
+	} else {
+		r.bytes.Add(n)
+		r.slices.Add(1)
+		ep.ctr.bytes[s.Op%3].Add(n)
+		ep.ctr.slices[s.Op%3].Add(1)
+		r.polled += n
 	}
-	r.bytes.Add(n)
-	r.slices.Add(1)
-	ep.ctr.bytes[s.Op%3].Add(n)
-	ep.ctr.slices[s.Op%3].Add(1)
-	r.polled += n
-	s.Done(n, nil)
+	sliceDone(s, tr, n, err)
+}
+
+// sliceDone completes a slice and then counts it for its submission's
+// notification: the notification follows the completion of every slice.
+func sliceDone(s *driver.Slice, tr *noteTrack, n uint64, err error) {
+	s.Done(n, err)
+	if tr != nil {
+		tr.sliceDone(err)
+	}
 }
 
 func (r *rail) poll() int {
@@ -635,12 +715,20 @@ func (r *rail) measure() {
 }
 
 func (r *rail) complete(wc *uverbs.WC) {
+	if wc.ID&wrRecv != 0 {
+		r.received(wc)
+		return
+	}
 	idx, gen := uint32(wc.ID), uint32(wc.ID>>32)
 	if int(idx) >= len(r.slots) || r.slots[idx].gen != gen || r.slots[idx].q == nil {
 		r.log.Error("rdma: completion for no posted slice", "wr_id", wc.ID, "status", wc.Status.String())
 		return
 	}
 	sl := &r.slots[idx]
+	if sl.note != nil {
+		r.noteSent(int32(idx), sl, wc)
+		return
+	}
 	if sl.s == nil {
 		// Its slice timed out (expire); the slot was kept until now.
 		ep := sl.q.ep
@@ -650,17 +738,17 @@ func (r *rail) complete(wc *uverbs.WC) {
 		}
 		return
 	}
-	s, q, n, rkey := sl.s, sl.q, sl.n, sl.rkey
+	s, tr, q, n, rkey := sl.s, sl.tr, sl.q, sl.n, sl.rkey
 	ep := q.ep
 	r.release(int32(idx), sl)
 	if wc.Status == uverbs.WCSuccess && n == uint64(len(s.Local)) {
-		r.finishOK(s, ep, n)
+		r.finishOK(s, tr, ep, n)
 	} else if wc.Status == uverbs.WCSuccess {
-		r.finish(s, ep, n, nil)
+		r.finish(s, tr, ep, n, nil)
 	} else {
 		err := r.classify(wc, s, rkey, ep)
 		r.breakEP(ep, err)
-		r.finish(s, ep, 0, err)
+		r.finish(s, tr, ep, 0, err)
 	}
 	if ep.state.Load() >= epBroken && ep.inflight == 0 {
 		r.teardown(ep)
@@ -760,9 +848,14 @@ func (r *rail) closeEP(ep *endpoint, err error) {
 func (r *rail) failWaiting(ep *endpoint, err error) {
 	for i, p := range ep.waiting {
 		ep.waiting[i] = pend{}
-		r.finish(p.s, ep, 0, err)
+		r.finish(p.s, p.tr, ep, 0, err)
 	}
 	ep.waiting = ep.waiting[:0]
+	notes := ep.notes
+	ep.notes = nil
+	for _, n := range notes {
+		r.noteFailed(ep, n, err)
+	}
 }
 
 // teardown destroys a broken or closed endpoint's QPs once nothing is
@@ -795,11 +888,26 @@ func (r *rail) block(ep *endpoint) {
 	}
 }
 
-// drain posts what waits on ep while credits and slots last.
+// drain posts what waits on ep while credits and slots last:
+// notifications first (their data has completed), then slices.
 func (r *rail) drain(ep *endpoint) {
+	j := 0
+	for ; j < len(ep.notes); j++ {
+		if ep.state.Load() != epReady || !r.postNote(ep, ep.notes[j]) {
+			break
+		}
+	}
+	if j > 0 {
+		n := copy(ep.notes, ep.notes[j:])
+		clear(ep.notes[n:])
+		ep.notes = ep.notes[:n]
+	}
+	if len(ep.notes) > 0 {
+		r.block(ep)
+	}
 	i := 0
 	for ; i < len(ep.waiting); i++ {
-		if ep.state.Load() != epReady || !r.post(ep, ep.waiting[i].s, ep.waiting[i].rkey) {
+		if ep.state.Load() != epReady || !r.post(ep, ep.waiting[i].s, ep.waiting[i].tr, ep.waiting[i].rkey) {
 			break
 		}
 	}
@@ -847,7 +955,10 @@ func (r *rail) shutdown() {
 	for _, it := range rest {
 		switch it.kind {
 		case itemSlice:
-			r.finish(it.s, it.ep, 0, closed)
+			r.finish(it.s, it.tr, it.ep, 0, closed)
+		case itemNote:
+			it.ep.busy.Add(-1)
+			it.note.finish(closed)
 		case itemReady, itemClose:
 			if !it.ep.torn {
 				for _, q := range it.ep.qps {
@@ -874,10 +985,16 @@ func (r *rail) shutdown() {
 	}
 	r.blocked = nil
 	for i := range r.slots {
-		if sl := &r.slots[i]; sl.s != nil {
-			s, ep := sl.s, sl.q.ep
+		if sl := &r.slots[i]; sl.note != nil {
+			n, ep := sl.note, sl.q.ep
+			r.spool.put(sl.buf)
 			r.release(int32(i), sl)
-			r.finish(s, ep, 0, closed)
+			ep.busy.Add(-1)
+			n.finish(closed)
+		} else if sl.s != nil {
+			s, tr, ep := sl.s, sl.tr, sl.q.ep
+			r.release(int32(i), sl)
+			r.finish(s, tr, ep, 0, closed)
 		}
 	}
 }
@@ -887,7 +1004,11 @@ func (r *rail) stop() {
 	r.ownerWG.Wait()
 }
 
-func (r *rail) closeVerbs() error { return r.v.Close() }
+// closeVerbs releases the notification buffers and the device (after
+// every QP is destroyed).
+func (r *rail) closeVerbs() error {
+	return errors.Join(r.rpool.close(), r.spool.close(), r.v.Close())
+}
 
 func (r *rail) stats() RailStats {
 	return RailStats{Device: r.name, Up: r.up.Load(), Bytes: r.bytes.Load(), Slices: r.slices.Load(),

@@ -8,6 +8,7 @@ import (
 	"net"
 	"net/netip"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/rdmago/te/auth"
@@ -43,6 +44,19 @@ type session struct {
 	epoch     uint64
 	eps       map[uint32]targetEP
 	nqps      int
+
+	wmu sync.Mutex // writes on conn
+	// creds are the notification credits to return (receives reposted),
+	// written by the session's credit writer; kick wakes it, done ends it.
+	credMu sync.Mutex
+	creds  []credit
+	kick   chan struct{}
+	done   chan struct{}
+	ended  atomic.Bool
+	// notes are received notifications waiting for the session's
+	// deliverer (credMu); noteKick wakes it.
+	notes    []noteRef
+	noteKick chan struct{}
 }
 
 func (ts *targetState) init(t *Transport) {
@@ -56,7 +70,7 @@ func (ts *targetState) init(t *Transport) {
 func (t *Transport) accept() {
 	defer t.wg.Done()
 	acceptor.Run(t.log, "rdma", t.ln.Addr(), t.ctx.Done(), t.ln.Accept, func(c net.Conn) {
-		s := &session{conn: c, eps: map[uint32]targetEP{}}
+		s := &session{conn: c, eps: map[uint32]targetEP{}, kick: make(chan struct{}, 1), noteKick: make(chan struct{}, 1), done: make(chan struct{})}
 		var src netip.Addr
 		if ta, ok := c.RemoteAddr().(*net.TCPAddr); ok {
 			src = ta.AddrPort().Addr().Unmap()
@@ -108,6 +122,9 @@ func (t *Transport) serve(s *session) {
 	ts.mu.Lock()
 	ts.dropOlderLocked(s)
 	ts.mu.Unlock()
+	t.wg.Add(2)
+	go t.writeCredits(s)
+	go t.deliverNotes(s)
 	var hdr [wire.HeaderLen]byte
 	first := true
 	for {
@@ -187,6 +204,8 @@ func (t *Transport) admit(s *session, rd *bufio.Reader) error {
 }
 
 func (t *Transport) reply(s *session, typ wire.Type, payload []byte) bool {
+	s.wmu.Lock()
+	defer s.wmu.Unlock()
 	s.conn.SetWriteDeadline(time.Now().Add(t.cfg.HandshakeTimeout))
 	return hsProto.Write(s.conn, typ, 0, payload) == nil
 }
@@ -214,10 +233,10 @@ func (ts *targetState) open(s *session, m *connectMsg) (rejectCode, []byte, erro
 	if !ts.reserve(s.initiator, n) {
 		return rejectLimit, nil, fmt.Errorf("QP limit: %d per initiator, %d in all", t.cfg.MaxInitiatorQPs, t.cfg.MaxTargetQPs)
 	}
-	var qps []railQP
+	var qps []*tgtQP
 	var a acceptMsg
 	var err error
-	r.call(func() { qps, a, err = t.respond(r, m) })
+	r.call(func() { qps, a, err = t.respond(r, s, m) })
 	if err != nil {
 		ts.unreserve(s.initiator, n)
 		return rejectInternal, nil, err
@@ -233,37 +252,54 @@ func (ts *targetState) open(s *session, m *connectMsg) (rejectCode, []byte, erro
 // targetEP is the target's side of one endpoint: QPs on rail r.
 type targetEP struct {
 	r   *rail
-	qps []railQP
+	qps []*tgtQP
+}
+
+// tgtQP is one responder QP and the receives posted on it.
+type tgtQP struct {
+	qp   railQP
+	sess *session
+	epID uint32
+	idx  uint8
+	// Rail owner only: receives posted, and whether it was destroyed.
+	posted int
+	closed bool
 }
 
 // close destroys the QPs on their rail's owner (rail.call).
 func (e targetEP) close() {
 	e.r.call(func() {
-		for _, qp := range e.qps {
-			qp.Close()
+		for _, q := range e.qps {
+			e.r.closeTargetQP(q)
 		}
 	})
 }
 
-// respond creates responder QPs on r connected to the initiator's. It
-// runs on r's owner (rail.call).
-func (t *Transport) respond(r *rail, m *connectMsg) (qps []railQP, a acceptMsg, err error) {
+// respond creates responder QPs on r connected to the initiator's, each
+// with receives posted for notifications (a.Notes: the fewest any QP
+// got). It runs on r's owner (rail.call).
+func (t *Transport) respond(r *rail, s *session, m *connectMsg) (qps []*tgtQP, a acceptMsg, err error) {
 	defer func() {
 		if err != nil {
-			for _, qp := range qps {
-				qp.Close()
+			for _, q := range qps {
+				r.closeTargetQP(q)
 			}
 			qps = nil
 		}
 	}()
 	a.Port = portInfo{GID: r.port.GID.GID, LID: lidOf(r.port), MTU: r.port.Attr.ActiveMTU}
-	for _, q := range m.QPs {
-		// A responder posts nothing: the smallest queues do.
-		qp, err := r.v.CreateQP(1)
+	a.Notes = uint16(t.cfg.NotifyDepth)
+	for i, q := range m.QPs {
+		// A responder sends nothing: the smallest send queue does.
+		qp, err := r.v.CreateQP(1, t.cfg.NotifyDepth)
 		if err != nil {
 			return qps, a, err
 		}
-		qps = append(qps, qp)
+		tq := &tgtQP{qp: qp, sess: s, epID: m.ID, idx: uint8(i)}
+		qps = append(qps, tq)
+		// Receives go on before the QP is connected: the initiator may
+		// SEND as soon as it has the accept.
+		a.Notes = min(a.Notes, uint16(r.postRecvs(tq, min(t.cfg.NotifyDepth, qp.RecvDepth()))))
 		psn := randPSN()
 		remote := uverbs.Endpoint{QPN: q.QPN, PSN: q.PSN, GID: m.Port.GID, MTU: m.Port.MTU, LID: m.Port.LID}
 		if err := qp.Connect(psn, remote, t.tune()); err != nil {
@@ -323,6 +359,9 @@ func (ts *targetState) release(s *session, id uint32) {
 
 // end destroys a finished session's QPs.
 func (ts *targetState) end(s *session) {
+	if !s.ended.Swap(true) {
+		close(s.done)
+	}
 	s.conn.Close()
 	ts.gate.Leave(s.slot)
 	ts.mu.Lock()

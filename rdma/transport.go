@@ -48,6 +48,9 @@ type Transport struct {
 	regs    map[uint64]*regKey // by region address, for Describe
 	peers   map[*peer]struct{}
 	traffic map[railKey]*railCounters
+	// tracks are free notification trackers (notify_init.go).
+	trackMu sync.Mutex
+	tracks  []*noteTrack
 	tgt     targetState
 }
 
@@ -316,6 +319,7 @@ func remoteRail(local, nRemote int) int { return local % nRemote }
 // routed is a slice on its way to a rail's owner.
 type routed struct {
 	s    *driver.Slice
+	tr   *noteTrack
 	ep   *endpoint
 	rkey uint32
 }
@@ -327,14 +331,14 @@ const submitChunk = 128
 // submitSlices hands the slices to the rails' owners, taking each rail's queue
 // lock and waking its owner once per call (per submitChunk slices); it
 // never blocks on a peer and may be re-entered from Slice.Done on a retry.
-func (t *Transport) submitSlices(ss []*driver.Slice) {
+func (t *Transport) submitSlices(ss []*driver.Slice, tr *noteTrack) {
 	defer cost.Enqueue.Since(cost.Now())
 	var buf [submitChunk]routed
 	for len(ss) > 0 {
 		n := min(len(ss), submitChunk)
 		k := 0
 		for _, s := range ss[:n] {
-			if rt, ok := t.route(s); ok {
+			if rt, ok := t.route(s, tr); ok {
 				buf[k] = rt
 				k++
 			}
@@ -350,47 +354,47 @@ func (t *Transport) submitSlices(ss []*driver.Slice) {
 }
 
 // submit hands one slice to a rail's owner.
-func (t *Transport) submit(s *driver.Slice) {
-	if rt, ok := t.route(s); ok {
-		rt.ep.r.enqueue(item{kind: itemSlice, s: rt.s, ep: rt.ep, rkey: rt.rkey})
+func (t *Transport) submit(s *driver.Slice, tr *noteTrack) {
+	if rt, ok := t.route(s, tr); ok {
+		rt.ep.r.enqueue(item{kind: itemSlice, s: rt.s, tr: rt.tr, ep: rt.ep, rkey: rt.rkey})
 	}
 }
 
 // route picks the slice's rail and endpoint and counts it there; a slice
 // that cannot go anywhere fails at once (false).
-func (t *Transport) route(s *driver.Slice) (routed, bool) {
+func (t *Transport) route(s *driver.Slice, tr *noteTrack) (routed, bool) {
 	p, ok := s.Peer.(*peer)
 	if !ok {
-		s.Done(0, fmt.Errorf("rdma: slice with a foreign peer %T", s.Peer))
+		sliceDone(s, tr, 0, fmt.Errorf("rdma: slice with a foreign peer %T", s.Peer))
 		return routed{}, false
 	}
 	if t.closed.Load() {
-		s.Done(0, fmt.Errorf("rdma: %w", driver.ErrClosed))
+		sliceDone(s, tr, 0, fmt.Errorf("rdma: %w", driver.ErrClosed))
 		return routed{}, false
 	}
 	if p.closed.Load() {
-		s.Done(0, fmt.Errorf("rdma: peer %s closed: %w", p.name, driver.ErrPeerReset))
+		sliceDone(s, tr, 0, fmt.Errorf("rdma: peer %s closed: %w", p.name, driver.ErrPeerReset))
 		return routed{}, false
 	}
 	r := t.pickRail(s.LocalKey.(*regKey).prefer, p.usable(len(t.rails)), int64(len(s.Local)), s.Attempt())
 	if r == nil {
-		s.Done(0, fmt.Errorf("rdma: no rail is up (%d rails)", len(t.rails)))
+		sliceDone(s, tr, 0, fmt.Errorf("rdma: no rail is up (%d rails)", len(t.rails)))
 		return routed{}, false
 	}
 	rr := remoteRail(r.idx, p.nRemote)
 	keys := remoteKeys(s)
 	if rr >= len(keys) {
-		s.Done(0, fmt.Errorf("rdma: %s buffer at %#x has no rkey for rail %d", p.name, s.RemoteAddr, rr))
+		sliceDone(s, tr, 0, fmt.Errorf("rdma: %s buffer at %#x has no rkey for rail %d", p.name, s.RemoteAddr, rr))
 		return routed{}, false
 	}
 	ep, err := p.endpoint(r, rr)
 	if err != nil {
-		s.Done(0, err)
+		sliceDone(s, tr, 0, err)
 		return routed{}, false
 	}
 	ep.busy.Add(1)
 	r.outstanding.Add(int64(len(s.Local)))
-	return routed{s: s, ep: ep, rkey: keys[rr]}, true
+	return routed{s: s, tr: tr, ep: ep, rkey: keys[rr]}, true
 }
 
 // remoteKeys returns the per-rail keys of the slice's remote buffer, from
@@ -413,8 +417,15 @@ func (t *Transport) Stats() []RailStats {
 	return out
 }
 
+// rnrRetry is the QPs' RNR retry count. An initiator SENDs only against
+// a receive the target has posted (a credit), so an RNR NAK is a broken
+// promise, not a slow receiver: a few retries, then a failed SEND that is
+// resent on a fresh endpoint, rather than the default's endless retry
+// that would stall the QP's WRITEs behind it.
+const rnrRetry = 6
+
 func (t *Transport) tune() uverbs.ConnectConfig {
-	return uverbs.ConnectConfig{Timeout: t.cfg.QPTimeout, RetryCnt: t.cfg.RetryCount}
+	return uverbs.ConnectConfig{Timeout: t.cfg.QPTimeout, RetryCnt: t.cfg.RetryCount, RNRRetry: rnrRetry}
 }
 
 // shutdown fails every slice in flight with ErrClosed, destroys every QP and

@@ -36,8 +36,9 @@ type railVerbs interface {
 	// CQEntries is the capacity of the rail's CQ.
 	CQEntries() int
 	// CreateQP creates an RC QP on the rail's CQ, with a send queue of
-	// sendDepth work requests, in the INIT state.
-	CreateQP(sendDepth int) (railQP, error)
+	// sendDepth work requests and a receive queue of recvDepth (at least
+	// one), in the INIT state.
+	CreateQP(sendDepth, recvDepth int) (railQP, error)
 	// Poll fills wc with completions and returns their number; it does
 	// not block.
 	Poll(wc []uverbs.WC) (int, error)
@@ -60,6 +61,11 @@ type railQP interface {
 	Connect(psn uverbs.PSN, remote uverbs.Endpoint, tune uverbs.ConnectConfig) error
 	// PostSend posts wrs in order; see uverbs.QP.PostSend.
 	PostSend(wrs []uverbs.SendWR) (int, error)
+	// RecvDepth is the receive queue depth the device granted.
+	RecvDepth() int
+	// PostRecv posts receive buffers in order (any state but RESET); see
+	// uverbs.QP.PostRecv.
+	PostRecv(wrs []uverbs.RecvWR) (int, error)
 	// ToErr moves the QP to the error state: what is posted flushes.
 	ToErr() error
 	// Close destroys the QP (idempotent).
@@ -194,9 +200,9 @@ func (v *devVerbs) RegMR(b []byte) (memReg, error) {
 	return devMR{mr}, nil
 }
 
-func (v *devVerbs) CreateQP(sendDepth int) (railQP, error) {
+func (v *devVerbs) CreateQP(sendDepth, recvDepth int) (railQP, error) {
 	qp, err := v.pd.CreateQP(uverbs.QPConfig{SendCQ: v.cq, RecvCQ: v.cq,
-		Caps: uverbs.QPCaps{MaxSendWR: uint32(sendDepth), MaxRecvWR: 1, MaxSendSGE: 1, MaxRecvSGE: 1}})
+		Caps: uverbs.QPCaps{MaxSendWR: uint32(sendDepth), MaxRecvWR: uint32(max(1, recvDepth)), MaxSendSGE: 1, MaxRecvSGE: 1}})
 	if err != nil {
 		return nil, fmt.Errorf("rdma: create QP on %s: %w", v.dev.Name, err)
 	}
@@ -234,6 +240,8 @@ func (q *devQP) ToErr() error    { return q.qp.ToErr() }
 func (q *devQP) Close() error    { return q.qp.Close() }
 
 func (q *devQP) PostSend(wrs []uverbs.SendWR) (int, error) { return q.qp.PostSend(wrs) }
+func (q *devQP) RecvDepth() int                            { return int(q.qp.Caps().MaxRecvWR) }
+func (q *devQP) PostRecv(wrs []uverbs.RecvWR) (int, error) { return q.qp.PostRecv(wrs) }
 
 func (q *devQP) Connect(psn uverbs.PSN, remote uverbs.Endpoint, tune uverbs.ConnectConfig) error {
 	return q.port.Connect(q.qp, psn, remote, tune)

@@ -63,7 +63,7 @@ type Spec struct {
 var (
 	TCP  = Spec{Label: "tcp", Magic: [4]byte{'T', 'E', 'T', 'H'}, Version: 2, Name: "te's tcp data port", Hello: 1, Challenge: 2, Answer: 3, Verdict: 4}
 	P2P  = Spec{Label: "p2p", Magic: [4]byte{'T', 'E', 'M', 'D'}, Version: 3, Name: "te's p2p metadata port", Hello: 5, Challenge: 6, Answer: 7, Verdict: 8}
-	RDMA = Spec{Label: "rdma", Magic: [4]byte{'T', 'E', 'R', 'H'}, Version: 2, Name: "te's rdma control port", Hello: 5, Challenge: 6, Answer: 7, Verdict: 8}
+	RDMA = Spec{Label: "rdma", Magic: [4]byte{'T', 'E', 'R', 'H'}, Version: 3, Name: "te's rdma control port", Hello: 5, Challenge: 6, Answer: 7, Verdict: 8}
 	SHM  = Spec{Label: "shm", Magic: [4]byte{'T', 'S', 'H', 'M'}, Version: 2, Name: "te's shm socket", Hello: 1, Challenge: 2, Answer: 3, Verdict: 10}
 
 	carriers = []*Spec{&TCP, &P2P, &RDMA, &SHM}

@@ -1,0 +1,287 @@
+package rdma_test
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/binary"
+	"fmt"
+	"slices"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/rdmago/te/engine"
+	"github.com/rdmago/te/rdma"
+	"github.com/rdmago/te/test/softroce/srenv"
+)
+
+// TestNotifyAfterData: on Soft-RoCE, concurrent submitters WRITE random
+// bytes over both rails with a notification per batch; the target
+// compares its memory with what each submitter wrote the moment each
+// notification arrives (no byte of that batch may be missing), gets each
+// exactly once, and a batch of 4096 tasks is notified the same way.
+func TestNotifyAfterData(t *testing.T) {
+	topo := srenv.Require(t)
+	const submitters, rounds, tasks, blk = 4, 6, 32, 16 << 10
+	region := tasks * blk
+	p := newPair(t, submitters*region, names(topo.HostA), names(topo.HostB), rdma.Config{})
+	ib, tb := p.ini.Mem.Bytes(), p.tgt.Mem.Bytes()
+	var acks [submitters]chan struct{}
+	for i := range acks {
+		acks[i] = make(chan struct{}, 1)
+	}
+	errs := make(chan error, submitters+1)
+	go func() {
+		seen := map[[2]uint32]bool{}
+		for got := 0; got < submitters*rounds; got++ {
+			var n engine.Notification
+			select {
+			case n = <-p.tgt.Engine.Notifications():
+			case <-time.After(60 * time.Second):
+				errs <- fmt.Errorf("%d of %d notifications after 60 s", got, submitters*rounds)
+				return
+			}
+			w, round := binary.BigEndian.Uint32(n.Msg), binary.BigEndian.Uint32(n.Msg[4:])
+			// The submitter waits for this ack before it writes again, so
+			// its bytes are stable in its own memory now.
+			if i := firstDiff(ib[int(w)*region:int(w+1)*region], tb[int(w)*region:int(w+1)*region]); i >= 0 {
+				errs <- fmt.Errorf("submitter %d round %d: byte %d differs at the notification", w, round, i)
+				return
+			}
+			if n.Bytes != uint64(region) || n.From != "initiator" {
+				errs <- fmt.Errorf("notification %+v", n)
+				return
+			}
+			k := [2]uint32{w, round}
+			if seen[k] {
+				errs <- fmt.Errorf("submitter %d round %d notified twice", w, round)
+				return
+			}
+			seen[k] = true
+			acks[w] <- struct{}{}
+		}
+		errs <- nil
+	}()
+	var wg sync.WaitGroup
+	for w := range submitters {
+		wg.Go(func() {
+			base := engine.AddrOf(tb) + uint64(w*region)
+			reqs := make([]engine.Request, tasks)
+			for i := range reqs {
+				reqs[i] = engine.Request{Op: engine.Write, Local: ib[w*region+i*blk : w*region+(i+1)*blk], Target: p.seg, TargetAddr: base + uint64(i*blk)}
+			}
+			msg := make([]byte, 8)
+			for round := range rounds {
+				rand.Read(ib[w*region : (w+1)*region])
+				binary.BigEndian.PutUint32(msg, uint32(w))
+				binary.BigEndian.PutUint32(msg[4:], uint32(round))
+				if err := notifyBatch(p.ini.Engine, reqs, engine.Notify{Name: "kv", Msg: msg}); err != nil {
+					errs <- fmt.Errorf("submitter %d round %d: %w", w, round, err)
+					return
+				}
+				select {
+				case <-acks[w]:
+				case <-time.After(60 * time.Second):
+					errs <- fmt.Errorf("submitter %d round %d: not notified in 60 s", w, round)
+					return
+				}
+			}
+		})
+	}
+	wg.Wait()
+	if err := <-errs; err != nil {
+		t.Fatal(err)
+	}
+	// 4096 tasks of 64 bytes.
+	rand.Read(ib[:4096*64])
+	big := p.requests(engine.Write, 4096, 64)
+	if err := notifyBatch(p.ini.Engine, big, engine.Notify{Name: "big"}); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case n := <-p.tgt.Engine.Notifications():
+		if i := firstDiff(ib[:4096*64], tb[:4096*64]); n.Name != "big" || i >= 0 {
+			t.Fatalf("notification %q; first byte differing at it: %d", n.Name, i)
+		}
+	case <-time.After(60 * time.Second):
+		t.Fatal("the 4096-task batch was not notified in 60 s")
+	}
+}
+
+func firstDiff(a, b []byte) int {
+	for i := range a {
+		if a[i] != b[i] {
+			return i
+		}
+	}
+	return -1
+}
+
+func notifyBatch(e *engine.Engine, reqs []engine.Request, n engine.Notify) error {
+	b, err := e.AllocateBatch(len(reqs))
+	if err != nil {
+		return err
+	}
+	defer e.FreeBatch(b)
+	if err := e.SubmitNotify(b, reqs, n); err != nil {
+		return err
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	return e.Wait(ctx, b)
+}
+
+// TestNotifySteadyStateAllocs: a batch of 128 WRITEs with a notification,
+// notified and drained, allocates nothing once warm, initiator and
+// target included (the notification's name and message are empty: the
+// target's inbox copies what it queues).
+func TestNotifySteadyStateAllocs(t *testing.T) {
+	topo := srenv.Require(t)
+	if raceEnabled {
+		t.Skip("the race detector allocates on its own")
+	}
+	const tasks, blk = 128, 4096
+	p := newPair(t, tasks*blk, names(topo.HostA), names(topo.HostB), rdma.Config{})
+	reqs := p.requests(engine.Write, tasks, blk)
+	ctx := context.Background()
+	got := make([]engine.Notification, 0, 8)
+	var failed error
+	run := func() {
+		b, err := p.ini.Engine.AllocateBatch(tasks)
+		if err == nil {
+			err = p.ini.Engine.SubmitNotify(b, reqs, engine.Notify{})
+		}
+		if err == nil {
+			err = p.ini.Engine.Wait(ctx, b)
+		}
+		if err == nil {
+			err = p.ini.Engine.FreeBatch(b)
+		}
+		for len(got) == 0 && err == nil {
+			got = p.tgt.Engine.DrainNotifications(got[:0])
+		}
+		got = got[:0]
+		if err != nil && failed == nil {
+			failed = err
+		}
+	}
+	for range 8 {
+		run()
+	}
+	allocs := testing.AllocsPerRun(8, run)
+	if failed != nil {
+		t.Fatal(failed)
+	}
+	if allocs != 0 {
+		t.Fatalf("%v allocations per batch of %d with a notification", allocs, tasks)
+	}
+}
+
+// BenchmarkNotify measures, side by side in one run over both rails:
+// the time from submit to the target's notification next to the
+// initiator's own completion of the same batch and of a batch without a
+// notification (p50, p99), for a small batch; and the
+// throughput of batches with a notification each next to batches
+// without (alternating, so both see the same machine).
+func BenchmarkNotify(b *testing.B) {
+	topo := srenv.Require(b)
+	b.Run("latency", func(b *testing.B) {
+		const tasks, blk = 4, 4096
+		p := newPair(b, tasks*blk, names(topo.HostA), names(topo.HostB), rdma.Config{})
+		reqs := p.requests(engine.Write, tasks, blk)
+		e := p.ini.Engine
+		id, err := e.AllocateBatch(tasks)
+		if err != nil {
+			b.Fatal(err)
+		}
+		ch := p.tgt.Engine.Notifications()
+		ctx := context.Background()
+		var plain, done, noted []time.Duration
+		for b.Loop() {
+			start := time.Now()
+			if err := e.Submit(id, reqs); err != nil {
+				b.Fatal(err)
+			}
+			if err := e.Wait(ctx, id); err != nil {
+				b.Fatal(err)
+			}
+			plain = append(plain, time.Since(start))
+			if err := e.FreeBatch(id); err != nil {
+				b.Fatal(err)
+			}
+			if id, err = e.AllocateBatch(tasks); err != nil {
+				b.Fatal(err)
+			}
+			start = time.Now()
+			if err := e.SubmitNotify(id, reqs, engine.Notify{Name: "n"}); err != nil {
+				b.Fatal(err)
+			}
+			if err := e.Wait(ctx, id); err != nil {
+				b.Fatal(err)
+			}
+			done = append(done, time.Since(start))
+			<-ch
+			noted = append(noted, time.Since(start))
+			if err := e.FreeBatch(id); err != nil {
+				b.Fatal(err)
+			}
+			if id, err = e.AllocateBatch(tasks); err != nil {
+				b.Fatal(err)
+			}
+		}
+		report(b, "plain", plain)
+		report(b, "complete", done)
+		report(b, "notify", noted)
+	})
+	b.Run("throughput", func(b *testing.B) {
+		const tasks, blk = 64, 64 << 10
+		p := newPair(b, tasks*blk, names(topo.HostA), names(topo.HostB), rdma.Config{})
+		reqs := p.requests(engine.Write, tasks, blk)
+		e := p.ini.Engine
+		ch := p.tgt.Engine.Notifications()
+		ctx := context.Background()
+		var plain, noted time.Duration
+		var n int
+		for b.Loop() {
+			for _, withNote := range []bool{false, true} {
+				id, err := e.AllocateBatch(tasks)
+				if err != nil {
+					b.Fatal(err)
+				}
+				start := time.Now()
+				if withNote {
+					err = e.SubmitNotify(id, reqs, engine.Notify{Name: "n"})
+				} else {
+					err = e.Submit(id, reqs)
+				}
+				if err == nil {
+					err = e.Wait(ctx, id)
+				}
+				if err != nil {
+					b.Fatal(err)
+				}
+				if withNote {
+					<-ch
+					noted += time.Since(start)
+				} else {
+					plain += time.Since(start)
+				}
+				e.FreeBatch(id)
+			}
+			n++
+		}
+		bytes := float64(n * tasks * blk)
+		b.ReportMetric(bytes/plain.Seconds()/1e9, "GB/s-plain")
+		b.ReportMetric(bytes/noted.Seconds()/1e9, "GB/s-notify")
+		b.ReportMetric(plain.Seconds()/noted.Seconds(), "ratio")
+	})
+}
+
+func report(b *testing.B, what string, ds []time.Duration) {
+	if len(ds) == 0 {
+		return
+	}
+	slices.Sort(ds)
+	b.ReportMetric(float64(ds[len(ds)/2].Microseconds()), what+"-p50-µs")
+	b.ReportMetric(float64(ds[len(ds)*99/100].Microseconds()), what+"-p99-µs")
+}

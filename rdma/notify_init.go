@@ -1,0 +1,318 @@
+package rdma
+
+import (
+	"errors"
+	"fmt"
+	"sync"
+	"sync/atomic"
+
+	"github.com/rdmago/te/engine/driver"
+	"github.com/rdmago/te/uverbs"
+)
+
+// maxNoteAttempts bounds how often one notification is sent again after
+// its endpoint broke under it.
+const maxNoteAttempts = 4
+
+// outNote is a notification on its way to a target. Its owner (the
+// engine's side of the transport) reuses it: nothing is allocated per
+// notification.
+type outNote struct {
+	p     *peer
+	name  string
+	msg   []byte
+	bytes uint64
+	// seq is the engine's note ID, kept across resends, so the target
+	// drops a copy it has accepted.
+	seq     uint64
+	attempt int
+	// note is the engine's note (nil in tests that send alone).
+	note *driver.Note
+	// done is called once with the outcome, on a rail owner or on the
+	// sender's goroutine when it fails at once.
+	done func(n *outNote, err error)
+}
+
+func (n *outNote) finish(err error) { n.done(n, err) }
+
+func (n *outNote) canceled() bool { return n.note != nil && n.note.Canceled() }
+
+// sendNote routes a notification to an endpoint of its peer and hands it
+// to that rail's owner. Its submission's slices have all completed, so
+// any QP to the peer orders it after their data.
+func (t *Transport) sendNote(n *outNote) {
+	p := n.p
+	if len(n.name) > driver.MaxNotifyName || len(n.msg) > driver.MaxNotifyMsg {
+		n.finish(fmt.Errorf("%w: name of %d bytes (at most %d), message of %d (at most %d)", errNoteTooLarge, len(n.name), driver.MaxNotifyName, len(n.msg), driver.MaxNotifyMsg))
+		return
+	}
+	if n.canceled() {
+		n.finish(fmt.Errorf("rdma: notification not sent: %w", driver.ErrCanceled))
+		return
+	}
+	if t.closed.Load() {
+		n.finish(fmt.Errorf("rdma: %w", driver.ErrClosed))
+		return
+	}
+	if p.closed.Load() {
+		n.finish(fmt.Errorf("rdma: peer %s closed: %w", p.name, driver.ErrPeerReset))
+		return
+	}
+	r := t.pickRail(0, p.usable(len(t.rails)), 0, n.attempt)
+	if r == nil {
+		n.finish(fmt.Errorf("rdma: no rail is up (%d rails)", len(t.rails)))
+		return
+	}
+	ep, err := p.endpoint(r, remoteRail(r.idx, p.nRemote))
+	if err != nil {
+		n.finish(err)
+		return
+	}
+	ep.busy.Add(1)
+	r.enqueue(item{kind: itemNote, note: n, ep: ep})
+}
+
+// pickNoteQP returns a QP of ep with a notification credit and a free
+// send slot.
+func (ep *endpoint) pickNoteQP() *qpState {
+	for _, q := range ep.qps {
+		if q.notes > 0 && q.credits > 0 {
+			return q
+		}
+	}
+	return nil
+}
+
+// postNote adds n's SEND to the doorbell chain; false when ep has no
+// credit for it (or the rail no slot or buffer).
+func (r *rail) postNote(ep *endpoint, n *outNote) bool {
+	if r.free < 0 {
+		return false
+	}
+	q := ep.pickNoteQP()
+	if q == nil {
+		return false
+	}
+	if r.spool == nil {
+		r.spool = newBufPool(r, r.t.cfg.NotifyBuffers)
+	}
+	bi := r.spool.get()
+	if bi < 0 {
+		return false
+	}
+	b := &r.spool.bufs[bi]
+	ln, err := putNote(b.b, n.seq, n.bytes, n.name, n.msg)
+	if err != nil {
+		// sendNote checked the bounds; nothing else fails.
+		r.spool.put(bi)
+		ep.busy.Add(-1)
+		n.finish(err)
+		return true
+	}
+	if r.chainQ != q || len(r.wrs) == maxChain {
+		r.flushChain()
+		r.chainQ = q
+	}
+	idx := r.free
+	sl := &r.slots[idx]
+	r.free = sl.next
+	sl.note, sl.q, sl.buf, sl.posted = n, q, bi, r.clock
+	sl.gen = (sl.gen + 1) & genMask
+	q.credits--
+	q.notes--
+	ep.inflight++
+	ep.posted.Add(1)
+	r.inflight++
+	k := len(r.wrs)
+	r.sges[k] = uverbs.SGE{Addr: b.addr, Length: uint32(ln), LKey: uverbs.LKey(b.lkey)}
+	r.wrs = append(r.wrs, uverbs.SendWR{ID: uint64(sl.gen)<<32 | uint64(uint32(idx)), Opcode: uverbs.WRSend,
+		Flags: uverbs.SendSignaled, SGL: r.sges[k : k+1 : k+1]})
+	return true
+}
+
+// noteSent handles the completion of a notification's SEND: on success
+// the target has it (RC acknowledged it).
+func (r *rail) noteSent(idx int32, sl *slot, wc *uverbs.WC) {
+	n, q, bi := sl.note, sl.q, sl.buf
+	ep := q.ep
+	r.release(idx, sl)
+	r.spool.put(bi)
+	if wc.Status == uverbs.WCSuccess {
+		ep.busy.Add(-1)
+		n.finish(nil)
+	} else {
+		err := r.noteError(wc, ep)
+		r.breakEP(ep, err)
+		r.noteFailed(ep, n, err)
+	}
+	if ep.state.Load() >= epBroken && ep.inflight == 0 {
+		r.teardown(ep)
+	}
+}
+
+// noteError is a failed SEND's error: transient (sent again on a fresh
+// endpoint) unless the endpoint was closed under it.
+func (r *rail) noteError(wc *uverbs.WC, ep *endpoint) error {
+	if ep.state.Load() == epClosed {
+		return ep.failure()
+	}
+	if wc.Status == uverbs.WCWRFlushErr && ep.state.Load() == epBroken {
+		return ep.failure()
+	}
+	r.checkPort()
+	return fmt.Errorf("rdma: notification SEND on %s to %s rail %d: %s: %w", r.name, ep.p.name, ep.rrail, wc.Status, driver.ErrTransient)
+}
+
+// noteFailed takes n off ep after err: a transient failure sends it
+// again (with its sequence number: the target drops a copy it already
+// delivered), up to maxNoteAttempts; anything else ends it.
+func (r *rail) noteFailed(ep *endpoint, n *outNote, err error) {
+	ep.busy.Add(-1)
+	if errors.Is(err, driver.ErrTransient) && n.attempt+1 < maxNoteAttempts {
+		n.attempt++
+		r.t.sendNote(n)
+		return
+	}
+	n.finish(err)
+}
+
+// credited adds notification credits to one of ep's QPs and sends what
+// waited for them.
+func (r *rail) credited(ep *endpoint, c credit) {
+	if int(c.qp) >= len(ep.qps) || ep.state.Load() != epReady {
+		return
+	}
+	ep.qps[c.qp].notes += int(c.num)
+	if len(ep.notes) > 0 {
+		r.drain(ep)
+	}
+}
+
+// creditsFor hands credit entries from p's target to the rails' owners.
+func (p *peer) creditsFor(cs []credit) {
+	for _, c := range cs {
+		for i := range p.eps {
+			if ep := p.eps[i].Load(); ep != nil && ep.id == c.ep {
+				ep.r.enqueue(item{kind: itemCredit, ep: ep, cred: c})
+				break
+			}
+		}
+	}
+}
+
+// noteTrack is a submission with a notification: the count of its
+// slices still to complete and the first failure; once the count reaches
+// zero, the notification goes out (or, after a failure, ends with it).
+// Trackers are reused (Transport.tracks): none is allocated per
+// submission once warm.
+type noteTrack struct {
+	t       *Transport
+	out     outNote
+	pending atomic.Int64
+	mu      sync.Mutex
+	err     error
+	// note receives the notification's outcome (end instead, in tests);
+	// the tracker is free again before either is called.
+	note *driver.Note
+	end  func(err error)
+}
+
+// sliceDone counts one slice of the submission as complete.
+func (tr *noteTrack) sliceDone(err error) {
+	if err != nil {
+		tr.mu.Lock()
+		if tr.err == nil {
+			tr.err = err
+		}
+		tr.mu.Unlock()
+	}
+	if tr.pending.Add(-1) != 0 {
+		return
+	}
+	tr.mu.Lock()
+	err = tr.err
+	tr.mu.Unlock()
+	if err != nil {
+		// The target must not hear of a submission whose data did not
+		// all land; a transient failure's slice is retried by the engine,
+		// which then resends the notification alone.
+		tr.out.finish(fmt.Errorf("rdma: notification not sent: a slice of its submission failed: %w", err))
+		return
+	}
+	tr.t.sendNote(&tr.out)
+}
+
+// SubmitNotify implements driver.Notifier: ss start at once; the
+// notification follows as a SEND once every one of them has completed
+// (so its data is in the target's memory, whichever rails and QPs it
+// went over), on any endpoint to the target.
+//
+// n.Done(nil) means the target's NIC acknowledged the SEND: the target
+// holds it in a receive buffer and hands it to its inbox as soon as
+// there is room (waiting, with the sender's credit held, while there is
+// none), even if the connection ends meanwhile; it is dropped only when
+// the sender has restarted or the target closes. Waiting for the inbox's
+// answer would add a trip back over the control connection to every
+// notification's completion.
+func (d drv) SubmitNotify(ss []*driver.Slice, n *driver.Note) {
+	p, ok := n.Peer.(*peer)
+	if !ok {
+		d.t.submitSlices(ss, nil)
+		n.Done(fmt.Errorf("rdma: notification with a foreign peer %T", n.Peer))
+		return
+	}
+	tr := d.t.getTrack()
+	tr.note = n
+	tr.out.attempt = n.Attempt()
+	tr.out.note = n
+	d.t.startNotify(tr, ss, p, n.ID, n.Name, n.Msg, n.Bytes)
+}
+
+var _ driver.Notifier = drv{}
+
+// noteDone is the tracker's outNote.done.
+func (tr *noteTrack) noteDone(_ *outNote, err error) {
+	note, end := tr.note, tr.end
+	tr.note, tr.end, tr.err = nil, nil, nil
+	tr.out = outNote{done: tr.out.done}
+	tr.t.putTrack(tr)
+	if note != nil {
+		note.Done(err)
+	} else {
+		end(err)
+	}
+}
+
+// getTrack returns a free tracker.
+func (t *Transport) getTrack() *noteTrack {
+	t.trackMu.Lock()
+	if n := len(t.tracks); n > 0 {
+		tr := t.tracks[n-1]
+		t.tracks[n-1] = nil
+		t.tracks = t.tracks[:n-1]
+		t.trackMu.Unlock()
+		return tr
+	}
+	t.trackMu.Unlock()
+	tr := &noteTrack{t: t}
+	tr.out.done = tr.noteDone
+	return tr
+}
+
+func (t *Transport) putTrack(tr *noteTrack) {
+	t.trackMu.Lock()
+	t.tracks = append(t.tracks, tr)
+	t.trackMu.Unlock()
+}
+
+// startNotify starts ss and, once every one of them has completed,
+// sends the notification (name, msg, bytes, id) to p; the tracker's note
+// (or end) gets its outcome after every slice of ss was completed.
+func (t *Transport) startNotify(tr *noteTrack, ss []*driver.Slice, p *peer, id uint64, name string, msg []byte, bytes uint64) {
+	tr.out.p, tr.out.seq, tr.out.name, tr.out.msg, tr.out.bytes = p, id, name, msg, bytes
+	// One count more than the slices until all are handed over, so the
+	// notification cannot go out while Submit is still routing them.
+	tr.pending.Store(int64(len(ss)) + 1)
+	t.submitSlices(ss, tr)
+	tr.sliceDone(nil)
+}
