@@ -363,16 +363,16 @@ func TestFakeNotifyStaleSender(t *testing.T) {
 	}
 	// The target held "old 2" when its sender restarted: it is dropped,
 	// never delivered. ("old 1", already queued, is the inbox's.)
-	var got []string
-	waitFor(t, "the restarted sender's notification", func() bool {
-		for _, n := range tgt.Engine.DrainNotifications(nil) {
-			got = append(got, n.Name)
-		}
-		return len(got) > 0 && got[len(got)-1] == "new"
-	})
+	// Nothing is drained before "new" is in: draining would make room
+	// for "old 2" while its sender was still the current one.
+	waitFor(t, "the restarted sender's notification", func() bool { return tgt.Engine.NotifyStats().Accepted == 2 })
 	time.Sleep(20 * time.Millisecond)
+	var got []string
 	for _, n := range tgt.Engine.DrainNotifications(nil) {
 		got = append(got, n.Name)
+	}
+	if len(got) == 0 || got[len(got)-1] != "new" {
+		t.Fatalf("delivered %v, want the restarted sender's last", got)
 	}
 	for _, n := range got {
 		if n == "old 2" {
