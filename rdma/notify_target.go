@@ -12,8 +12,12 @@ import (
 )
 
 // drainTimeout bounds the wait for a target QP's receives to complete
-// before it is destroyed.
-const drainTimeout = 100 * time.Millisecond
+// before it is destroyed; drainQuiet ends it when none completes for
+// that long.
+const (
+	drainTimeout = 100 * time.Millisecond
+	drainQuiet   = time.Millisecond
+)
 
 // credit is one QP's receives reposted since the last credit frame.
 type credit struct {
@@ -126,11 +130,23 @@ func (r *rail) closeTargetQP(q *tgtQP) {
 	// destroy cleans the QP's completions out of the CQ, and the sender
 	// already counts those notifications as received. In the error
 	// state every posted receive completes (flushed, if nothing came).
+	// A device that does not flush a QP's receives on the error state
+	// (older rxe) shows nothing more: the wait ends after drainQuiet
+	// without a completion of q; one that does finishes within
+	// drainTimeout.
 	if q.posted > 0 && q.qp.ToErr() == nil {
-		deadline := time.Now().Add(drainTimeout)
-		for q.posted > 0 && time.Now().Before(deadline) {
+		start := time.Now()
+		last, seen := start, q.posted
+		for q.posted > 0 {
 			if r.poll() == 0 {
 				runtime.Gosched()
+			}
+			now := time.Now()
+			if q.posted < seen {
+				last, seen = now, q.posted
+			}
+			if now.Sub(last) > drainQuiet || now.Sub(start) > drainTimeout {
+				break
 			}
 		}
 	}
