@@ -75,6 +75,10 @@ type Config struct {
 	// each responder QP: the notifications an initiator may have in
 	// flight per QP before the target hands them over (default 8).
 	NotifyDepth int
+	// NotifyMarkers sends a notification as a marker behind its data on
+	// every QP the data went over, the target delivering it once all
+	// markers are in, instead of one SEND after the data has completed.
+	NotifyMarkers bool
 	// NotifyBuffers bounds the registered notification buffers of each
 	// rail (default 4096, ~18 MiB): receives on a target, SEND sources on
 	// an initiator. QPs created when they run short get fewer receives.

@@ -33,6 +33,7 @@ type pend struct {
 	s    *driver.Slice
 	tr   *noteTrack
 	rkey uint32
+	mark *outNote // instead of s: the note's markers on every QP
 }
 
 type qpState struct {

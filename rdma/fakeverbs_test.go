@@ -532,6 +532,12 @@ func (q *fakeQP) send(p *fakeQP, b []byte) uverbs.WCStatus {
 }
 
 func (q *fakeQP) complete(wr *uverbs.SendWR, st uverbs.WCStatus) {
+	if st.AccessDenied() {
+		// As RC does: a refused work request moves its QP to the error
+		// state, and what was posted behind it flushes. (Other failures
+		// leave the rail to break the endpoint, as the tests expect.)
+		q.state.Store(uint32(uverbs.QPStateErr))
+	}
 	q.out.Add(-1)
 	q.d.out.Add(-1)
 	op := uverbs.WCRDMAWrite

@@ -26,7 +26,7 @@ import (
 
 const (
 	noteVersion   = 1
-	noteHeaderLen = 24
+	noteHeaderLen = 28
 	// noteBufSize is one notification buffer: header, name and message at
 	// their bounds, rounded to 64 bytes.
 	noteBufSize = (noteHeaderLen + driver.MaxNotifyName + driver.MaxNotifyMsg + 63) &^ 63
@@ -49,8 +49,12 @@ var errNoteFrame = errors.New("rdma: malformed notification")
 // returns its length:
 //
 //	u8 version, u8 flags (0), u16 name length, u32 message length,
-//	u64 note ID, u64 byte count, name, message.
-func putNote(b []byte, seq, bytes uint64, name string, msg []byte) (int, error) {
+//	u64 note ID, u64 byte count, u32 marks, name, message.
+//
+// marks is how many copies of the note the target must receive before it
+// delivers it: one per QP the submission's data went over (markers), or
+// 1 for a note sent after its data completed.
+func putNote(b []byte, seq, bytes uint64, marks uint32, name string, msg []byte) (int, error) {
 	if len(name) > driver.MaxNotifyName || len(msg) > driver.MaxNotifyMsg {
 		return 0, fmt.Errorf("%w: name of %d bytes (at most %d), message of %d (at most %d)", errNoteTooLarge, len(name), driver.MaxNotifyName, len(msg), driver.MaxNotifyMsg)
 	}
@@ -59,26 +63,34 @@ func putNote(b []byte, seq, bytes uint64, name string, msg []byte) (int, error) 
 	binary.BigEndian.PutUint32(b[4:], uint32(len(msg)))
 	binary.BigEndian.PutUint64(b[8:], seq)
 	binary.BigEndian.PutUint64(b[16:], bytes)
+	binary.BigEndian.PutUint32(b[24:], marks)
 	n := noteHeaderLen + copy(b[noteHeaderLen:], name)
 	n += copy(b[n:], msg)
 	return n, nil
 }
 
 // parseNote decodes a received notification; name and msg alias b.
-func parseNote(b []byte) (seq, bytes uint64, name, msg []byte, err error) {
+func parseNote(b []byte) (seq, bytes uint64, marks uint32, name, msg []byte, err error) {
 	if len(b) < noteHeaderLen {
-		return 0, 0, nil, nil, fmt.Errorf("%w: %d bytes, shorter than its header", errNoteFrame, len(b))
+		return 0, 0, 0, nil, nil, fmt.Errorf("%w: %d bytes, shorter than its header", errNoteFrame, len(b))
 	}
 	if b[0] != noteVersion || b[1] != 0 {
-		return 0, 0, nil, nil, fmt.Errorf("%w: version %d flags %#x, want version %d", errNoteFrame, b[0], b[1], noteVersion)
+		return 0, 0, 0, nil, nil, fmt.Errorf("%w: version %d flags %#x, want version %d", errNoteFrame, b[0], b[1], noteVersion)
 	}
 	nn, mn := int(binary.BigEndian.Uint16(b[2:])), int(binary.BigEndian.Uint32(b[4:]))
 	if nn > driver.MaxNotifyName || mn > driver.MaxNotifyMsg || noteHeaderLen+nn+mn != len(b) {
-		return 0, 0, nil, nil, fmt.Errorf("%w: name of %d and message of %d bytes in %d", errNoteFrame, nn, mn, len(b))
+		return 0, 0, 0, nil, nil, fmt.Errorf("%w: name of %d and message of %d bytes in %d", errNoteFrame, nn, mn, len(b))
 	}
-	seq, bytes = binary.BigEndian.Uint64(b[8:]), binary.BigEndian.Uint64(b[16:])
-	return seq, bytes, b[noteHeaderLen : noteHeaderLen+nn], b[noteHeaderLen+nn:], nil
+	seq, bytes, marks = binary.BigEndian.Uint64(b[8:]), binary.BigEndian.Uint64(b[16:]), binary.BigEndian.Uint32(b[24:])
+	if marks == 0 || marks > maxMarks {
+		return 0, 0, 0, nil, nil, fmt.Errorf("%w: %d marks (1 to %d)", errNoteFrame, marks, maxMarks)
+	}
+	return seq, bytes, marks, b[noteHeaderLen : noteHeaderLen+nn], b[noteHeaderLen+nn:], nil
 }
+
+// maxMarks bounds the markers of one note: at most maxMarkEPs endpoints
+// of at most maxQPsPerMsg QPs.
+const maxMarks = maxMarkEPs * maxQPsPerMsg
 
 // noteBuf is one buffer of a rail's pool.
 type noteBuf struct {

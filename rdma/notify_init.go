@@ -28,6 +28,10 @@ type outNote struct {
 	attempt int
 	// note is the engine's note (nil in tests that send alone).
 	note *driver.Note
+	// tr is the tracker the note belongs to (nil in tests that send
+	// alone); marks is how many copies the target waits for.
+	tr    *noteTrack
+	marks uint32
 	// done is called once with the outcome, on a rail owner or on the
 	// sender's goroutine when it fails at once.
 	done func(n *outNote, err error)
@@ -50,6 +54,7 @@ func (t *Transport) sendNote(n *outNote) {
 		n.finish(fmt.Errorf("rdma: notification not sent: %w", driver.ErrCanceled))
 		return
 	}
+	n.marks = 1
 	if t.closed.Load() {
 		n.finish(fmt.Errorf("rdma: %w", driver.ErrClosed))
 		return
@@ -101,7 +106,7 @@ func (r *rail) postNote(ep *endpoint, n *outNote) bool {
 		return false
 	}
 	b := &r.spool.bufs[bi]
-	ln, err := putNote(b.b, n.seq, n.bytes, n.name, n.msg)
+	ln, err := putNote(b.b, n.seq, n.bytes, n.marks, n.name, n.msg)
 	if err != nil {
 		// sendNote checked the bounds; nothing else fails.
 		r.spool.put(bi)
@@ -133,11 +138,20 @@ func (r *rail) postNote(ep *endpoint, n *outNote) bool {
 // noteSent handles the completion of a notification's SEND: on success
 // the target has it (RC acknowledged it).
 func (r *rail) noteSent(idx int32, sl *slot, wc *uverbs.WC) {
-	n, q, bi := sl.note, sl.q, sl.buf
+	n, q, bi, mark := sl.note, sl.q, sl.buf, sl.mark
 	ep := q.ep
 	r.release(idx, sl)
 	r.spool.put(bi)
-	if wc.Status == uverbs.WCSuccess {
+	if mark {
+		ep.busy.Add(-1)
+		if wc.Status == uverbs.WCSuccess {
+			n.tr.sliceDone(nil)
+		} else {
+			err := r.noteError(wc, ep)
+			r.breakEP(ep, err)
+			n.tr.sliceDone(err)
+		}
+	} else if wc.Status == uverbs.WCSuccess {
 		ep.busy.Add(-1)
 		n.finish(nil)
 	} else {
@@ -183,7 +197,7 @@ func (r *rail) credited(ep *endpoint, c credit) {
 		return
 	}
 	ep.qps[c.qp].notes += int(c.num)
-	if len(ep.notes) > 0 {
+	if len(ep.notes) > 0 || len(ep.waiting) > 0 {
 		r.drain(ep)
 	}
 }
@@ -215,6 +229,32 @@ type noteTrack struct {
 	// the tracker is free again before either is called.
 	note *driver.Note
 	end  func(err error)
+	// marked: the note goes as markers behind the data on the endpoints
+	// in eps, collected while collect is set (Submit routing them).
+	marked  bool
+	collect bool
+	overrun bool
+	eps     [maxMarkEPs]*endpoint
+	neps    int
+}
+
+// maxMarkEPs bounds the endpoints one marked submission uses; beyond it
+// the note goes after the data instead.
+const maxMarkEPs = 16
+
+// addEP records an endpoint the submission's slices go to.
+func (tr *noteTrack) addEP(ep *endpoint) {
+	for _, e := range tr.eps[:tr.neps] {
+		if e == ep {
+			return
+		}
+	}
+	if tr.neps == len(tr.eps) {
+		tr.overrun = true
+		return
+	}
+	tr.eps[tr.neps] = ep
+	tr.neps++
 }
 
 // sliceDone counts one slice of the submission as complete.
@@ -237,6 +277,11 @@ func (tr *noteTrack) sliceDone(err error) {
 		// all land; a transient failure's slice is retried by the engine,
 		// which then resends the notification alone.
 		tr.out.finish(fmt.Errorf("rdma: notification not sent: a slice of its submission failed: %w", err))
+		return
+	}
+	if tr.marked {
+		// Every marker was acknowledged: the target has them all.
+		tr.out.finish(nil)
 		return
 	}
 	tr.t.sendNote(&tr.out)
@@ -265,6 +310,10 @@ func (d drv) SubmitNotify(ss []*driver.Slice, n *driver.Note) {
 	tr.note = n
 	tr.out.attempt = n.Attempt()
 	tr.out.note = n
+	if d.t.cfg.NotifyMarkers && n.Attempt() == 0 && len(ss) > 0 {
+		d.t.startMarked(tr, ss, p, n.ID, n.Name, n.Msg, n.Bytes)
+		return
+	}
 	d.t.startNotify(tr, ss, p, n.ID, n.Name, n.Msg, n.Bytes)
 }
 
@@ -274,7 +323,10 @@ var _ driver.Notifier = drv{}
 func (tr *noteTrack) noteDone(_ *outNote, err error) {
 	note, end := tr.note, tr.end
 	tr.note, tr.end, tr.err = nil, nil, nil
-	tr.out = outNote{done: tr.out.done}
+	tr.marked, tr.collect, tr.overrun = false, false, false
+	clear(tr.eps[:tr.neps])
+	tr.neps = 0
+	tr.out = outNote{done: tr.out.done, tr: tr}
 	tr.t.putTrack(tr)
 	if note != nil {
 		note.Done(err)
@@ -295,7 +347,7 @@ func (t *Transport) getTrack() *noteTrack {
 	}
 	t.trackMu.Unlock()
 	tr := &noteTrack{t: t}
-	tr.out.done = tr.noteDone
+	tr.out.done, tr.out.tr = tr.noteDone, tr
 	return tr
 }
 
@@ -315,4 +367,93 @@ func (t *Transport) startNotify(tr *noteTrack, ss []*driver.Slice, p *peer, id u
 	tr.pending.Store(int64(len(ss)) + 1)
 	t.submitSlices(ss, tr)
 	tr.sliceDone(nil)
+}
+
+// startMarked starts ss and queues the note's markers behind them on
+// every endpoint they went to: one SEND per QP of each, which RC orders
+// after the slices posted there before it; the target delivers the note
+// once all markers are in, and the note completes here once every slice
+// and marker has. A submission over more endpoints than maxMarkEPs (or
+// none that routed) sends the note after its data instead.
+func (t *Transport) startMarked(tr *noteTrack, ss []*driver.Slice, p *peer, id uint64, name string, msg []byte, bytes uint64) {
+	tr.out.p, tr.out.seq, tr.out.name, tr.out.msg, tr.out.bytes = p, id, name, msg, bytes
+	tr.pending.Store(int64(len(ss)) + 1)
+	tr.collect = true
+	t.submitSlices(ss, tr)
+	tr.collect = false
+	if tr.overrun || tr.neps == 0 || tr.out.canceled() {
+		tr.sliceDone(nil)
+		return
+	}
+	q := t.cfg.QPsPerPath
+	tr.marked = true
+	tr.out.marks = uint32(tr.neps * q)
+	tr.pending.Add(int64(tr.neps * q))
+	for _, ep := range tr.eps[:tr.neps] {
+		ep.busy.Add(int64(q))
+		ep.r.enqueue(item{kind: itemMark, ep: ep, note: &tr.out})
+	}
+	tr.sliceDone(nil)
+}
+
+// postMarks posts n's markers, one SEND on every QP of ep, in the
+// doorbell chains; false (nothing posted) unless every QP has a send
+// slot and a credit and the rail has slots and buffers for all.
+func (r *rail) postMarks(ep *endpoint, n *outNote) bool {
+	k := len(ep.qps)
+	for _, q := range ep.qps {
+		if q.credits <= 0 || q.notes <= 0 {
+			return false
+		}
+	}
+	free := 0
+	for i := r.free; i >= 0 && free < k; i = r.slots[i].next {
+		free++
+	}
+	if free < k {
+		return false
+	}
+	if r.spool == nil {
+		r.spool = newBufPool(r, r.t.cfg.NotifyBuffers)
+	}
+	var bufs [maxQPsPerMsg]int32
+	for i := range k {
+		if bufs[i] = r.spool.get(); bufs[i] < 0 {
+			for _, b := range bufs[:i] {
+				r.spool.put(b)
+			}
+			return false
+		}
+	}
+	for i, q := range ep.qps {
+		b := &r.spool.bufs[bufs[i]]
+		ln, _ := putNote(b.b, n.seq, n.bytes, n.marks, n.name, n.msg)
+		if r.chainQ != q || len(r.wrs) == maxChain {
+			r.flushChain()
+			r.chainQ = q
+		}
+		idx := r.free
+		sl := &r.slots[idx]
+		r.free = sl.next
+		sl.note, sl.mark, sl.q, sl.buf, sl.posted = n, true, q, bufs[i], r.clock
+		sl.gen = (sl.gen + 1) & genMask
+		q.credits--
+		q.notes--
+		ep.inflight++
+		ep.posted.Add(1)
+		r.inflight++
+		j := len(r.wrs)
+		r.sges[j] = uverbs.SGE{Addr: b.addr, Length: uint32(ln), LKey: uverbs.LKey(b.lkey)}
+		r.wrs = append(r.wrs, uverbs.SendWR{ID: uint64(sl.gen)<<32 | uint64(uint32(idx)), Opcode: uverbs.WRSend,
+			Flags: uverbs.SendSignaled, SGL: r.sges[j : j+1 : j+1]})
+	}
+	return true
+}
+
+// failMarks counts n's markers for ep as failed with err.
+func (r *rail) failMarks(ep *endpoint, n *outNote, err error) {
+	for range r.t.cfg.QPsPerPath {
+		ep.busy.Add(-1)
+		n.tr.sliceDone(err)
+	}
 }

@@ -19,6 +19,9 @@ const (
 	drainQuiet   = time.Millisecond
 )
 
+// maxPartial bounds the notes a session counts markers of at once.
+const maxPartial = 1 << 16
+
 // credit is one QP's receives reposted since the last credit frame.
 type credit struct {
 	ep  uint32
@@ -223,6 +226,8 @@ func (t *Transport) deliverNotes(s *session) {
 	defer t.wg.Done()
 	var batch []noteRef
 	d := driver.Delivery{From: driver.Sender{Name: s.initiator, Epoch: s.epoch}}
+	// partial counts the markers in of notes that expect several.
+	partial := map[uint64]uint32{}
 	for {
 		s.credMu.Lock()
 		batch, s.notes = s.notes, batch[:0]
@@ -230,7 +235,7 @@ func (t *Transport) deliverNotes(s *session) {
 		for k, ref := range batch {
 			batch[k] = noteRef{}
 			if t.ctx.Err() == nil {
-				t.offer(s, &d, ref)
+				t.offer(s, &d, ref, partial)
 			}
 			ref.r.enqueue(item{kind: itemRecycle, buf: ref.buf})
 		}
@@ -251,13 +256,28 @@ func (t *Transport) deliverNotes(s *session) {
 }
 
 // offer decodes one received notification into d and hands it to the
-// inbox, which drops a repeat and one from a restarted sender.
-func (t *Transport) offer(s *session, d *driver.Delivery, ref noteRef) {
+// inbox, which drops a repeat and one from a restarted sender. A note
+// sent as markers (one behind the data on each QP) goes once the last of
+// them is in: each was ordered after its QP's data.
+func (t *Transport) offer(s *session, d *driver.Delivery, ref noteRef, partial map[uint64]uint32) {
 	var err error
-	d.ID, d.Bytes, d.Name, d.Msg, err = parseNote(ref.b[:min(ref.n, len(ref.b))])
+	var marks uint32
+	d.ID, d.Bytes, marks, d.Name, d.Msg, err = parseNote(ref.b[:min(ref.n, len(ref.b))])
 	if err != nil {
 		t.log.Warn("rdma: notification dropped", "initiator", s.initiator, "err", err)
 		return
+	}
+	if marks > 1 {
+		if n := partial[d.ID] + 1; n < marks {
+			if len(partial) >= maxPartial {
+				// Only failed submissions leave markers that never
+				// complete; forget them.
+				clear(partial)
+			}
+			partial[d.ID] = n
+			return
+		}
+		delete(partial, d.ID)
 	}
 	err = t.host.Inbox().Deliver(t.ctx, d)
 	d.Name, d.Msg = nil, nil

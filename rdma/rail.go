@@ -29,6 +29,7 @@ const (
 	itemNote                    // send a notification on ep
 	itemCredit                  // ep's QP qp got num notification credits back
 	itemRecycle                 // receive buffer buf was delivered: post it again
+	itemMark                    // post note's markers on every QP of ep
 )
 
 // item is what submitters and control goroutines hand a rail's owner.
@@ -51,6 +52,7 @@ type slot struct {
 	s      *driver.Slice // nil while free, or after its slice timed out
 	tr     *noteTrack    // s's submission's notification, if any
 	note   *outNote      // a notification's SEND (s is nil)
+	mark   bool          // the SEND is one of note's markers
 	q      *qpState      // nil while free
 	posted time.Duration // rail clock at the post
 	n      uint64
@@ -260,6 +262,8 @@ func (r *rail) enqueue(it item) {
 		case itemNote:
 			it.ep.busy.Add(-1)
 			it.note.finish(fmt.Errorf("rdma: %w", driver.ErrClosed))
+		case itemMark:
+			r.failMarks(it.ep, it.note, fmt.Errorf("rdma: %w", driver.ErrClosed))
 		case itemReady, itemClose:
 			// A handshake that ended after the owner stopped: nothing was
 			// posted on its QPs, destroy them here.
@@ -438,11 +442,11 @@ func (r *rail) handle(it item) {
 		switch ep.state.Load() {
 		case epReady:
 			if len(ep.waiting) > 0 || !r.post(ep, it.s, it.tr, it.rkey) {
-				ep.waiting = append(ep.waiting, pend{it.s, it.tr, it.rkey})
+				ep.waiting = append(ep.waiting, pend{s: it.s, tr: it.tr, rkey: it.rkey})
 				r.block(ep)
 			}
 		case epConnecting:
-			ep.waiting = append(ep.waiting, pend{it.s, it.tr, it.rkey})
+			ep.waiting = append(ep.waiting, pend{s: it.s, tr: it.tr, rkey: it.rkey})
 		default:
 			r.finish(it.s, it.tr, ep, 0, ep.failure())
 		}
@@ -457,6 +461,10 @@ func (r *rail) handle(it item) {
 			// so they go there instead.
 			for i, p := range ep.waiting {
 				ep.waiting[i] = pend{}
+				if p.mark != nil {
+					r.failMarks(ep, p.mark, err)
+					continue
+				}
 				r.outstanding.Add(-int64(len(p.s.Local)))
 				ep.busy.Add(-1)
 				r.t.submit(p.s, p.tr)
@@ -482,6 +490,18 @@ func (r *rail) handle(it item) {
 			ep.notes = append(ep.notes, it.note)
 		default:
 			r.noteFailed(ep, it.note, ep.failure())
+		}
+	case itemMark:
+		switch ep.state.Load() {
+		case epReady:
+			if len(ep.waiting) > 0 || !r.postMarks(ep, it.note) {
+				ep.waiting = append(ep.waiting, pend{mark: it.note})
+				r.block(ep)
+			}
+		case epConnecting:
+			ep.waiting = append(ep.waiting, pend{mark: it.note})
+		default:
+			r.failMarks(ep, it.note, ep.failure())
 		}
 	case itemCredit:
 		r.credited(ep, it.cred)
@@ -560,9 +580,15 @@ func (r *rail) flushChain() {
 			idx := int32(uint32(r.wrs[i].ID))
 			sl := &r.slots[idx]
 			if note := sl.note; note != nil {
+				mark := sl.mark
 				r.spool.put(sl.buf)
 				r.release(idx, sl)
-				r.noteFailed(q.ep, note, perr)
+				if mark {
+					q.ep.busy.Add(-1)
+					note.tr.sliceDone(perr)
+				} else {
+					r.noteFailed(q.ep, note, perr)
+				}
 				continue
 			}
 			s, tr, sn := sl.s, sl.tr, sl.n
@@ -848,6 +874,10 @@ func (r *rail) closeEP(ep *endpoint, err error) {
 func (r *rail) failWaiting(ep *endpoint, err error) {
 	for i, p := range ep.waiting {
 		ep.waiting[i] = pend{}
+		if p.mark != nil {
+			r.failMarks(ep, p.mark, err)
+			continue
+		}
 		r.finish(p.s, p.tr, ep, 0, err)
 	}
 	ep.waiting = ep.waiting[:0]
@@ -907,7 +937,15 @@ func (r *rail) drain(ep *endpoint) {
 	}
 	i := 0
 	for ; i < len(ep.waiting); i++ {
-		if ep.state.Load() != epReady || !r.post(ep, ep.waiting[i].s, ep.waiting[i].tr, ep.waiting[i].rkey) {
+		p := &ep.waiting[i]
+		if ep.state.Load() != epReady {
+			break
+		}
+		if p.mark != nil {
+			if !r.postMarks(ep, p.mark) {
+				break
+			}
+		} else if !r.post(ep, p.s, p.tr, p.rkey) {
 			break
 		}
 	}
@@ -959,6 +997,8 @@ func (r *rail) shutdown() {
 		case itemNote:
 			it.ep.busy.Add(-1)
 			it.note.finish(closed)
+		case itemMark:
+			r.failMarks(it.ep, it.note, closed)
 		case itemReady, itemClose:
 			if !it.ep.torn {
 				for _, q := range it.ep.qps {
@@ -986,11 +1026,15 @@ func (r *rail) shutdown() {
 	r.blocked = nil
 	for i := range r.slots {
 		if sl := &r.slots[i]; sl.note != nil {
-			n, ep := sl.note, sl.q.ep
+			n, ep, mark := sl.note, sl.q.ep, sl.mark
 			r.spool.put(sl.buf)
 			r.release(int32(i), sl)
 			ep.busy.Add(-1)
-			n.finish(closed)
+			if mark {
+				n.tr.sliceDone(closed)
+			} else {
+				n.finish(closed)
+			}
 		} else if sl.s != nil {
 			s, tr, ep := sl.s, sl.tr, sl.q.ep
 			r.release(int32(i), sl)

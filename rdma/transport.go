@@ -341,6 +341,9 @@ func (t *Transport) submitSlices(ss []*driver.Slice, tr *noteTrack) {
 			if rt, ok := t.route(s, tr); ok {
 				buf[k] = rt
 				k++
+				if tr != nil && tr.collect {
+					tr.addEP(rt.ep)
+				}
 			}
 		}
 		if k > 0 {
