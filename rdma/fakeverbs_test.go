@@ -118,6 +118,7 @@ func (f *fabric) setPort(d *fakeDev, up bool) {
 		f.mu.Unlock()
 		for _, h := range fails {
 			h.q.complete(&h.wr, uverbs.WCRetryExcErr)
+			h.q.nheld.Add(-1)
 		}
 	}
 	select {
@@ -143,6 +144,7 @@ func (f *fabric) release(n int) int {
 	f.mu.Unlock()
 	for _, h := range rel {
 		h.q.complete(&h.wr, h.q.execute(&h.wr))
+		h.q.nheld.Add(-1)
 	}
 	return len(rel)
 }
@@ -340,6 +342,9 @@ type fakeQP struct {
 	out    atomic.Int64
 	closed atomic.Bool
 	rq     []fakeRecv // posted receives (fabric mu)
+	// nheld counts q's work requests held or being released: a SEND
+	// posted meanwhile waits behind them (fabric mu to add).
+	nheld atomic.Int64
 }
 
 type fakeRecv struct {
@@ -393,17 +398,10 @@ func (q *fakeQP) flushRecvs() {
 	}
 }
 
-// heldOn reports whether the fabric holds a work request of q (fabric
-// mu): RC executes a QP's work requests in order, so a SEND posted
-// behind held ones waits for them.
-func (f *fabric) heldOn(q *fakeQP) bool {
-	for _, h := range f.held {
-		if h.q == q && !h.lost {
-			return true
-		}
-	}
-	return false
-}
+// heldOn reports whether the fabric holds (or is releasing) a work
+// request of q (fabric mu): RC executes a QP's work requests in order,
+// so a SEND posted behind held ones waits for them.
+func (f *fabric) heldOn(q *fakeQP) bool { return q.nheld.Load() > 0 }
 
 func (q *fakeQP) peer() *fakeQP {
 	q.d.f.mu.Lock()
@@ -467,6 +465,7 @@ func (q *fakeQP) PostSend(wrs []uverbs.SendWR) (int, error) {
 			h := heldWR{q: q, wr: *wr, sg: wr.SGL[0]}
 			h.wr.SGL = []uverbs.SGE{h.sg} // the rail reuses its SGE array
 			f.held = append(f.held, h)
+			q.nheld.Add(1)
 			f.mu.Unlock()
 		}
 	}
@@ -571,6 +570,7 @@ func (q *fakeQP) ToErr() error {
 	f.mu.Unlock()
 	for _, h := range flush {
 		q.complete(&h.wr, uverbs.WCWRFlushErr)
+		q.nheld.Add(-1)
 	}
 	q.flushRecvs()
 	return nil
