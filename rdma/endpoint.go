@@ -34,6 +34,8 @@ type pend struct {
 	tr   *noteTrack
 	rkey uint32
 	mark *outNote // instead of s: the note's markers on every QP
+	// since is when a mark started waiting (rail clock).
+	since time.Duration
 }
 
 type qpState struct {

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"sync"
 	"sync/atomic"
+	"time"
 
 	"github.com/rdmago/te/engine/driver"
 	"github.com/rdmago/te/uverbs"
@@ -32,6 +33,8 @@ type outNote struct {
 	// alone); marks is how many copies the target waits for.
 	tr    *noteTrack
 	marks uint32
+	// since is when the note started waiting for a credit (rail clock).
+	since time.Duration
 	// done is called once with the outcome, on a rail owner or on the
 	// sender's goroutine when it fails at once.
 	done func(n *outNote, err error)
@@ -455,5 +458,45 @@ func (r *rail) failMarks(ep *endpoint, n *outNote, err error) {
 	for range r.t.cfg.QPsPerPath {
 		ep.busy.Add(-1)
 		n.tr.sliceDone(err)
+	}
+}
+
+// errNoteStalled: the target held every credit for longer than the
+// rail's slice timeout (its application does not drain notifications).
+var errNoteStalled = fmt.Errorf("rdma: notification not sent: the target took none for Config.SliceTimeout: %w", driver.ErrNotifyFull)
+
+// expireNotes ends what waited too long on the blocked endpoints for a
+// notification credit: a note (or a marker at the head of its endpoint's
+// queue, which holds the slices behind it) not sent within the slice
+// timeout fails with ErrNotifyFull, a cancelled one with ErrCanceled.
+// Nothing of them was sent.
+func (r *rail) expireNotes() {
+	for _, ep := range r.blocked {
+		k := 0
+		for _, n := range ep.notes {
+			switch {
+			case n.canceled():
+				r.noteFailed(ep, n, fmt.Errorf("rdma: notification not sent: %w", driver.ErrCanceled))
+			case r.clock-n.since >= r.sliceTimeout:
+				r.noteFailed(ep, n, errNoteStalled)
+			default:
+				ep.notes[k] = n
+				k++
+			}
+		}
+		clear(ep.notes[k:])
+		ep.notes = ep.notes[:k]
+		if len(ep.waiting) > 0 {
+			if p := ep.waiting[0]; p.mark != nil && (p.mark.canceled() || r.clock-p.since >= r.sliceTimeout) {
+				err := errNoteStalled
+				if p.mark.canceled() {
+					err = fmt.Errorf("rdma: notification not sent: %w", driver.ErrCanceled)
+				}
+				n := copy(ep.waiting, ep.waiting[1:])
+				ep.waiting[n] = pend{}
+				ep.waiting = ep.waiting[:n]
+				r.failMarks(ep, p.mark, err)
+			}
+		}
 	}
 }

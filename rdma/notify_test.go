@@ -479,3 +479,56 @@ func bothModes(t *testing.T, f func(*testing.T, bool)) {
 	t.Run("after", func(t *testing.T) { f(t, false) })
 	t.Run("markers", func(t *testing.T) { f(t, true) })
 }
+
+// TestFakeNotifyStalled: notes that wait at the sender for a credit
+// longer than Config.SliceTimeout (the target's application drains
+// nothing) fail with ErrNotifyFull, without being sent; those the target
+// took succeed.
+func TestFakeNotifyStalled(t *testing.T) { bothModes(t, testFakeNotifyStalled) }
+
+func testFakeNotifyStalled(t *testing.T, markers bool) {
+	f := newFabric()
+	const depth, qps, flood, room = 1, 2, 12, 1
+	const timeout = 50 * time.Millisecond
+	ini, tgt, seg := notePair(t, f, Config{NotifyDepth: depth, QPsPerPath: qps, SliceTimeout: timeout, NotifyMarkers: markers}, 4096, 1, room)
+	reqs := fakeRequests(engine.Write, ini, tgt, seg, 1, 4096)
+	if err := transfer(t, ini.Engine, reqs, 10*time.Second); err != nil {
+		t.Fatal(err)
+	}
+	var wg sync.WaitGroup
+	var ok, full atomic.Int64
+	errs := make(chan error, flood)
+	for range flood {
+		wg.Go(func() {
+			switch err := submitNotify(t, ini.Engine, reqs, engine.Notify{Name: "n"}); {
+			case err == nil:
+				ok.Add(1)
+			case errors.Is(err, driver.ErrNotifyFull):
+				full.Add(1)
+			default:
+				errs <- err
+			}
+		})
+	}
+	wg.Wait()
+	close(errs)
+	for err := range errs {
+		t.Fatal(err)
+	}
+	if ok.Load() == 0 || full.Load() == 0 || ok.Load()+full.Load() != flood {
+		t.Fatalf("%d notes succeeded and %d failed full, of %d", ok.Load(), full.Load(), flood)
+	}
+	if got := f.recvs.Load(); !markers && got != ok.Load() {
+		t.Fatalf("%d notes received by the target, %d succeeded at the sender", got, ok.Load())
+	}
+	// Drained, the ones that succeeded are all there.
+	n := 0
+	deadline := time.Now().Add(10 * time.Second)
+	for int64(n) < ok.Load() && time.Now().Before(deadline) {
+		n += len(tgt.Engine.DrainNotifications(nil))
+		time.Sleep(time.Millisecond)
+	}
+	if int64(n) != ok.Load() {
+		t.Fatalf("%d notes delivered, %d succeeded at the sender", n, ok.Load())
+	}
+}

@@ -339,7 +339,7 @@ func (r *rail) run() {
 	idle := 0
 	for {
 		r.clock = time.Since(r.born)
-		if r.inflight > 0 && r.clock >= r.nextScan {
+		if (r.inflight > 0 || len(r.blocked) > 0) && r.clock >= r.nextScan {
 			r.expire()
 		}
 		r.inMu.Lock()
@@ -373,7 +373,7 @@ func (r *rail) run() {
 			continue
 		}
 		idle = 0
-		if r.inflight == 0 && r.rposted == 0 {
+		if r.inflight == 0 && r.rposted == 0 && len(r.blocked) == 0 {
 			select {
 			case <-r.wake:
 			case <-r.quit:
@@ -385,7 +385,7 @@ func (r *rail) run() {
 		// soon, if the CQ could not be armed); with only receives posted,
 		// on an event alone.
 		wait := time.Duration(-1)
-		if r.inflight > 0 {
+		if r.inflight > 0 || len(r.blocked) > 0 {
 			wait = max(r.nextScan-r.clock, time.Millisecond)
 		}
 		if err := r.v.Arm(); err != nil {
@@ -419,6 +419,10 @@ func (r *rail) run() {
 // completes or flushes: the device may still write its memory until then.
 func (r *rail) expire() {
 	r.nextScan = r.clock + r.sliceTimeout/4
+	if len(r.blocked) > 0 {
+		r.expireNotes()
+		r.serviceBlocked()
+	}
 	for i := range r.slots {
 		sl := &r.slots[i]
 		if sl.s == nil || r.clock-sl.posted < r.sliceTimeout {
@@ -483,10 +487,12 @@ func (r *rail) handle(it item) {
 		switch ep.state.Load() {
 		case epReady:
 			if len(ep.notes) > 0 || !r.postNote(ep, it.note) {
+				it.note.since = r.clock
 				ep.notes = append(ep.notes, it.note)
 				r.block(ep)
 			}
 		case epConnecting:
+			it.note.since = r.clock
 			ep.notes = append(ep.notes, it.note)
 		default:
 			r.noteFailed(ep, it.note, ep.failure())
@@ -495,11 +501,11 @@ func (r *rail) handle(it item) {
 		switch ep.state.Load() {
 		case epReady:
 			if len(ep.waiting) > 0 || !r.postMarks(ep, it.note) {
-				ep.waiting = append(ep.waiting, pend{mark: it.note})
+				ep.waiting = append(ep.waiting, pend{mark: it.note, since: r.clock})
 				r.block(ep)
 			}
 		case epConnecting:
-			ep.waiting = append(ep.waiting, pend{mark: it.note})
+			ep.waiting = append(ep.waiting, pend{mark: it.note, since: r.clock})
 		default:
 			r.failMarks(ep, it.note, ep.failure())
 		}
