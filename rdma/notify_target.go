@@ -1,6 +1,7 @@
 package rdma
 
 import (
+	"context"
 	"errors"
 	"runtime"
 	"time"
@@ -191,7 +192,31 @@ func (r *rail) received(wc *uverbs.WC) {
 		return
 	}
 	b.held = true
-	q.sess.queueNote(noteRef{r: r, buf: i, n: int(wc.ByteLen), b: b.b})
+	ref := noteRef{r: r, buf: i, n: int(wc.ByteLen), b: b.b}
+	if r.t.deliverNow(r, q.sess, &ref) {
+		r.recycle(i)
+		return
+	}
+	q.sess.queueNote(ref)
+}
+
+// deliverNow hands a received notification to the inbox from the rail's
+// owner when the session's deliverer has nothing queued or in hand (so
+// the order of arrival holds) and the inbox has room now; false leaves
+// it to the deliverer, which waits for room. It saves the notification
+// two goroutine hand-offs on its way.
+func (t *Transport) deliverNow(r *rail, s *session, ref *noteRef) bool {
+	s.credMu.Lock()
+	busy := len(s.notes) > 0 || s.delivering
+	s.credMu.Unlock()
+	if busy || t.ctx.Err() != nil {
+		return false
+	}
+	d := &r.delivery
+	d.From = driver.Sender{Name: s.initiator, Epoch: s.epoch}
+	done, err := t.offer(s, d, ref, t.noWait)
+	d.Name, d.Msg = nil, nil
+	return done || !errors.Is(err, driver.ErrNotifyFull)
 }
 
 // noteRef is a received notification on its way to the sink: buffer buf
@@ -202,6 +227,8 @@ type noteRef struct {
 	buf int32
 	n   int
 	b   []byte
+	// counted: its marker was counted already (offer).
+	counted bool
 }
 
 // queueNote hands a received notification to s's deliverer; it never
@@ -226,18 +253,18 @@ func (t *Transport) deliverNotes(s *session) {
 	defer t.wg.Done()
 	var batch []noteRef
 	d := driver.Delivery{From: driver.Sender{Name: s.initiator, Epoch: s.epoch}}
-	// partial counts the markers in of notes that expect several.
-	partial := map[uint64]uint32{}
 	for {
 		s.credMu.Lock()
 		batch, s.notes = s.notes, batch[:0]
+		s.delivering = len(batch) > 0
 		s.credMu.Unlock()
-		for k, ref := range batch {
-			batch[k] = noteRef{}
+		for k := range batch {
+			ref := &batch[k]
 			if t.ctx.Err() == nil {
-				t.offer(s, &d, ref, partial)
+				t.offer(s, &d, ref, t.ctx)
 			}
 			ref.r.enqueue(item{kind: itemRecycle, buf: ref.buf})
+			batch[k] = noteRef{}
 		}
 		if len(batch) > 0 {
 			continue
@@ -256,38 +283,48 @@ func (t *Transport) deliverNotes(s *session) {
 }
 
 // offer decodes one received notification into d and hands it to the
-// inbox, which drops a repeat and one from a restarted sender. A note
-// sent as markers (one behind the data on each QP) goes once the last of
-// them is in: each was ordered after its QP's data.
-func (t *Transport) offer(s *session, d *driver.Delivery, ref noteRef, partial map[uint64]uint32) {
-	var err error
+// inbox (waiting for room until ctx ends), which drops a repeat and one
+// from a restarted sender. A note sent as markers (one behind the data on
+// each QP) goes once the last of them is in: each was ordered after its
+// QP's data. done: nothing is left to do for it (delivered or dropped).
+func (t *Transport) offer(s *session, d *driver.Delivery, ref *noteRef, ctx context.Context) (done bool, err error) {
 	var marks uint32
 	d.ID, d.Bytes, marks, d.Name, d.Msg, err = parseNote(ref.b[:min(ref.n, len(ref.b))])
 	if err != nil {
 		t.log.Warn("rdma: notification dropped", "initiator", s.initiator, "err", err)
-		return
+		return true, nil
 	}
-	if marks > 1 {
-		if n := partial[d.ID] + 1; n < marks {
-			if len(partial) >= maxPartial {
+	if marks > 1 && !ref.counted {
+		ref.counted = true
+		s.credMu.Lock()
+		n := s.partial[d.ID] + 1
+		if n < marks {
+			if s.partial == nil || len(s.partial) >= maxPartial {
 				// Only failed submissions leave markers that never
 				// complete; forget them.
-				clear(partial)
+				s.partial = map[uint64]uint32{}
 			}
-			partial[d.ID] = n
-			return
+			s.partial[d.ID] = n
+		} else {
+			delete(s.partial, d.ID)
 		}
-		delete(partial, d.ID)
+		s.credMu.Unlock()
+		if n < marks {
+			return true, nil
+		}
 	}
-	err = t.host.Inbox().Deliver(t.ctx, d)
+	err = t.host.Inbox().Deliver(ctx, d)
 	d.Name, d.Msg = nil, nil
 	switch {
 	case err == nil, t.ctx.Err() != nil:
+	case errors.Is(err, driver.ErrNotifyFull) && ctx != t.ctx:
+		return false, err
 	case errors.Is(err, driver.ErrPeerReset):
 		t.log.Debug("rdma: notification from a restarted sender dropped", "initiator", s.initiator, "epoch", s.epoch)
 	default:
 		t.log.Warn("rdma: notification not delivered", "initiator", s.initiator, "err", err)
 	}
+	return true, err
 }
 
 // recycle reposts a delivered receive buffer on its QP and returns the

@@ -137,11 +137,12 @@ type rail struct {
 	eps      []*endpoint
 	// Notifications: receive buffers (target) and SEND sources
 	// (initiator), both mapped on first use; receives posted.
-	rpool   *bufPool
-	spool   *bufPool
-	rposted int
-	rwr     [1]uverbs.RecvWR
-	rsge    [1]uverbs.SGE
+	rpool    *bufPool
+	spool    *bufPool
+	rposted  int
+	rwr      [1]uverbs.RecvWR
+	rsge     [1]uverbs.SGE
+	delivery driver.Delivery // deliverNow's
 	// Busy totals for the rate: bytes completed and time passed while the
 	// rail never ran empty (an idle rail's rate says nothing of its speed).
 	winStart  time.Time

@@ -57,6 +57,10 @@ type session struct {
 	// deliverer (credMu); noteKick wakes it.
 	notes    []noteRef
 	noteKick chan struct{}
+	// delivering: the deliverer has notes in hand; partial counts the
+	// markers in of notes sent as several (credMu).
+	delivering bool
+	partial    map[uint64]uint32
 }
 
 func (ts *targetState) init(t *Transport) {
