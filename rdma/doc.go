@@ -33,4 +33,16 @@
 // (uverbs.RetryBound of QPTimeout and RetryCount) when its host is gone. A
 // work request the device never completes fails its slice after
 // Config.SliceTimeout (ErrSliceTimeout) instead of hanging it.
+//
+// Completion notifications (driver.Notifier, docs/notify.md) ride the
+// same QPs: a note is a SEND, either posted once every slice of its
+// submission has completed or, with Config.NotifyMarkers, posted as a
+// marker behind the data on every QP the submission used (RC orders a
+// SEND after the earlier WRITEs of its QP only), the target delivering
+// once all markers are in. Responder QPs keep receive buffers posted
+// (registered memory outside the Go heap, replenished by the rail's
+// owner); an initiator SENDs only against a credit, a receive the target
+// has posted, and credits come back on the control connection, so no
+// SEND meets an empty receive queue and a target whose inbox is full
+// holds that sender's credits: back-pressure on that sender alone.
 package rdma
