@@ -11,6 +11,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/rdmago/te/auth"
 	"github.com/rdmago/te/engine"
 	"github.com/rdmago/te/engine/driver"
 	"github.com/rdmago/te/engine/enginetest"
@@ -571,5 +572,47 @@ func BenchmarkFakeNotify(b *testing.B) {
 				}
 			}
 		})
+	}
+}
+
+// TestFakeNotifyAuth: with a cluster secret on both sides, a note
+// arrives named by the sender the handshake proved; an initiator without
+// the secret gets no QP, so it cannot notify at all.
+func TestFakeNotifyAuth(t *testing.T) {
+	secret, err := auth.New(bytes.Repeat([]byte{7}, 32))
+	if err != nil {
+		t.Fatal(err)
+	}
+	f := newFabric()
+	ini, tgt, seg := notePair(t, f, Config{Auth: secret}, 4096, 1, 0)
+	reqs := fakeRequests(engine.Write, ini, tgt, seg, 1, 4096)
+	if err := submitNotify(t, ini.Engine, reqs, engine.Notify{Name: "ok"}); err != nil {
+		t.Fatal(err)
+	}
+	got := tgt.Engine.DrainNotifications(nil)
+	for len(got) == 0 {
+		time.Sleep(time.Millisecond)
+		got = tgt.Engine.DrainNotifications(nil)
+	}
+	if got[0].Name != "ok" || got[0].From != "initiator" || got[0].FromEpoch != ini.Engine.Epoch() {
+		t.Fatalf("notification %+v", got[0])
+	}
+	// No secret: refused before any endpoint.
+	st := enginetest.NewMemStore()
+	t.Cleanup(func() { st.Close() })
+	tgt2 := New(Config{Auth: secret})
+	tgt2.open = opener(f.dev("t2", -1))
+	enginetest.NewNode(t, engine.Config{Name: "target2", Store: st}, 4096, tgt2)
+	bad := New(Config{})
+	bad.open = opener(f.dev("b2", -1))
+	bn := &fnode{Node: enginetest.NewNode(t, engine.Config{Name: "intruder", Store: st, Retries: 1}, 4096, bad), tr: bad}
+	seg2 := openSeg(t, bn, "target2")
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	if err := bn.Engine.Notify(ctx, seg2, engine.Notify{Name: "spoof"}); err == nil {
+		t.Fatal("an initiator without the secret notified")
+	}
+	if n := tgt2.TargetQPs(); n != 0 {
+		t.Fatalf("the target holds %d QPs for an initiator without the secret", n)
 	}
 }
