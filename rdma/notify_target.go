@@ -214,7 +214,7 @@ func (t *Transport) deliverNow(r *rail, s *session, ref *noteRef) bool {
 	}
 	d := &r.delivery
 	d.From = driver.Sender{Name: s.initiator, Epoch: s.epoch}
-	done, err := t.offer(s, d, ref, t.noWait)
+	done, err := t.offer(s, d, ref, driver.NoWait)
 	d.Name, d.Msg = nil, nil
 	return done || !errors.Is(err, driver.ErrNotifyFull)
 }

@@ -48,9 +48,6 @@ type Transport struct {
 	regs    map[uint64]*regKey // by region address, for Describe
 	peers   map[*peer]struct{}
 	traffic map[railKey]*railCounters
-	// noWait is a context already done: the inbox takes a note from a
-	// rail's owner only if it has room now.
-	noWait context.Context
 	// tracks are free notification trackers (notify_init.go).
 	trackMu sync.Mutex
 	tracks  []*noteTrack
@@ -88,9 +85,6 @@ func (t *Transport) install(h driver.Host) (err error) {
 	}
 	t.host, t.log = h, h.Logger()
 	t.ctx, t.cancel = context.WithCancel(context.Background())
-	noWait, stop := context.WithCancel(context.Background())
-	stop()
-	t.noWait = noWait
 	defer func() {
 		if err != nil {
 			t.cancel()
