@@ -92,7 +92,7 @@ func (r *rail) postRecvs(q *tgtQP, n int) int {
 		r.rpool = newBufPool(r, r.t.cfg.NotifyBuffers)
 	}
 	k := 0
-	for ; k < n; k++ {
+	for ; k < n && r.rposted < r.recvBudget; k++ {
 		if !r.postRecv(q, -1) {
 			break
 		}

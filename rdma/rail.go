@@ -137,12 +137,14 @@ type rail struct {
 	eps      []*endpoint
 	// Notifications: receive buffers (target) and SEND sources
 	// (initiator), both mapped on first use; receives posted.
-	rpool    *bufPool
-	spool    *bufPool
-	rposted  int
-	rwr      [1]uverbs.RecvWR
-	rsge     [1]uverbs.SGE
-	delivery driver.Delivery // deliverNow's
+	rpool   *bufPool
+	spool   *bufPool
+	rposted int
+	// recvBudget bounds rposted: the CQ's entries set aside for receives.
+	recvBudget int
+	rwr        [1]uverbs.RecvWR
+	rsge       [1]uverbs.SGE
+	delivery   driver.Delivery // deliverNow's
 	// Busy totals for the rate: bytes completed and time passed while the
 	// rail never ran empty (an idle rail's rate says nothing of its speed).
 	winStart  time.Time
@@ -177,9 +179,12 @@ func openRail(t *Transport, idx int, v railVerbs) *rail {
 	if r.port.MaxQPWR > 0 {
 		r.sendDepth = min(r.sendDepth, r.port.MaxQPWR)
 	}
-	// One slot per CQE the CQ holds: a completion can never be lost to
-	// overflow, whatever the number of QPs.
-	r.slots = make([]slot, min(cfg.CQDepth, v.CQEntries()))
+	// One slot per CQE the CQ holds, less the receives the rail may post
+	// for notifications (a quarter at most): a completion can never be
+	// lost to overflow, whatever the number of QPs.
+	cqes := min(cfg.CQDepth, v.CQEntries())
+	r.recvBudget = min(cfg.NotifyBuffers, cqes/4)
+	r.slots = make([]slot, cqes-r.recvBudget)
 	for i := range r.slots {
 		r.slots[i].next = r.free
 		r.free = int32(i)
