@@ -2,11 +2,13 @@ package engine_test
 
 import (
 	"errors"
+	"fmt"
 	"strings"
 	"testing"
 	"time"
 
 	"github.com/rdmago/te/engine"
+	"github.com/rdmago/te/engine/driver"
 	"github.com/rdmago/te/engine/enginetest"
 )
 
@@ -50,4 +52,87 @@ func TestNotifyUnsupported(t *testing.T) {
 	if st, _ := ini.Engine.BatchStatus(b); st.State != engine.StateCompleted || ft.slices.Load() != 0 {
 		t.Fatalf("refused submissions left %v, %d slices", st, ft.slices.Load())
 	}
+}
+
+// noteFake is a fake that carries notifications: it completes the slices
+// (failing the one at failAt, when set), then the note with what outcome
+// returns for its attempt, and records the attempts.
+type noteFake struct {
+	*fake
+	failAt   int
+	outcome  func(attempt int) error
+	attempts []int
+	bytes    []uint64
+}
+
+func (f *noteFake) Driver() driver.Transport { return f }
+
+func (f *noteFake) SubmitNotify(ss []*driver.Slice, n *driver.Note) {
+	for i, s := range ss {
+		if i == f.failAt-1 {
+			s.Done(0, errors.New("fake: refused"))
+			continue
+		}
+		s.Done(uint64(len(s.Local)), nil)
+	}
+	f.attempts = append(f.attempts, n.Attempt())
+	f.bytes = append(f.bytes, n.Bytes)
+	n.Done(f.outcome(n.Attempt()))
+}
+
+// TestNotifyResend: a note whose first sending ended transiently (a
+// connection broke) is sent again alone once every task of its submission
+// completed, and the batch completes; when a task failed it is not sent
+// again and Wait reports the failure; a note refused for good fails the
+// batch with that error.
+func TestNotifyResend(t *testing.T) {
+	st := enginetest.NewMemStore()
+	defer st.Close()
+	tgt := enginetest.NewNode(t, engine.Config{Name: "target", Store: st}, 1<<16, &fake{name: "fake"})
+	nf := &noteFake{fake: &fake{name: "fake"}}
+	ini := enginetest.NewNode(t, engine.Config{Name: "ini", Store: st}, 1<<16, nf)
+	seg, err := ini.Engine.OpenSegment(ctxT(t, 5*time.Second), "target", nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	reqs := make([]engine.Request, 4)
+	for i := range reqs {
+		reqs[i] = engine.Request{Op: engine.Write, Local: ini.Mem.Bytes()[i*1024 : (i+1)*1024], Target: seg, TargetAddr: engine.AddrOf(tgt.Mem.Bytes()) + uint64(i*1024)}
+	}
+	run := func(failAt int, outcome func(int) error) error {
+		nf.failAt, nf.outcome, nf.attempts, nf.bytes = failAt, outcome, nil, nil
+		b, _ := ini.Engine.AllocateBatch(len(reqs))
+		defer ini.Engine.FreeBatch(b)
+		err := ini.Engine.SubmitNotify(b, reqs, engine.Notify{Name: "n"})
+		if err == nil {
+			err = ini.Engine.Wait(ctxT(t, 5*time.Second), b)
+		}
+		return err
+	}
+	transientOnce := func(a int) error {
+		if a == 0 {
+			return fmt.Errorf("fake: connection broke: %w", engine.ErrTransient)
+		}
+		return nil
+	}
+	if err := run(0, transientOnce); err != nil || fmt.Sprint(nf.attempts) != "[0 1]" || nf.bytes[1] != 4096 {
+		t.Fatalf("transient note: %v, attempts %v, bytes %v", err, nf.attempts, nf.bytes)
+	}
+	if err := run(2, transientOnce); err == nil || fmt.Sprint(nf.attempts) != "[0]" {
+		t.Fatalf("transient note, failed task: %v, attempts %v", err, nf.attempts)
+	}
+	full := func(int) error { return fmt.Errorf("fake: %w", engine.ErrNotifyFull) }
+	if err := run(0, full); !errors.Is(err, engine.ErrNotifyFull) || fmt.Sprint(nf.attempts) != "[0]" {
+		t.Fatalf("refused note: %v, attempts %v", err, nf.attempts)
+	}
+	// The notification's outcome is in BatchStatus too.
+	nf.failAt, nf.outcome = 0, full
+	b, _ := ini.Engine.AllocateBatch(len(reqs))
+	if err := ini.Engine.SubmitNotify(b, reqs, engine.Notify{Name: "n"}); err != nil {
+		t.Fatal(err)
+	}
+	if s, _ := ini.Engine.BatchStatus(b); s.State != engine.StateFailed || !errors.Is(s.Err, engine.ErrNotifyFull) {
+		t.Fatalf("status of a batch whose note was refused: %+v", s)
+	}
+	ini.Engine.FreeBatch(b)
 }
