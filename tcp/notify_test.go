@@ -752,3 +752,34 @@ func BenchmarkNotify(b *testing.B) {
 		})
 	}
 }
+
+// TestNotifyAuth: with a cluster secret on the target, an initiator
+// without it cannot notify (its handshake is refused: auth.ErrDenied) and
+// nothing is delivered; one holding it can.
+func TestNotifyAuth(t *testing.T) {
+	st := enginetest.NewMemStore()
+	defer st.Close()
+	s := testSecret(t)
+	tgt := newNode(t, st, "target", 1<<16, Config{Auth: s})
+	for _, c := range []struct {
+		name   string
+		secret bool
+	}{{"stranger", false}, {"member", true}} {
+		var cfg Config
+		if c.secret {
+			cfg.Auth = s
+		}
+		ini := newNode(t, st, c.name, 1<<16, cfg)
+		seg, err := ini.e.OpenSegment(ctxT(t, 5*time.Second), "target", nil)
+		if err == nil {
+			err = ini.e.Notify(ctxT(t, 5*time.Second), seg, engine.Notify{Name: c.name})
+		}
+		if c.secret != (err == nil) || !c.secret && !errors.Is(err, auth.ErrDenied) {
+			t.Fatalf("%s: %v", c.name, err)
+		}
+	}
+	got := tgt.e.DrainNotifications(nil)
+	if len(got) != 1 || got[0].From != "member" {
+		t.Fatalf("delivered %+v", got)
+	}
+}
