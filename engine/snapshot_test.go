@@ -3,6 +3,7 @@ package engine_test
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"log/slog"
 	"strings"
@@ -263,4 +264,53 @@ func TestSnapshotConcurrent(t *testing.T) {
 		t.Fatalf("after the submitters: %d tasks in flight, %d bytes counted", s.TasksInFlight, moved)
 	}
 	t.Logf("%d snapshots beside %d submitters; %d bytes moved", snaps, workers, moved)
+}
+
+// Failures are counted by the cause errors.Is finds, timeouts before the
+// transient class they may also be in.
+func TestCauses(t *testing.T) {
+	st := enginetest.NewMemStore()
+	t.Cleanup(func() { st.Close() })
+	enginetest.NewNode(t, engine.Config{Name: "target", Store: st}, 1<<20, &fake{name: "hold"})
+	h := holder{fake: &fake{name: "hold"}, in: make(chan *driver.Slice, 16)}
+	ini := enginetest.NewNode(t, engine.Config{Name: "ini", Store: st, Retries: -1}, 1<<20, h)
+	e := ini.Engine
+	seg, err := e.OpenSegment(ctxT(t, 5*time.Second), "target", nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	d, _ := e.SegmentDescriptor(seg)
+	for _, c := range []struct {
+		err  error
+		want engine.Cause
+	}{
+		{fmt.Errorf("x: %w", engine.ErrPeerReset), engine.CausePeerReset},
+		{tcp.ErrTimeout, engine.CauseTimeout},
+		{fmt.Errorf("slice timeout: %w: %w", driver.ErrTimeout, driver.ErrTransient), engine.CauseTimeout},
+		{fmt.Errorf("x: %w", engine.ErrOutOfRange), engine.CauseOutOfRange},
+		{fmt.Errorf("x: %w", engine.ErrMemoryBusy), engine.CauseMemoryBusy},
+		{tcp.ErrConnection, engine.CauseConnection},
+		{fmt.Errorf("x: %w", engine.ErrClosed), engine.CauseClosed},
+		{errors.New("remote access error"), engine.CauseOther},
+	} {
+		before := e.Snapshot()
+		b, _ := e.AllocateBatch(1)
+		if err := e.Submit(b, []engine.Request{{Op: engine.Write, Local: ini.Mem.Bytes()[:64], Target: seg, TargetAddr: d.Buffers[0].Addr}}); err != nil {
+			t.Fatal(err)
+		}
+		(<-h.in).Done(0, c.err)
+		e.Wait(ctxT(t, 5*time.Second), b)
+		e.FreeBatch(b)
+		after := e.Snapshot()
+		for cause := range after.Protocols[0].Failures {
+			var was uint64
+			if len(before.Protocols) > 0 {
+				was = before.Protocols[0].Failures[cause]
+			}
+			grew := after.Protocols[0].Failures[cause] - was
+			if want := map[bool]uint64{true: 1}[engine.Cause(cause) == c.want]; grew != want {
+				t.Errorf("%v: failures{%v} grew by %d, want %d", c.err, engine.Cause(cause), grew, want)
+			}
+		}
+	}
 }
