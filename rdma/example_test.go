@@ -7,6 +7,7 @@ import (
 
 	"github.com/rdmago/te/engine"
 	"github.com/rdmago/te/rdma"
+	"github.com/rdmago/te/segment"
 	"github.com/rdmago/te/segment/p2p"
 	"github.com/rdmago/te/tcp"
 )
@@ -81,7 +82,9 @@ func Example() {
 
 // An engine that serves its memory over RDMA on two rails and over TCP:
 // initiators whose descriptor lists rdma use it, the others TCP. Memory
-// registered with a location tag prefers the rails listed for it.
+// registered with a location tag prefers the rails listed for it. The
+// rails here are the Soft-RoCE guest's rxe0 and rxe2 (on a ConnectX host,
+// mlx5_0 and mlx5_1); this example runs in the guest tier.
 func Example_rails() {
 	store, err := p2p.New(context.Background(), p2p.Options{Listen: "0.0.0.0:0"})
 	if err != nil {
@@ -96,24 +99,31 @@ func Example_rails() {
 	// The rails open with the verbs providers te carries (rxe and mlx5,
 	// uverbs/providers); Config.Options passes others.
 	tr := rdma.New(rdma.Config{
-		Devices:  []string{"mlx5_0", "mlx5_1"},
-		Priority: map[string][]string{"cpu:0": {"mlx5_0"}, "cpu:1": {"mlx5_1"}},
+		Devices:  []string{"rxe0", "rxe2"},
+		Priority: map[string][]string{"cpu:0": {"rxe0"}, "cpu:1": {"rxe2"}},
 	})
 	for _, t := range []engine.Transport{tr, tcp.New(tcp.Config{Listen: "0.0.0.0:0"})} {
 		if err := e.Install(t); err != nil {
 			log.Fatal(err) // e.g. no such device
 		}
 	}
-	mem, err := engine.Alloc(1 << 30)
+	mem, err := engine.Alloc(1 << 20)
 	if err != nil {
 		log.Fatal(err)
 	}
 	defer mem.Close()
-	// One MR per rail; every rail's rkey goes into the descriptor.
+	// One MR per rail; every rail's rkey goes into the descriptor's rdma
+	// entry.
 	if err := e.RegisterLocalMemory(mem.Bytes(), "cpu:0"); err != nil {
 		log.Fatal(err)
 	}
 	for _, r := range tr.Stats() {
-		log.Printf("rail %s up=%v", r.Device, r.Up)
+		fmt.Println("rail", r.Device, "up:", r.Up)
 	}
+	p, _ := e.LocalDescriptor().Protocol(segment.ProtoRDMA)
+	fmt.Println("rkeys of the buffer:", len(p.RDMA.Keys(0)))
+	// Output:
+	// rail rxe0 up: true
+	// rail rxe2 up: true
+	// rkeys of the buffer: 2
 }

@@ -11,7 +11,7 @@ import (
 )
 
 // Example_loopbackWrite connects two RC QPs on one rxe device (rxe on lo)
-// and performs one RDMA WRITE.
+// and performs one RDMA WRITE. It runs in the Soft-RoCE guest tier.
 func Example_loopbackWrite() {
 	ctx, err := uverbs.Open("rxelo", &uverbs.Options{Providers: []uverbs.Provider{rxe.Provider()}})
 	if err != nil {
@@ -68,6 +68,7 @@ func Example_loopbackWrite() {
 		return
 	}
 	fmt.Println(wc[0].Status, string(mr.Bytes()[4096:4101]))
+	// Output: success hello
 }
 
 // ExampleFindGID selects the RoCE v2 GID of an IPv4 address by value.
