@@ -4,6 +4,7 @@ package diagnose_test
 // (test/softroce/run.sh ./internal/diagnose) and skip loudly elsewhere.
 
 import (
+	"fmt"
 	"strings"
 	"testing"
 	"time"
@@ -129,21 +130,27 @@ func TestRDMAWrongGIDIndex(t *testing.T) {
 	failedAt(t, rep, diagnose.LayerRDMAGID, diagnose.ErrBadGID, "GID[0] fe80::", "link-local")
 }
 
-// One end's netdev at MTU 9000 (RoCE 4096), the other's at 1500 (1024).
+// One end's netdev at MTU 9000 (RoCE 4096), the other's at 1500 (1024),
+// or the other way round when the guest runs at 9000.
 func TestRDMAMTUMismatch(t *testing.T) {
 	topo := srenv.Require(t)
 	a, b := topo.Pair(0)
 	st := enginetest.NewMemStore()
 	defer st.Close()
 	rdmaPeer(t, st.Process(), topo, []srenv.Dev{b})
-	setLink(t, a.Netdev, func(l netlink.Link) error { return netlink.LinkSetMTU(l, 9000) }, a.Name,
-		func(pa uverbs.PortAttr) bool { return pa.ActiveMTU.Bytes() == 4096 })
+	mtu, active, peer := 9000, 4096, 1024
+	if topo.MTU >= 4200 {
+		mtu, active, peer = 1500, 1024, 4096
+	}
+	setLink(t, a.Netdev, func(l netlink.Link) error { return netlink.LinkSetMTU(l, mtu) }, a.Name,
+		func(pa uverbs.PortAttr) bool { return pa.ActiveMTU.Bytes() == active })
 	defer setLink(t, a.Netdev, func(l netlink.Link) error { return netlink.LinkSetMTU(l, topo.MTU) }, a.Name,
-		func(pa uverbs.PortAttr) bool { return pa.ActiveMTU.Bytes() < 4096 })
+		func(pa uverbs.PortAttr) bool { return pa.ActiveMTU.Bytes() == peer })
 	cfg := rdma.Config{Devices: []string{a.Name}}
 	ini := rdmaInitiator(t, st, cfg)
 	rep := rdmaRun(t, st, ini, cfg, nil)
-	failedAt(t, rep, diagnose.LayerRDMAMTU, diagnose.ErrMTU, "MTU mismatch", "active MTU 4096", "MTU 9000", b.Name+" 1024")
+	failedAt(t, rep, diagnose.LayerRDMAMTU, diagnose.ErrMTU, "MTU mismatch", fmt.Sprintf("active MTU %d", active),
+		fmt.Sprintf("MTU %d", mtu), fmt.Sprintf("%s %d", b.Name, peer))
 }
 
 // keepRoutes saves every IPv4 route out of netdev, in every table, and
