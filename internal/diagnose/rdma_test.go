@@ -4,8 +4,10 @@ package diagnose_test
 // (test/softroce/run.sh ./internal/diagnose) and skip loudly elsewhere.
 
 import (
+	"errors"
 	"fmt"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 
@@ -169,7 +171,9 @@ func keepRoutes(t *testing.T, netdev string) func() {
 	}
 	return func() {
 		for _, r := range rs {
-			if err := netlink.RouteReplace(&r); err != nil {
+			// EEXIST: the kernel put that one back itself (the
+			// prefix and local routes of the netdev's address).
+			if err := netlink.RouteReplace(&r); err != nil && !errors.Is(err, syscall.EEXIST) {
 				t.Errorf("restoring route %v: %v", r, err)
 			}
 		}
