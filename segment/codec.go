@@ -30,8 +30,8 @@ const SchemaVersion = 2
 const MaxEncodedSize = 4 << 20
 
 // ErrSchema: a descriptor was written in a schema this build does not
-// read. It comes wrapped with ErrInvalid.
-var ErrSchema = errors.New("segment: descriptor schema not supported")
+// read. It wraps ErrInvalid.
+var ErrSchema = fmt.Errorf("%w: schema not supported", ErrInvalid)
 
 type envelope struct {
 	Schema  int         `json:"schema"`
@@ -76,9 +76,9 @@ func Unmarshal(b []byte) (*Descriptor, error) {
 			who = fmt.Sprintf("%q", named.Name)
 		}
 		if env.Schema < SchemaVersion {
-			return nil, fmt.Errorf("%w: %w: schema %d, this build reads %d: %s runs an older te; upgrade it", ErrInvalid, ErrSchema, env.Schema, SchemaVersion, who)
+			return nil, fmt.Errorf("%w: schema %d, this build reads %d: %s runs an older te; upgrade it", ErrSchema, env.Schema, SchemaVersion, who)
 		}
-		return nil, fmt.Errorf("%w: %w: schema %d, this build reads %d: %s runs a newer te; upgrade this one", ErrInvalid, ErrSchema, env.Schema, SchemaVersion, who)
+		return nil, fmt.Errorf("%w: schema %d, this build reads %d: %s runs a newer te; upgrade this one", ErrSchema, env.Schema, SchemaVersion, who)
 	}
 	var d *Descriptor
 	if err := strictDecode(env.Segment, &d); err != nil {
