@@ -37,6 +37,8 @@ func runChildIfAsked() {
 		err = childStranger(target)
 	case "busy":
 		err = childBusy(target)
+	case "noteallocs":
+		err = childNoteAllocs(target)
 
 	default:
 		err = fmt.Errorf("unknown role %q", role)

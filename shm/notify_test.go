@@ -1,6 +1,7 @@
 package shm
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"testing"
@@ -8,6 +9,7 @@ import (
 
 	"github.com/rdmago/te/engine"
 	"github.com/rdmago/te/engine/transporttest"
+	"github.com/rdmago/te/segment/p2p"
 )
 
 // TestNotify runs the notification cases over shm: notes follow the
@@ -84,5 +86,99 @@ func TestNotifyCancel(t *testing.T) {
 	}
 	if cancelled == 0 {
 		t.Fatal("no round was cancelled in time: the test proved nothing")
+	}
+}
+
+// childNoteAllocs is TestNotifyAllocs's initiator: it opens the segment
+// target over shm, warms up, and prints "allocs N": the allocations per
+// batch of 128 × 4 KiB WRITEs with a notification (submit, wait, free)
+// plus a notification alone.
+func childNoteAllocs(target string) error {
+	ctx := context.Background()
+	// childNode's store polls every 20 ms, allocating as it does: this
+	// one does not poll while the allocations are counted.
+	st, err := p2p.New(ctx, p2p.Options{Listen: "127.0.0.1:0", PollInterval: time.Hour})
+	if err != nil {
+		return err
+	}
+	defer st.Close()
+	e, err := engine.New(engine.Config{Name: st.Name(), Store: st})
+	if err != nil {
+		return err
+	}
+	defer e.Close()
+	if err := e.Install(New(Config{})); err != nil {
+		return err
+	}
+	mem, err := engine.AllocShared(1 << 20)
+	if err != nil {
+		return err
+	}
+	defer mem.Close()
+	if err := e.RegisterLocalMemory(mem.Bytes(), ""); err != nil {
+		return err
+	}
+	seg, err := e.OpenSegment(ctx, target, &engine.OpenOptions{Transport: "shm"})
+	if err != nil {
+		return err
+	}
+	d, err := e.SegmentDescriptor(seg)
+	if err != nil {
+		return err
+	}
+	reqs := make([]engine.Request, 128)
+	for i := range reqs {
+		reqs[i] = engine.Request{Op: engine.Write, Local: mem.Bytes()[i*4096 : (i+1)*4096], Target: seg, TargetAddr: d.Buffers[0].Addr + uint64(i*4096)}
+	}
+	msg := make([]byte, 512)
+	var failed error
+	run := func() {
+		b, err := e.AllocateBatch(len(reqs))
+		if err == nil {
+			err = e.SubmitNotify(b, reqs, engine.Notify{Name: "layer", Msg: msg})
+		}
+		if err == nil {
+			err = e.Wait(ctx, b)
+		}
+		if err == nil {
+			err = e.FreeBatch(b)
+		}
+		if err == nil {
+			err = e.Notify(ctx, seg, engine.Notify{Name: "alone", Msg: msg})
+		}
+		if err != nil && failed == nil {
+			failed = err
+		}
+	}
+	for range 10 {
+		run()
+	}
+	a := testing.AllocsPerRun(50, run)
+	if failed != nil {
+		return failed
+	}
+	fmt.Printf("allocs %v\n", a)
+	return nil
+}
+
+// TestNotifyAllocs: over shm, a notified batch and a notification alone
+// allocate nothing in the initiator's process once warm. The initiator
+// runs in a child process (the target here allocates each notification it
+// hands to its application).
+func TestNotifyAllocs(t *testing.T) {
+	if raceEnabled {
+		t.Skip("the race detector allocates on its own")
+	}
+	e, _, _ := target(t, 1<<20, Config{})
+	go func() {
+		for range e.Notifications() {
+		}
+	}()
+	c := startChild(t, "", "noteallocs", e.Name(), nil)
+	if l := c.expect(t, "allocs "); l != "allocs 0" {
+		t.Fatalf("initiator: %s per notified batch", l)
+	}
+	if s := e.NotifyStats(); s.Accepted < 2*60 {
+		t.Fatalf("target accepted %d notifications", s.Accepted)
 	}
 }

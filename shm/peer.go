@@ -241,9 +241,16 @@ func (p *peer) removeSlot(slot, gen uint32) {
 func (p *peer) read() {
 	defer close(p.done)
 	defer p.teardown()
-	pc := conn(p.c)
+	// A Receiver, not conn's Recv: a NOTEACK per notified batch is
+	// received without allocating.
+	rcv, err := uds.NewReceiver(p.c, 1)
+	if err != nil {
+		p.t.log.Info("shm: target connection ends", "segment", p.name, "err", err)
+		return
+	}
+	buf := make([]byte, maxPacket)
 	for {
-		h, pl, fds, err := pc.Recv(1)
+		h, pl, fds, err := recvPacket(rcv, buf)
 		typ := h.Type
 		if err != nil {
 			if !p.dead.Load() {

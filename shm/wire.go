@@ -2,9 +2,11 @@ package shm
 
 import (
 	"fmt"
+	"io"
 	"net"
 
 	"github.com/rdmago/te/internal/control"
+	"github.com/rdmago/te/internal/uds"
 	"github.com/rdmago/te/internal/wire"
 )
 
@@ -173,4 +175,23 @@ func parseRefused(p []byte) (string, error) {
 	d := wire.NewDec(p)
 	s := d.String(maxReason)
 	return s, d.Finish()
+}
+
+// recvPacket is control.PacketConn.Recv over a uds.Receiver: one packet
+// into buf, checked against proto.
+func recvPacket(r *uds.Receiver, buf []byte) (wire.Header, []byte, []int, error) {
+	n, fds, err := r.Recv(buf)
+	if err != nil {
+		return wire.Header{}, nil, nil, err
+	}
+	if n == 0 {
+		uds.Close(fds)
+		return wire.Header{}, nil, nil, io.EOF
+	}
+	h, p, err := control.ParsePacket(&proto, buf[:n])
+	if err != nil {
+		uds.Close(fds)
+		return wire.Header{}, nil, nil, err
+	}
+	return h, p, fds, nil
 }

@@ -104,3 +104,54 @@ func openFDs(t *testing.T) int {
 	}
 	return len(es)
 }
+
+// TestReceiver: a Receiver gets messages with and without descriptors,
+// refuses more descriptors than wanted, reports the peer's close as 0
+// bytes, and allocates nothing for a message without descriptors.
+func TestReceiver(t *testing.T) {
+	a, b := pair(t)
+	r, err := NewReceiver(b, 1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	fd, err := unix.MemfdCreate("uds-test", unix.MFD_CLOEXEC)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer unix.Close(fd)
+	buf := make([]byte, 64)
+	if err := Send(a, []byte("with fd"), []int{fd}); err != nil {
+		t.Fatal(err)
+	}
+	n, fds, err := r.Recv(buf)
+	if err != nil || string(buf[:n]) != "with fd" || len(fds) != 1 {
+		t.Fatalf("got %q, %v, %v", buf[:n], fds, err)
+	}
+	Close(fds)
+	if err := Send(a, []byte("two"), []int{fd, fd}); err != nil {
+		t.Fatal(err)
+	}
+	if _, _, err := r.Recv(buf); !errors.Is(err, ErrFDs) {
+		t.Fatalf("two descriptors for one wanted: %v", err)
+	}
+	msg := []byte("plain")
+	var failed error
+	recv := func() {
+		if err := Send(a, msg, nil); err != nil {
+			failed = err
+			return
+		}
+		n, fds, err := r.Recv(buf)
+		if err != nil || n != len(msg) || fds != nil {
+			failed = fmt.Errorf("got %d bytes, %v, %v", n, fds, err)
+		}
+	}
+	recv()
+	if allocs := testing.AllocsPerRun(100, recv); allocs != 0 || failed != nil {
+		t.Fatalf("%v allocations per message (%v)", allocs, failed)
+	}
+	a.Close()
+	if n, _, err := r.Recv(buf); n != 0 || err != nil {
+		t.Fatalf("after the peer closed: %d, %v", n, err)
+	}
+}

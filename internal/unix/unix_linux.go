@@ -10,6 +10,8 @@ import sys "golang.org/x/sys/unix"
 // Types.
 type (
 	Errno           = sys.Errno
+	Iovec           = sys.Iovec
+	Msghdr          = sys.Msghdr
 	SockaddrNetlink = sys.SockaddrNetlink
 	Stat_t          = sys.Stat_t
 	TCPInfo         = sys.TCPInfo
@@ -51,6 +53,8 @@ const (
 	MFD_ALLOW_SEALING  = sys.MFD_ALLOW_SEALING
 	MFD_CLOEXEC        = sys.MFD_CLOEXEC
 	MSG_CTRUNC         = sys.MSG_CTRUNC
+	MSG_CMSG_CLOEXEC   = sys.MSG_CMSG_CLOEXEC
+	SYS_RECVMSG        = sys.SYS_RECVMSG
 	NETLINK_RDMA       = sys.NETLINK_RDMA
 	NLM_F_ACK          = sys.NLM_F_ACK
 	NLM_F_DUMP         = sys.NLM_F_DUMP
