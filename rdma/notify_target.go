@@ -138,6 +138,7 @@ func (r *rail) closeTargetQP(q *tgtQP) {
 	// (older rxe) shows nothing more: the wait ends after drainQuiet
 	// without a completion of q; one that does finishes within
 	// drainTimeout.
+	q.closing = true
 	if q.posted > 0 && q.qp.ToErr() == nil {
 		start := time.Now()
 		last, seen := start, q.posted
@@ -332,7 +333,7 @@ func (t *Transport) offer(s *session, d *driver.Delivery, ref *noteRef, ctx cont
 func (r *rail) recycle(i int32) {
 	b := &r.rpool.bufs[i]
 	q := b.q
-	if q == nil || q.closed || q.sess.ended.Load() {
+	if q == nil || q.closing || q.closed || q.sess.ended.Load() {
 		r.rpool.put(i)
 		return
 	}

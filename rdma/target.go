@@ -265,9 +265,11 @@ type tgtQP struct {
 	sess *session
 	epID uint32
 	idx  uint8
-	// Rail owner only: receives posted, and whether it was destroyed.
-	posted int
-	closed bool
+	// Rail owner only: receives posted, whether it is being drained
+	// before its destroy, and whether it was destroyed.
+	posted  int
+	closing bool
+	closed  bool
 }
 
 // close destroys the QPs on their rail's owner (rail.call).
