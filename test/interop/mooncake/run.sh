@@ -29,7 +29,8 @@
 #     -DCMAKE_PREFIX_PATH=BUILD/deps -DBUILD_UNIT_TESTS=OFF -DBUILD_BENCHMARK=OFF \
 #     -DBUILD_EXAMPLES=ON -DUSE_HTTP=ON -DUSE_TCP=ON \
 #     -DPYTHON_EXECUTABLE=/usr/bin/python3 -DPython3_EXECUTABLE=/usr/bin/python3
-#   nice -n 10 cmake --build BUILD/mc -j2 --target transfer_engine_bench
+#   nice -n 10 cmake --build BUILD/mc -j2 --target transfer_engine_bench \
+#     transfer_engine_bench_with_notify
 #   (70 min here, on 2 cores shared with other work at load ~20). The
 #   transfer engine's own CMakeLists is the entry point: the top-level one
 #   needs mooncake-integration and the store, which the engine does not. A pyenv python3 on PATH breaks
@@ -44,7 +45,11 @@
 #   - `te bench --mooncake --verify` does the same against Mooncake's
 #     `transfer_engine_bench --mode=target`;
 #   - Mooncake <-> Mooncake through `te metadata serve`: mccheck and the
-#     bench against a bench target that found each other only there.
+#     bench against a bench target that found each other only there;
+#   - notifications both ways: `te bench --mooncake --notify` against
+#     Mooncake's transfer_engine_bench_with_notify target (its getNotifies
+#     returns them), and that bench's initiator against `te serve --mooncake
+#     --print-notifies`.
 # Then the table: write and read, 64 KiB and 1 MiB, batch 128, 1 thread,
 # SECONDS each, interleaved per cell and repeated REPS times (a fresh target
 # per run): Mooncake bench -> Mooncake target (default mode, and with
@@ -70,7 +75,7 @@ if [ "${1:-}" = build ]; then
 		-DCMAKE_PREFIX_PATH="$b/deps" -DBUILD_UNIT_TESTS=OFF -DBUILD_BENCHMARK=OFF \
 		-DBUILD_EXAMPLES=ON -DUSE_HTTP=ON -DUSE_TCP=ON \
 		-DPYTHON_EXECUTABLE=/usr/bin/python3 -DPython3_EXECUTABLE=/usr/bin/python3
-	nice -n 10 cmake --build "$b/mc" -j2 --target transfer_engine_bench
+	nice -n 10 cmake --build "$b/mc" -j2 --target transfer_engine_bench transfer_engine_bench_with_notify
 	exit 0
 fi
 
@@ -249,6 +254,41 @@ for size in 65536 1048576; do
 	fi
 done
 stop "$tpid"
+
+# 4. Notifications, both ways, with Mooncake's transfer_engine_bench_with_notify.
+nb=$mc/example/transfer_engine_bench_with_notify
+if [ -x "$nb" ]; then
+	"$nb" --mode=target --metadata_server=P2PHANDSHAKE --protocol=tcp --local_server_name=127.0.0.1 \
+		--buffer_size=268435456 >"$work/nt.log" 2>&1 &
+	tpid=$!
+	pids+=("$tpid")
+	l=$(waitfor "$work/nt.log" 'listening on [^ ]+:[0-9]+') && sleep 1
+	"$te" bench --mooncake --metadata P2PHANDSHAKE --segment "${l#listening on }" --operation write --block-size 64KiB \
+		--batch-size 16 --duration 1 --notify --quiet >"$work/nb.out" 2>&1 || true
+	sleep 2
+	stop "$tpid"
+	n=$(grep -a -c '\] te-bench' "$work/nt.log" || true)
+	if [ "${n:-0}" -gt 0 ]; then
+		pass "te bench --mooncake --notify -> Mooncake's target: its getNotifies returned $n notes"
+	else
+		fail "te bench --notify -> Mooncake: no note arrived: $(tail -3 "$work/nb.out")"
+	fi
+	te_target "$work/te3.log" --print-notifies
+	# Its initiator has been seen not to exit after --duration: bounded.
+	timeout 30 "$nb" --mode=initiator --metadata_server=P2PHANDSHAKE --protocol=tcp --local_server_name=127.0.0.1 \
+		--segment_id="$tseg" --operation=write --block_size=65536 --batch_size=16 --threads=1 --duration=1 \
+		--buffer_size=268435456 >"$work/ni.log" 2>&1 || true
+	sleep 1
+	stop "$tpid"
+	n=$(grep -c '^notify from mooncake@127.0.0.1 .* name "agent1" .* msg "notification' "$work/te3.log.out" || true)
+	if [ "${n:-0}" -gt 0 ]; then
+		pass "Mooncake's initiator (submitTransferWithNotify) -> te serve --mooncake --print-notifies: $n notes"
+	else
+		fail "Mooncake notify -> te serve: none printed: $(tail -3 "$work/ni.log")"
+	fi
+else
+	echo "SKIP notifications: no $nb (build it: cmake --build BUILD/mc --target transfer_engine_bench_with_notify)"
+fi
 
 echo "== side by side: TCP on loopback, batch 128, 1 thread, ${secs} s, $reps reps (load $(cut -d' ' -f1-3 /proc/loadavg))"
 declare -A res
