@@ -320,7 +320,7 @@ for rep in $(seq "$reps"); do
 	done
 done
 echo "load after: $(cut -d' ' -f1-3 /proc/loadavg)"
-med() { tr ' ' '\n' | grep . | sort -g | awk '{a[NR]=$1} END {m=a[int((NR+1)/2)]; printf "%s (%s-%s)", m, a[1], a[NR]}'; }
+med() { tr ' ' '\n' | { grep . || true; } | sort -g | awk '{a[NR]=$1} END {m=a[int((NR+1)/2)]; printf "%s (%s-%s)", m, a[1], a[NR]}'; }
 echo "| op | block | Mooncake -> Mooncake | Mooncake -> Mooncake, pool | Mooncake -> te | Mooncake -> te, pool | te -> Mooncake | te -> te |"
 echo "|---|---|---|---|---|---|---|---|"
 for op in write read; do
