@@ -2,6 +2,7 @@ package engine_test
 
 import (
 	"context"
+	"github.com/rdmago/te/engine/enginetest"
 	"testing"
 
 	"github.com/rdmago/te/engine"
@@ -44,7 +45,7 @@ func TestSteadyStateAllocsLocal(t *testing.T) {
 		}
 	}
 	run()
-	if a := testing.AllocsPerRun(100, run); a != 0 || failed != nil {
+	if a := enginetest.AllocsPerRun(100, run); a != 0 || failed != nil {
 		t.Fatalf("%v allocations per batch (%v)", a, failed)
 	}
 }

@@ -124,7 +124,7 @@ func TestSelectionPriority(t *testing.T) {
 	reqs := []engine.Request{{Op: engine.Write, Local: ini.Mem.Bytes()[:64], Target: seg, TargetAddr: addr["local-all"]}}
 	rseg, _ := e.OpenSegment(ctx, "rdma-tcp", nil)
 	rreqs := []engine.Request{{Op: engine.Read, Local: ini.Mem.Bytes()[:64], Target: rseg, TargetAddr: addr["rdma-tcp"], Transport: "tcp"}}
-	allocs := testing.AllocsPerRun(200, func() {
+	allocs := enginetest.AllocsPerRun(200, func() {
 		for _, rs := range [][]engine.Request{reqs, rreqs} {
 			if err := e.Submit(b, rs); err != nil {
 				t.Fatal(err)

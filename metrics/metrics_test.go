@@ -239,7 +239,7 @@ func TestNoAllocsWithMetrics(t *testing.T) {
 	labels := map[string]string{"peer": "target", "protocol": "tcp", "op": "WRITE"}
 	before, _ := value(gather(t, reg), "te_bytes_total", labels)
 	n0 := runs
-	allocs := testing.AllocsPerRun(20, run)
+	allocs := enginetest.AllocsPerRun(20, run)
 	if failed != nil {
 		t.Fatal(failed)
 	}

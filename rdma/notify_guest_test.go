@@ -5,6 +5,7 @@ import (
 	"crypto/rand"
 	"encoding/binary"
 	"fmt"
+	"github.com/rdmago/te/engine/enginetest"
 	"slices"
 	"sync"
 	"testing"
@@ -174,7 +175,7 @@ func TestNotifySteadyStateAllocs(t *testing.T) {
 	for range 8 {
 		run()
 	}
-	allocs := testing.AllocsPerRun(8, run)
+	allocs := enginetest.AllocsPerRun(8, run)
 	if failed != nil {
 		t.Fatal(failed)
 	}

@@ -465,7 +465,7 @@ func testFakeNotifyAllocs(t *testing.T, markers bool) {
 	for range 8 {
 		run()
 	}
-	allocs := testing.AllocsPerRun(20, run)
+	allocs := enginetest.AllocsPerRun(20, run)
 	if failed != nil {
 		t.Fatal(failed)
 	}

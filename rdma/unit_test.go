@@ -571,7 +571,7 @@ func TestFakeAllocs(t *testing.T) {
 		return eng, rails
 	}
 	e0, r0 := written()
-	allocs := testing.AllocsPerRun(20, run)
+	allocs := enginetest.AllocsPerRun(20, run)
 	if failed != nil {
 		t.Fatal(failed)
 	}

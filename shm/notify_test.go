@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"github.com/rdmago/te/engine/enginetest"
 	"testing"
 	"time"
 
@@ -153,7 +154,7 @@ func childNoteAllocs(target string) error {
 	for range 10 {
 		run()
 	}
-	a := testing.AllocsPerRun(50, run)
+	a := enginetest.AllocsPerRun(50, run)
 	if failed != nil {
 		return failed
 	}

@@ -672,7 +672,7 @@ func TestNotifyAllocs(t *testing.T) {
 			for range 10 {
 				run()
 			}
-			allocs := testing.AllocsPerRun(20, run)
+			allocs := enginetest.AllocsPerRun(20, run)
 			if failed != nil {
 				t.Fatal(failed)
 			}

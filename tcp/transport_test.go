@@ -289,7 +289,7 @@ func TestSteadyStateAllocs(t *testing.T) {
 			for range 10 {
 				run() // warm up: buffers, rings, pools, connections
 			}
-			allocs := testing.AllocsPerRun(10, run)
+			allocs := enginetest.AllocsPerRun(10, run)
 			if failed != nil {
 				t.Fatal(failed)
 			}

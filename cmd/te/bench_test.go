@@ -5,6 +5,7 @@ import (
 	"bytes"
 	"context"
 	"errors"
+	"github.com/rdmago/te/engine/enginetest"
 	"net"
 	"os/exec"
 	"slices"
@@ -175,7 +176,7 @@ func TestBenchLoopAllocs(t *testing.T) {
 				t.Fatal(err)
 			}
 		}
-		allocs := testing.AllocsPerRun(200, func() {
+		allocs := enginetest.AllocsPerRun(200, func() {
 			if err := l.Step(ctx); err != nil {
 				t.Fatal(err)
 			}

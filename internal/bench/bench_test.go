@@ -189,7 +189,7 @@ func TestLoopAllocs(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	allocs := testing.AllocsPerRun(200, func() {
+	allocs := enginetest.AllocsPerRun(200, func() {
 		if err := l.Step(ctx); err != nil {
 			t.Fatal(err)
 		}

@@ -317,7 +317,7 @@ func TestSteadyStateAllocs(t *testing.T) {
 			for range 10 {
 				run()
 			}
-			allocs := testing.AllocsPerRun(10, run)
+			allocs := enginetest.AllocsPerRun(10, run)
 			if failed != nil {
 				t.Fatal(failed)
 			}
