@@ -117,6 +117,14 @@ func (r *rail) postNote(ep *endpoint, n *outNote) bool {
 		n.finish(err)
 		return true
 	}
+	r.queueSend(ep, q, n, false, bi, ln)
+	return true
+}
+
+// queueSend chains the SEND of note buffer bi (ln bytes) on q, taking a
+// slot, a credit and a note allowance; mark says it is one of a
+// submission's markers. The caller checked that all three are free.
+func (r *rail) queueSend(ep *endpoint, q *qpState, n *outNote, mark bool, bi int32, ln int) {
 	if r.chainQ != q || len(r.wrs) == maxChain {
 		r.flushChain()
 		r.chainQ = q
@@ -124,18 +132,18 @@ func (r *rail) postNote(ep *endpoint, n *outNote) bool {
 	idx := r.free
 	sl := &r.slots[idx]
 	r.free = sl.next
-	sl.note, sl.q, sl.buf, sl.posted = n, q, bi, r.clock
+	sl.note, sl.mark, sl.q, sl.buf, sl.posted = n, mark, q, bi, r.clock
 	sl.gen = (sl.gen + 1) & genMask
 	q.credits--
 	q.notes--
 	ep.inflight++
 	ep.posted.Add(1)
 	r.inflight++
+	b := &r.spool.bufs[bi]
 	k := len(r.wrs)
 	r.sges[k] = uverbs.SGE{Addr: b.addr, Length: uint32(ln), LKey: uverbs.LKey(b.lkey)}
 	r.wrs = append(r.wrs, uverbs.SendWR{ID: uint64(sl.gen)<<32 | uint64(uint32(idx)), Opcode: uverbs.WRSend,
 		Flags: uverbs.SendSignaled, SGL: r.sges[k : k+1 : k+1]})
-	return true
 }
 
 // noteSent handles the completion of a notification's SEND: on success
@@ -431,24 +439,7 @@ func (r *rail) postMarks(ep *endpoint, n *outNote) bool {
 	for i, q := range ep.qps {
 		b := &r.spool.bufs[bufs[i]]
 		ln, _ := putNote(b.b, n.seq, n.bytes, n.marks, n.name, n.msg)
-		if r.chainQ != q || len(r.wrs) == maxChain {
-			r.flushChain()
-			r.chainQ = q
-		}
-		idx := r.free
-		sl := &r.slots[idx]
-		r.free = sl.next
-		sl.note, sl.mark, sl.q, sl.buf, sl.posted = n, true, q, bufs[i], r.clock
-		sl.gen = (sl.gen + 1) & genMask
-		q.credits--
-		q.notes--
-		ep.inflight++
-		ep.posted.Add(1)
-		r.inflight++
-		j := len(r.wrs)
-		r.sges[j] = uverbs.SGE{Addr: b.addr, Length: uint32(ln), LKey: uverbs.LKey(b.lkey)}
-		r.wrs = append(r.wrs, uverbs.SendWR{ID: uint64(sl.gen)<<32 | uint64(uint32(idx)), Opcode: uverbs.WRSend,
-			Flags: uverbs.SendSignaled, SGL: r.sges[j : j+1 : j+1]})
+		r.queueSend(ep, q, n, true, bufs[i], ln)
 	}
 	return true
 }
