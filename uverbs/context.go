@@ -26,6 +26,38 @@ type Options struct {
 	// AsyncEventBuffer is the capacity of the Events channel (default 64).
 	// Events that arrive while it is full are dropped and counted.
 	AsyncEventBuffer int
+	// OpenFile opens a device's command file. Nil (the default) opens the
+	// uverbs character device at Device.Path; a simulated device
+	// (internal/mlx5sim) answers the commands itself.
+	OpenFile func(Device) (CommandFile, error)
+}
+
+// CommandFile is the uverbs command file a Context runs every command
+// through: the character device (*ucmd.File), or a simulated kernel. The
+// completion-channel and async-event fds it hands out in responses are
+// real descriptors the Context reads events from.
+type CommandFile interface {
+	Kernel
+	// WriteEx runs an extended write() command (see ucmd.File.WriteEx).
+	WriteEx(cmd uint32, req, drvIn, resp, drvOut []byte) error
+	// SetDriverID sets the driver id every ioctl header carries.
+	SetDriverID(id uint32)
+	// Close closes the file; the kernel destroys what is still open on it.
+	Close() error
+}
+
+var _ CommandFile = (*ucmd.File)(nil)
+
+// openFile opens d's command file: opts.OpenFile, or the character device.
+func openFile(d Device, opts *Options) (CommandFile, error) {
+	if opts.OpenFile != nil {
+		return opts.OpenFile(d)
+	}
+	f, err := ucmd.Open(d.Path)
+	if err != nil {
+		return nil, err // a nil *ucmd.File must not become a non-nil CommandFile
+	}
+	return f, nil
 }
 
 // Context is an open verbs device: the uverbs command file, its async event
@@ -33,7 +65,7 @@ type Options struct {
 // concurrent use. Close destroys every object still open.
 type Context struct {
 	dev            Device
-	file           *ucmd.File
+	file           CommandFile
 	prov           Provider
 	drv            DriverContext
 	async          *ucmd.EventFile
@@ -74,7 +106,7 @@ func (d Device) Open(opts *Options) (_ *Context, err error) {
 	if err != nil {
 		return nil, fmt.Errorf("uverbs: open %s: %w", d.Name, err)
 	}
-	f, err := ucmd.Open(d.Path)
+	f, err := openFile(d, opts)
 	if err != nil {
 		return nil, fmt.Errorf("uverbs: open %s: %w", d.Name, err)
 	}
