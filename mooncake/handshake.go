@@ -2,6 +2,7 @@ package mooncake
 
 import (
 	"bytes"
+	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -170,6 +171,15 @@ func (h *Handshake) Encode() ([]byte, error) {
 		return nil, fmt.Errorf("%w: encoded size %d exceeds %d", ErrHandshake, buf.Len(), maxHandshakeSize)
 	}
 	return buf.Bytes(), nil
+}
+
+// ConnectionHandler answers the Connection messages that arrive on a
+// handshake socket (package p2p's Store.HandleConnections): a Mooncake
+// RDMA transport's passive side. from is the sender's address. The reply
+// is the handler's half of the endpoint, the NIC paths swapped, or a
+// refusal in ReplyMsg; it is never nil.
+type ConnectionHandler interface {
+	HandleConnection(ctx context.Context, from netip.Addr, req *Handshake) *Handshake
 }
 
 // NICPath joins a server name and a device name as Mooncake does.

@@ -24,12 +24,32 @@ const (
 	// Protocol entry's Endpoint is the data listener (host:tcp_data_port)
 	// and its TCP part's Wire the protocol version (1 or 2).
 	TEProtoTCP = "mooncake"
-	// TEProtoRDMA marks a Mooncake RDMA segment: its devices and keys are
-	// translated into the entry's RDMA part, and the Endpoint is the
-	// handshake socket where Mooncake sets up queue pairs. No te transport
-	// speaks it yet.
+	// TEProtoRDMA is Mooncake's RDMA wire (package rdma with
+	// Config.Mooncake): a Mooncake RDMA segment's devices and keys are
+	// translated into the entry's RDMA part, its Endpoint is the
+	// handshake socket where queue pairs are set up (Connection messages),
+	// and ServerKey in its Extra names the server part of the segment's
+	// NIC paths when it differs from the segment's name.
 	TEProtoRDMA = "mooncake-rdma"
 )
+
+// ServerKey is the key, in a TEProtoRDMA entry's Extra, of the server name
+// in the segment's NIC paths ("server@device"): Mooncake's
+// rdma_server_name, or its segment name when that is absent. Its value is
+// a JSON string.
+const ServerKey = "nic_server"
+
+// NICServer returns the server name of a TEProtoRDMA entry's NIC paths:
+// its ServerKey, else name (the segment's name).
+func NICServer(p segment.Protocol, name string) string {
+	if raw, ok := p.Extra[ServerKey]; ok {
+		var s string
+		if json.Unmarshal(raw, &s) == nil && s != "" {
+			return s
+		}
+	}
+	return name
+}
 
 // DefaultTCPVersion is the TCP protocol version te speaks and advertises
 // (Mooncake's default).
@@ -103,7 +123,12 @@ func ToTE(md *Descriptor, o ToOptions) (*segment.Descriptor, error) {
 		part.RKeys = nil
 	}
 	if rdma {
-		d.Protocols = append(d.Protocols, segment.Protocol{Name: TEProtoRDMA, Endpoint: o.RPCAddr, RDMA: part})
+		p := segment.Protocol{Name: TEProtoRDMA, Endpoint: o.RPCAddr, RDMA: part}
+		if server := md.nicServer(); server != o.Name {
+			b, _ := json.Marshal(server) // a string always encodes
+			p.Extra = map[string]json.RawMessage{ServerKey: b}
+		}
+		d.Protocols = append(d.Protocols, p)
 	}
 	h := fnv.New64a()
 	var nb [8]byte
@@ -122,6 +147,15 @@ func ToTE(md *Descriptor, o ToOptions) (*segment.Descriptor, error) {
 		return nil, fmt.Errorf("mooncake: %s: translated descriptor: %w", md.Name, err)
 	}
 	return d, nil
+}
+
+// nicServer is the server part of the segment's NIC paths, as Mooncake
+// forms them: rdma_server_name, else the segment's name.
+func (d *Descriptor) nicServer() string {
+	if d.RDMAServerName != "" {
+		return d.RDMAServerName
+	}
+	return d.Name
 }
 
 // hostOf returns the host of host:port, or s itself when it has no port.
@@ -208,6 +242,11 @@ func FromTE(d *segment.Descriptor, o FromOptions) (*Descriptor, error) {
 		}
 	case ProtoRDMA:
 		part := rdmaPart(d)
+		if p, ok := d.Protocol(TEProtoRDMA); ok {
+			if s := NICServer(p, o.Name); s != o.Name {
+				md.RDMAServerName = s
+			}
+		}
 		for _, dev := range part.Devices {
 			gid, err := ParseGID(dev.GID)
 			if err != nil {

@@ -73,6 +73,26 @@ func TestToTERDMA(t *testing.T) {
 	if b := d.Buffers[0]; b.Location != "cpu:0" || !cmp.Equal(rails.Keys(0), []uint32{514, 770}) {
 		t.Fatalf("buffer %+v, keys %v", b, rails.Keys(0))
 	}
+	// NIC paths name rdma_server_name, which differs from the name.
+	if s := NICServer(d.Protocols[0], d.Name); s != "10.0.0.2" {
+		t.Fatalf("NIC server %q", s)
+	}
+	back, err := FromTE(d, FromOptions{Protocol: ProtoRDMA})
+	if err != nil || back.RDMAServerName != "10.0.0.2" {
+		t.Fatalf("back: %+v %v", back, err)
+	}
+	// Without rdma_server_name the NIC paths name the segment.
+	md.RDMAServerName = ""
+	if d, err = ToTE(md, ToOptions{Name: "other"}); err != nil {
+		t.Fatal(err)
+	}
+	if s := NICServer(d.Protocols[0], d.Name); s != "10.0.0.2:15001" {
+		t.Fatalf("NIC server %q", s)
+	}
+	md.Name = "other"
+	if d, err = ToTE(md, ToOptions{}); err != nil || d.Protocols[0].Extra != nil || NICServer(d.Protocols[0], d.Name) != "other" {
+		t.Fatalf("same name: %+v %v", d.Protocols[0], err)
+	}
 }
 
 // TestFromTE: te's local descriptor becomes what a Mooncake target would

@@ -117,7 +117,10 @@ type Store struct {
 	versions mooncake.Versions
 	// inbox receives Notify messages (the engine's, ReceiveNotifications);
 	// nil: they are answered as not delivered.
-	inbox  atomic.Pointer[inboxRef]
+	inbox atomic.Pointer[inboxRef]
+	// conns answers Connection messages (HandleConnections); nil: they
+	// are refused.
+	conns  atomic.Pointer[connRef]
 	noteID atomic.Uint64
 
 	mu     sync.Mutex
@@ -430,15 +433,24 @@ func (s *Store) answer(t Type, body []byte, from net.Addr) ([]byte, error) {
 		}
 		return AppendMessage(nil, Notify, []byte(`{"name":"","notify_msg":"success"}`+"\n")), nil
 	case Connection, Untyped:
-		// te sets up no Mooncake RDMA endpoints yet: the reply, with the
-		// NIC paths swapped as Mooncake's passive side writes them,
-		// refuses the endpoint in reply_msg.
 		req, err := mooncake.DecodeHandshake(body)
 		if err != nil {
 			return nil, err
 		}
-		rep := mooncake.Handshake{LocalNICPath: req.PeerNICPath, PeerNICPath: req.LocalNICPath,
-			ReplyMsg: "te: Mooncake RDMA endpoints are not supported yet; use the tcp protocol"}
+		// Without a handler (no Mooncake RDMA transport installed) the
+		// reply, with the NIC paths swapped as Mooncake's passive side
+		// writes them, refuses the endpoint in reply_msg.
+		rep := &mooncake.Handshake{LocalNICPath: req.PeerNICPath, PeerNICPath: req.LocalNICPath,
+			ReplyMsg: "te: no Mooncake RDMA transport serves this segment; use the tcp protocol"}
+		if h := s.conns.Load(); h != nil {
+			var ip netip.Addr
+			if ta, ok := from.(*net.TCPAddr); ok {
+				ip = ta.AddrPort().Addr().Unmap()
+			}
+			ctx, cancel := context.WithTimeout(s.life, s.opts.Timeout)
+			rep = h.HandleConnection(ctx, ip, req)
+			cancel()
+		}
 		rec, err := rep.Encode()
 		if err != nil {
 			return nil, err
@@ -449,6 +461,19 @@ func (s *Store) answer(t Type, body []byte, from net.Addr) ([]byte, error) {
 }
 
 type inboxRef struct{ driver.Inbox }
+
+type connRef struct{ mooncake.ConnectionHandler }
+
+// HandleConnections hands the Connection messages of Mooncake's RDMA
+// endpoint handshake to h (a Mooncake RDMA transport, package rdma with
+// Config.Mooncake); nil refuses them again, as a store without one does.
+func (s *Store) HandleConnections(h mooncake.ConnectionHandler) {
+	if h == nil {
+		s.conns.Store(nil)
+		return
+	}
+	s.conns.Store(&connRef{h})
+}
 
 // ReceiveNotifications implements driver.NotifyReceiver: Notify messages
 // go to ib (the engine does this when it starts with this store).
@@ -515,6 +540,34 @@ func SendNotify(ctx context.Context, addr string, rec NotifyRecord, timeout time
 		return fmt.Errorf("%w: %s did not take the notification", ErrRefused, addr)
 	}
 	return nil
+}
+
+// SendConnection sends one Connection message (an RDMA endpoint
+// handshake record) to the handshake socket at addr (ip:port) and returns
+// the peer's record, as Mooncake's sendHandshake does. A reply whose
+// ReplyMsg is set is returned with a nil error: the caller decides what a
+// refusal means. Errors wrap segment.ErrUnavailable (no answer) or
+// mooncake.ErrHandshake (an answer that is not a record).
+func SendConnection(ctx context.Context, addr string, req *mooncake.Handshake, timeout time.Duration) (*mooncake.Handshake, error) {
+	if timeout <= 0 {
+		timeout = 5 * time.Second
+	}
+	body, err := req.Encode()
+	if err != nil {
+		return nil, err
+	}
+	t, reply, err := exchange(ctx, addr, Connection, body, timeout, DefaultMaxMessage)
+	if err != nil {
+		return nil, err
+	}
+	if t != Connection {
+		return nil, fmt.Errorf("%w: mooncake/p2p: %s answered Connection with a %v message", segment.ErrUnavailable, addr, t)
+	}
+	rep, err := mooncake.DecodeHandshake(reply)
+	if err != nil {
+		return nil, fmt.Errorf("mooncake/p2p: %s's reply to Connection: %w", addr, err)
+	}
+	return rep, nil
 }
 
 // Fetch asks the handshake socket at addr (ip:port) for its descriptor,

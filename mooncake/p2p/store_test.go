@@ -107,7 +107,7 @@ func TestServeMooncakeRequests(t *testing.T) {
 	}
 	conn := rawExchange(t, addr, AppendMessage(nil, Connection, []byte(`{"local_nic_path":"a@mlx5_0"}`)), false)
 	typ, body, err := ReadMessage(bytes.NewReader(conn), DefaultMaxMessage)
-	if err != nil || typ != Connection || !strings.Contains(string(body), `"qp_num":[]`) || !strings.Contains(string(body), `"reply_msg":"te: Mooncake RDMA endpoints are not supported yet`) ||
+	if err != nil || typ != Connection || !strings.Contains(string(body), `"qp_num":[]`) || !strings.Contains(string(body), `"reply_msg":"te: no Mooncake RDMA transport serves this segment`) ||
 		!strings.Contains(string(body), `"peer_nic_path":"a@mlx5_0"`) {
 		t.Fatalf("connection reply %v %q %v", typ, body, err)
 	}
