@@ -89,6 +89,16 @@ type Config struct {
 	// Options opens the devices. Its Providers default to
 	// providers.All() (package uverbs/providers: rxe and mlx5).
 	Options *uverbs.Options
+	// Mooncake speaks Mooncake's RDMA wire instead of te's (see
+	// mooncake.go): the descriptor entry is mooncake.TEProtoRDMA,
+	// endpoints are set up by Mooncake's endpoint handshake on the peer's
+	// handshake socket (package mooncake/p2p), whose Connection messages
+	// this transport answers once given to p2p.Store.HandleConnections,
+	// and QPs are connected as Mooncake connects its own. No control
+	// listener is opened and no notification is carried. The wire has no
+	// authentication: Auth must be nil. The segment's name is the server
+	// part of its NIC paths.
+	Mooncake bool
 	// Auth is the cluster secret: with it, the control connection proves
 	// both sides hold it (package auth) before any QP is created for the
 	// peer. nil: authentication off (peers with a secret refuse us).
@@ -142,6 +152,15 @@ func (c *Config) defaults() {
 	}
 	if c.NotifyBuffers <= 0 {
 		c.NotifyBuffers = 4096
+	}
+	if c.Mooncake {
+		// Mooncake's ACK timeout and retry count (rdma_endpoint.cpp).
+		if c.QPTimeout == 0 {
+			c.QPTimeout = mcTimeout
+		}
+		if c.RetryCount == 0 {
+			c.RetryCount = mcRetryCnt
+		}
 	}
 	if c.SpinPolls <= 0 {
 		c.SpinPolls = 64

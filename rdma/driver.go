@@ -14,7 +14,12 @@ import (
 // methods (Install, Connect, Submit, RegisterMemory, Close...) live on
 // that value, not on Transport, so Transport's own methods are the ones a
 // program uses: New and inspection.
-func (t *Transport) Driver() driver.Transport { return drv{t} }
+func (t *Transport) Driver() driver.Transport {
+	if t.cfg.Mooncake {
+		return mcDrv{t}
+	}
+	return drv{t}
+}
 
 // drv is a Transport behind the driver contract. Holding one pointer, it
 // fits in an interface without allocating.
@@ -43,19 +48,21 @@ func (d drv) Inspect() driver.TransportState { return d.t.inspect() }
 
 var _ driver.PeerKeeper = drv{}
 
-func (d drv) KeepPeer(old, new *segment.Descriptor) bool { return keepPeer(old, new) }
+func (d drv) KeepPeer(old, new *segment.Descriptor) bool {
+	return keepPeer(segment.ProtoRDMA, old, new)
+}
 
 // keepPeer reports whether a peer connected for descriptor a still fits
-// b, a later version of the same incarnation: the rdma entry is unchanged
+// b, a later version of the same incarnation: the entry named proto is unchanged
 // but for its keys (endpoint, rails: GIDs, LIDs, MTUs, fields a newer
 // peer added), and every buffer both versions have at the same address
 // kept its keys. Endpoints hold QPs connected to
 // a rail and keys checked against it, so a change in either gets a fresh
 // Connect; buffers only added or removed leave the peer alone (slices
 // carry the current descriptor and their buffer's index in it).
-func keepPeer(a, b *segment.Descriptor) bool {
-	pa, _ := a.Protocol(segment.ProtoRDMA)
-	pb, _ := b.Protocol(segment.ProtoRDMA)
+func keepPeer(proto string, a, b *segment.Descriptor) bool {
+	pa, _ := a.Protocol(proto)
+	pb, _ := b.Protocol(proto)
 	ra, rb := pa.RDMA, pb.RDMA
 	if ra == nil || rb == nil {
 		return ra == rb && pa.Equal(pb)

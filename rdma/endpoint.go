@@ -116,7 +116,10 @@ type peer struct {
 	epoch   uint64
 	addr    string
 	nRemote int
-	eps     []atomic.Pointer[endpoint] // [local rail*nRemote + remote rail]
+	// mc is set for a Mooncake segment (Config.Mooncake): addr is then its
+	// handshake socket.
+	mc  *mcPeer
+	eps []atomic.Pointer[endpoint] // [local rail*nRemote + remote rail]
 	// railDownUntil is, per remote rail, until when (unix ns) the target
 	// reported it down; slices avoid the local rails paired with it.
 	railDownUntil []atomic.Int64
@@ -224,7 +227,11 @@ func (p *peer) endpoint(r *rail, rr int) (*endpoint, error) {
 // connect runs ep's handshake and hands the result to the rail's owner.
 func (p *peer) connect(ep *endpoint) {
 	defer p.wg.Done()
-	if err := p.handshake(ep); err != nil {
+	hs := p.handshake
+	if p.mc != nil {
+		hs = p.mcHandshake
+	}
+	if err := hs(ep); err != nil {
 		ep.r.call(func() {
 			for _, q := range ep.qps {
 				q.qp.Close()

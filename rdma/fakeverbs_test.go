@@ -338,6 +338,12 @@ type fakeQP struct {
 	depth  int
 	rdepth int
 	remote uverbs.QPN
+	// conn is what Connect was given (fabric mu).
+	conn struct {
+		psn    uverbs.PSN
+		remote uverbs.Endpoint
+		tune   uverbs.ConnectConfig
+	}
 	state  atomic.Uint32
 	out    atomic.Int64
 	closed atomic.Bool
@@ -417,6 +423,9 @@ func (q *fakeQP) Connect(psn uverbs.PSN, remote uverbs.Endpoint, tune uverbs.Con
 		return fmt.Errorf("fake connect QP %#x in state %v: %w", uint32(q.qpn), uverbs.QPState(q.state.Load()), uverbs.ErrQPState)
 	}
 	q.remote = remote.QPN
+	q.d.f.mu.Lock()
+	q.conn.psn, q.conn.remote, q.conn.tune = psn, remote, tune
+	q.d.f.mu.Unlock()
 	return nil
 }
 

@@ -16,6 +16,7 @@ import (
 	"github.com/rdmago/te/auth"
 	"github.com/rdmago/te/engine/driver"
 	"github.com/rdmago/te/internal/cost"
+	"github.com/rdmago/te/mooncake"
 	"github.com/rdmago/te/segment"
 	"github.com/rdmago/te/uverbs"
 )
@@ -52,6 +53,8 @@ type Transport struct {
 	trackMu sync.Mutex
 	tracks  []*noteTrack
 	tgt     targetState
+	// mc is the passive side of Mooncake's wire (Config.Mooncake).
+	mc mcTarget
 }
 
 // regKey is a region's registration on every rail.
@@ -103,6 +106,23 @@ func (t *Transport) install(h driver.Host) (err error) {
 	}
 	for i, v := range vs {
 		t.rails = append(t.rails, openRail(t, i, v))
+	}
+	if t.cfg.Mooncake {
+		if err := t.checkMooncake(); err != nil {
+			return err
+		}
+		// Endpoints are set up on the segment's handshake socket; its name
+		// (ip:port of that socket in P2PHANDSHAKE mode) is the server
+		// part of the NIC paths.
+		t.addr = h.LocalName()
+		t.tgt.init(t)
+		for _, r := range t.rails {
+			r.start()
+		}
+		t.running = true
+		t.mc.start()
+		t.log.Info("rdma: installed, speaking Mooncake's wire", "rails", t.railNames(), "server", t.addr)
+		return nil
 	}
 	listen := t.cfg.Listen
 	if listen == "" {
@@ -158,7 +178,7 @@ func (t *Transport) describe(d *segment.Descriptor) error {
 		}
 		part.RKeys[i] = slices.Clone(k.rkeys)
 	}
-	d.Protocols = append(d.Protocols, segment.Protocol{Name: segment.ProtoRDMA, Endpoint: t.addr, RDMA: part})
+	d.Protocols = append(d.Protocols, segment.Protocol{Name: t.proto(), Endpoint: t.addr, RDMA: part})
 	return nil
 }
 
@@ -209,7 +229,7 @@ func (t *Transport) connect(ctx context.Context, d *segment.Descriptor) (driver.
 	if t.closed.Load() {
 		return nil, fmt.Errorf("rdma: %w", driver.ErrClosed)
 	}
-	p, ok := d.Protocol(segment.ProtoRDMA)
+	p, ok := d.Protocol(t.proto())
 	if !ok || p.Endpoint == "" {
 		return nil, fmt.Errorf("rdma: %s: %w", d.Name, segment.ErrNoProtocol)
 	}
@@ -222,6 +242,9 @@ func (t *Transport) connect(ctx context.Context, d *segment.Descriptor) (driver.
 		}
 	}
 	pe := newPeer(t, d.Name, d.Epoch, len(p.RDMA.Devices), p.Endpoint)
+	if t.cfg.Mooncake {
+		pe.mc = &mcPeer{server: mooncake.NICServer(p, d.Name), devs: slices.Clone(p.RDMA.Devices)}
+	}
 	t.mu.Lock()
 	t.peers[pe] = struct{}{}
 	t.mu.Unlock()
@@ -385,7 +408,7 @@ func (t *Transport) route(s *driver.Slice, tr *noteTrack) (routed, bool) {
 		return routed{}, false
 	}
 	rr := remoteRail(r.idx, p.nRemote)
-	keys := remoteKeys(s)
+	keys := remoteKeys(s, t.proto())
 	if rr >= len(keys) {
 		sliceDone(s, tr, 0, fmt.Errorf("rdma: %s buffer at %#x has no rkey for rail %d", p.name, s.RemoteAddr, rr))
 		return routed{}, false
@@ -401,10 +424,10 @@ func (t *Transport) route(s *driver.Slice, tr *noteTrack) (routed, bool) {
 }
 
 // remoteKeys returns the per-rail keys of the slice's remote buffer, from
-// the descriptor's rdma entry. It does not allocate.
-func remoteKeys(s *driver.Slice) []uint32 {
+// the descriptor's entry named proto. It does not allocate.
+func remoteKeys(s *driver.Slice, proto string) []uint32 {
 	for i := range s.Remote.Protocols {
-		if p := &s.Remote.Protocols[i]; p.Name == segment.ProtoRDMA {
+		if p := &s.Remote.Protocols[i]; p.Name == proto {
 			return p.RDMA.Keys(s.RemoteIndex)
 		}
 	}
@@ -437,7 +460,9 @@ func (t *Transport) shutdown() error {
 	if t.closed.Swap(true) || !t.running {
 		return nil
 	}
-	t.ln.Close()
+	if t.ln != nil {
+		t.ln.Close()
+	}
 	t.mu.Lock()
 	peers := make([]*peer, 0, len(t.peers))
 	for p := range t.peers {
@@ -455,6 +480,7 @@ func (t *Transport) shutdown() error {
 	}
 	t.cancel()
 	t.tgt.closeAll()
+	t.mc.closeAll()
 	t.wg.Wait()
 	for _, r := range t.rails {
 		r.stop()
