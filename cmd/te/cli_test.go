@@ -343,3 +343,42 @@ func TestCLIMooncakeSpellings(t *testing.T) {
 		t.Fatalf("initiator: exit %d\n%s%s", code, stdout, stderr)
 	}
 }
+
+// TestCLINoRDMADevice: on a host without an RDMA device, every command that
+// asks for rdma fails on one line that says so and points at te devices,
+// exit 1, never a panic; te devices says why and what to run. (A host with
+// a device runs them instead: then only the absence of a panic is checked.)
+func TestCLINoRDMADevice(t *testing.T) {
+	devs, _ := os.ReadDir("/sys/class/infiniband")
+	none := len(devs) == 0
+	for _, args := range [][]string{
+		{"bench", "--protocol", "rdma", "--duration", "200ms", "--batch-size", "2"},
+		{"bench", "--protocol", "tcp,rdma", "--duration", "200ms", "--batch-size", "2"},
+		{"serve", "--protocol", "rdma", "--buffer-size", "1MiB"},
+		{"serve", "--protocol", "tcp,rdma", "--buffer-size", "1MiB"},
+		{"perf", "-d", "rxe0", "-p", "18998"},
+		{"devices"},
+	} {
+		if !none && args[0] == "serve" {
+			continue // it would serve until stopped
+		}
+		_, stderr, code := runTEFor(t, 30*time.Second, args...)
+		if strings.Contains(stderr, "panic") || strings.Contains(stderr, "goroutine ") || code == 2 {
+			t.Errorf("te %v: exit %d\n%s", args, code, stderr)
+		}
+		if !none {
+			continue
+		}
+		// bench and serve point at te devices; te devices (and te perf
+		// with the device missing) say why and what to run.
+		want := []string{"no RDMA device", "`te devices` says why"}
+		if args[0] == "devices" || args[0] == "perf" {
+			want = []string{"no RDMA devices found: ", "; fix: ", "te rxe add "}
+		}
+		for _, w := range want {
+			if code != 1 || strings.Count(stderr, "\n") != 1 || !strings.Contains(stderr, w) {
+				t.Errorf("te %v: exit %d, want 1 and one line with %q:\n%s", args, code, w, stderr)
+			}
+		}
+	}
+}
