@@ -38,6 +38,8 @@ import (
 	"io"
 	"net"
 	"os"
+	"strconv"
+	"strings"
 	"syscall"
 
 	"github.com/rdmago/te/auth"
@@ -356,12 +358,12 @@ func (sp *Spec) Accept(c Conn, s *auth.Secret, me auth.Party, vet func(*auth.Hel
 	}
 	if hello.Target.Epoch != 0 && hello.Target.Epoch != me.Epoch {
 		challenge(StatusStale, auth.Challenge{Epoch: me.Epoch})
-		return auth.Party{}, fail(ErrStale, "%s handshake: the initiator %s addressed epoch %#x, this is %#x", sp.Label, hello.Initiator.Name, hello.Target.Epoch, me.Epoch)
+		return auth.Party{}, fail(ErrStale, "%s handshake: the initiator %s addressed epoch %#x, this is %#x", sp.Label, peerName(hello.Initiator.Name), hello.Target.Epoch, me.Epoch)
 	}
 	re, err := s.Respond(sp.Label, me, hello)
 	if err != nil {
 		challenge(StatusWrongTarget, auth.Challenge{Epoch: me.Epoch})
-		return auth.Party{}, fail(auth.ErrWrongTarget, "%s handshake: the initiator %s addressed %q (%s), this is %q (%s)", sp.Label, hello.Initiator.Name, hello.Target.Name, hello.Proto, me.Name, sp.Label)
+		return auth.Party{}, fail(auth.ErrWrongTarget, "%s handshake: the initiator %s addressed %s (%s), this is %q (%s)", sp.Label, peerName(hello.Initiator.Name), peerName(hello.Target.Name), peerName(hello.Proto), me.Name, sp.Label)
 	}
 	if err := challenge(StatusOK, re.Challenge()); err != nil {
 		return auth.Party{}, sp.ioError(err, "sending the challenge")
@@ -370,7 +372,7 @@ func (sp *Spec) Accept(c Conn, s *auth.Secret, me auth.Party, vet func(*auth.Hel
 	if err != nil {
 		if s == nil && errors.Is(err, io.EOF) {
 			// An initiator with a secret drops a target without one.
-			return auth.Party{}, fail(ErrClosed, "%s handshake: the initiator %s closed the connection after the challenge (an initiator with a cluster secret leaves a target without one: give this target %s)", sp.Label, hello.Initiator.Name, fixSecret)
+			return auth.Party{}, fail(ErrClosed, "%s handshake: the initiator %s closed the connection after the challenge (an initiator with a cluster secret leaves a target without one: give this target %s)", sp.Label, peerName(hello.Initiator.Name), fixSecret)
 		}
 		return auth.Party{}, sp.ioError(err, "waiting for the answer")
 	}
@@ -395,18 +397,18 @@ func (sp *Spec) Accept(c Conn, s *auth.Secret, me auth.Party, vet func(*auth.Hel
 	case StatusOK:
 	case StatusDenied:
 		if s == nil {
-			return auth.Party{}, fail(auth.ErrDenied, "%s handshake: authentication failed: the initiator %s holds a cluster secret and this target has none: start it with %s", sp.Label, hello.Initiator.Name, fixSecret)
+			return auth.Party{}, fail(auth.ErrDenied, "%s handshake: authentication failed: the initiator %s holds a cluster secret and this target has none: start it with %s", sp.Label, peerName(hello.Initiator.Name), fixSecret)
 		}
-		return auth.Party{}, fail(auth.ErrDenied, "%s handshake: authentication failed: the initiator %s holds a different cluster secret than this target", sp.Label, hello.Initiator.Name)
+		return auth.Party{}, fail(auth.ErrDenied, "%s handshake: authentication failed: the initiator %s holds a different cluster secret than this target", sp.Label, peerName(hello.Initiator.Name))
 	default:
 		return auth.Party{}, fail(ErrMalformed, "%s handshake: answer status %d", sp.Label, st)
 	}
 	if err := re.Check(ans); err != nil {
 		verdict(StatusDenied)
 		if errors.Is(err, auth.ErrUnauthenticated) {
-			return auth.Party{}, fail(auth.ErrUnauthenticated, "%s handshake: authentication failed: the initiator %s has no cluster secret and this target requires one (the initiator needs %s)", sp.Label, hello.Initiator.Name, fixSecret)
+			return auth.Party{}, fail(auth.ErrUnauthenticated, "%s handshake: authentication failed: the initiator %s has no cluster secret and this target requires one (the initiator needs %s)", sp.Label, peerName(hello.Initiator.Name), fixSecret)
 		}
-		return auth.Party{}, fail(auth.ErrDenied, "%s handshake: authentication failed: the initiator %s sent a wrong proof (a replayed or forged handshake)", sp.Label, hello.Initiator.Name)
+		return auth.Party{}, fail(auth.ErrDenied, "%s handshake: authentication failed: the initiator %s sent a wrong proof (a replayed or forged handshake)", sp.Label, peerName(hello.Initiator.Name))
 	}
 	if err := verdict(StatusOK); err != nil {
 		return auth.Party{}, sp.ioError(err, "sending the verdict")
@@ -472,6 +474,20 @@ func (sp *Spec) notTE(got []byte) string {
 		}
 	}
 	return fmt.Sprintf("the peer does not speak te (its first bytes are %q): is this a te port?", got)
+}
+
+// maxPeerName is how many bytes of a name from a hello an error keeps.
+const maxPeerName = 128
+
+// peerName quotes a name a peer chose (an initiator's, the target it
+// addressed, its protocol label) for an error: control characters
+// escaped, cut past maxPeerName bytes with a count, so a hostile hello
+// cannot write to a terminal or a log line through the target's errors.
+func peerName(s string) string {
+	if len(s) <= maxPeerName {
+		return strconv.Quote(s)
+	}
+	return fmt.Sprintf("%s…(%d more bytes)", strconv.Quote(strings.ToValidUTF8(s[:maxPeerName], "")), len(s)-maxPeerName)
 }
 
 func isReset(err error) bool {

@@ -288,3 +288,34 @@ func FuzzDial(f *testing.F) {
 		}
 	})
 }
+
+// TestPeerNamesQuoted: the names in a hostile hello (each at the longest
+// a hello carries, full of terminal control sequences) reach the
+// target's error quoted and cut: no control byte, a bounded line.
+func TestPeerNamesQuoted(t *testing.T) {
+	evil := strings.Repeat("\x1b]0;pwned\x07\x1b", auth.MaxNameLen)[:auth.MaxNameLen]
+	for _, c := range []struct {
+		name   string
+		secret *auth.Secret // the initiator's
+		target string
+		want   error
+	}{
+		{"another segment", nil, evil, auth.ErrWrongTarget},
+		{"another secret", secret(t, "sixteen bytes at least"), tgt.Name, auth.ErrDenied},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			a, b := tcpPair(t)
+			a.SetDeadline(time.Now().Add(30 * time.Second))
+			b.SetDeadline(time.Now().Add(30 * time.Second))
+			go testSpec.Dial(Stream(b, b, &testProto), c.secret, auth.Party{Name: evil, Epoch: 1}, auth.Party{Name: c.target})
+			_, err := testSpec.Accept(Stream(a, a, &testProto), nil, tgt, nil)
+			if !errors.Is(err, c.want) {
+				t.Fatalf("accept: %v, want %v", err, c.want)
+			}
+			msg := err.Error()
+			if i := strings.IndexFunc(msg, func(r rune) bool { return r < 0x20 || r == 0x7f }); i >= 0 || len(msg) > 2*4*maxPeerName+300 || !strings.Contains(msg, "more bytes") {
+				t.Fatalf("%d bytes, control byte at %d: %q", len(msg), i, msg)
+			}
+		})
+	}
+}
