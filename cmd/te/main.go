@@ -11,6 +11,7 @@ import (
 	"flag"
 	"fmt"
 	"io"
+	"log"
 	"os"
 	"os/signal"
 	"sort"
@@ -59,6 +60,9 @@ func usage(w io.Writer) {
 }
 
 func main() {
+	// Package log's lines (the Consul store's events name keys and quote
+	// errors that others' writes caused) are escaped and cut like slog's.
+	log.SetOutput(cli.LogWriter(os.Stderr))
 	os.Exit(run(os.Args[1:]))
 }
 

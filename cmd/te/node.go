@@ -13,6 +13,7 @@ import (
 
 	"github.com/rdmago/te/auth"
 	"github.com/rdmago/te/engine"
+	"github.com/rdmago/te/internal/cli"
 	"github.com/rdmago/te/mooncake"
 	"github.com/rdmago/te/mooncake/mctcp"
 	mcp2p "github.com/rdmago/te/mooncake/p2p"
@@ -150,10 +151,9 @@ func openStore(ctx context.Context, uri string, secret *auth.Secret, log *slog.L
 }
 
 // stderrLogger is the engine's and the stores' logger: warnings and
-// errors on stderr (an unauthenticated listener, failed handshakes).
-func stderrLogger() *slog.Logger {
-	return slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelWarn}))
-}
+// errors on stderr (an unauthenticated listener, failed handshakes),
+// what peers and stores chose escaped and cut (cli.NewLogger).
+func stderrLogger() *slog.Logger { return cli.NewLogger(os.Stderr, slog.LevelWarn) }
 
 // loadAuth loads the cluster secret named by --auth-file (default
 // $TE_AUTH_FILE); nil when neither is set.

@@ -16,14 +16,7 @@ const MaxPrintable = 256
 // escaped as Go escapes them, and past MaxPrintable bytes the rest is cut,
 // with a count of what was cut.
 func Printable(s string) string {
-	cut := 0
-	if len(s) > MaxPrintable {
-		end := MaxPrintable
-		for end > 0 && !utf8.RuneStart(s[end]) {
-			end--
-		}
-		cut, s = len(s)-end, s[:end]
-	}
+	s, cut := cutAt(s, MaxPrintable)
 	if strings.IndexFunc(s, func(r rune) bool { return r == utf8.RuneError || !strconv.IsPrint(r) }) >= 0 {
 		q := strconv.Quote(s)
 		s = q[1 : len(q)-1]
@@ -47,18 +40,28 @@ func ErrorLine(err error) string {
 	}
 	s := dedupChain(err.Error())
 	s = strings.ReplaceAll(s, "\n", "; ") // errors.Join
-	if len(s) > MaxErrorLine {
-		end := MaxErrorLine
-		for end > 0 && !utf8.RuneStart(s[end]) {
-			end--
-		}
-		s = s[:end] + "…(" + strconv.Itoa(len(s)-end) + " more bytes)"
+	s, cut := cutAt(s, MaxErrorLine)
+	if cut > 0 {
+		s += "…(" + strconv.Itoa(cut) + " more bytes)"
 	}
 	if strings.IndexFunc(s, func(r rune) bool { return r == utf8.RuneError || !strconv.IsPrint(r) }) >= 0 {
 		q := strconv.Quote(s)
 		s = q[1 : len(q)-1]
 	}
 	return s
+}
+
+// cutAt cuts s to at most n bytes at a rune's start and says how many
+// bytes it cut.
+func cutAt(s string, n int) (string, int) {
+	if len(s) <= n {
+		return s, 0
+	}
+	end := n
+	for end > 0 && !utf8.RuneStart(s[end]) {
+		end--
+	}
+	return s[:end], len(s) - end
 }
 
 // dedupChain drops each link of an "a: b: c" chain that repeats an
