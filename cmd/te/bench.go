@@ -72,6 +72,12 @@ func runBench(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 		return err
 	}
 	defer env.Close()
+	for _, u := range env.unreached {
+		// Always said (--quiet and --json too): the run measures less
+		// than the segment offers.
+		fmt.Fprintf(stderr, "te bench: %s does not reach %s (%s); measuring over %s\n",
+			u.proto, cli.Printable(env.segment), cli.ErrorLine(u.err), strings.Join(env.protos, " and "))
+	}
 	defer serveLanes(env.laneLabels)() // for te trace
 	if c.Admin != "" {
 		srv, err := admin.Start(c.Admin, env.init.eng, stderrLogger())
@@ -170,6 +176,15 @@ type benchEnv struct {
 	target  *node // nil for a remote target
 	segment string
 	protos  []string // measured, taking turns
+	// unreached are the transports a default run leaves out: the
+	// segment offers them, but they failed to connect (a refusing
+	// server, a full one).
+	unreached []unreached
+}
+
+type unreached struct {
+	proto string
+	err   error
 }
 
 // config is the measurement of op on blocks of block bytes.
@@ -256,11 +271,51 @@ func setupBench(ctx context.Context, c *benchConfig, bufSize, localSize int64, s
 				env.TargetMem = tmem[b.Addr-engine.AddrOf(tmem):]
 				env.Target = env.target.eng
 			}
+			if !c.protoSet && len(env.protos) > 1 {
+				stage("connecting over " + strings.Join(env.protos, ", "))
+				if err := env.probe(ctx, min(b.Length, 4096)); err != nil {
+					return nil, err
+				}
+			}
 			return env, nil
 		}
 	}
 	return nil, fmt.Errorf("segment %s exposes no buffer of %s (block × batch × threads); its largest is %s: lower --block-size, --batch-size or --threads, or raise the target's --buffer-size",
 		cli.Printable(env.segment), c.size(int64(need)), c.size(int64(largest)))
+}
+
+// probeTimeout bounds one transport's first connection in a default run.
+const probeTimeout = 10 * time.Second
+
+// probe connects each transport of a default run with one READ of n
+// bytes from the target's buffer (into the start of the local one,
+// before any pattern is written) and leaves out those that fail: the
+// engine's own choice would fall back from them too. When none
+// connects, the first one's error is the run's.
+func (env *benchEnv) probe(ctx context.Context, n uint64) error {
+	var reached []string
+	var first error
+	for _, p := range env.protos {
+		pctx, cancel := context.WithTimeout(ctx, probeTimeout)
+		err := env.Engine.Transfer(pctx, []engine.Request{{Op: engine.Read, Local: env.Local[:n], Target: env.Segment, TargetAddr: env.Remote, Transport: p}})
+		cancel()
+		switch {
+		case err == nil:
+			reached = append(reached, p)
+		case ctx.Err() != nil:
+			return ctx.Err()
+		default:
+			env.unreached = append(env.unreached, unreached{p, err})
+			if first == nil {
+				first = err
+			}
+		}
+	}
+	if len(reached) == 0 {
+		return fmt.Errorf("no transport reaches segment %s: %w", cli.Printable(env.segment), first)
+	}
+	env.protos = reached
+	return nil
 }
 
 // benchName names a bench engine in stores that need a name:

@@ -13,9 +13,13 @@ import (
 	"time"
 
 	"github.com/rdmago/te/auth"
+	"github.com/rdmago/te/engine"
+	"github.com/rdmago/te/engine/enginetest"
 	"github.com/rdmago/te/internal/control"
 	"github.com/rdmago/te/segment"
 	"github.com/rdmago/te/segment/p2p"
+	"github.com/rdmago/te/shm"
+	"github.com/rdmago/te/tcp"
 )
 
 const testSecret = "te cmd tests: a cluster secret nobody else knows"
@@ -303,5 +307,51 @@ func TestSHMLockout(t *testing.T) {
 	_, stderr, code := runTE(t, "bench", "--segment", name, "--duration", "1", "--batch-size", "16", "--verify", "--quiet")
 	if code != 0 {
 		t.Fatalf("te bench with 1100 shm connections held: exit %d\n%s\nte serve:\n%s", code, stderr, stopped(srv, srvErr))
+	}
+}
+
+// TestBenchFallsBackToTCP: a same-host target whose shm server refuses
+// the initiator (it demands a secret the initiator lacks; tcp does not)
+// is measured over tcp by the default te bench, which says that shm did
+// not reach it and which transport carried the bytes; it used to fail
+// in its shm turn.
+func TestBenchFallsBackToTCP(t *testing.T) {
+	st, err := p2p.New(benchCtx(t), p2p.Options{Listen: "127.0.0.1:0"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer st.Close()
+	secret, err := auth.New([]byte(testSecret))
+	if err != nil {
+		t.Fatal(err)
+	}
+	tgt := enginetest.NewNode(t, engine.Config{Name: st.Name(), Store: st}, 0, tcp.New(tcp.Config{}), shm.New(shm.Config{Secret: secret}))
+	mem, err := engine.AllocShared(16 << 20)
+	if err != nil {
+		t.Fatal(err)
+	}
+	tgt.Mem = mem // closed after the engine
+	if err := tgt.Engine.RegisterLocalMemory(mem.Bytes(), ""); err != nil {
+		t.Fatal(err)
+	}
+	for _, json := range []bool{false, true} {
+		args := []string{"bench", "--segment", st.Name(), "--duration", "300ms", "--batch-size", "4", "--verify"}
+		if json {
+			args = append(args, "--json")
+		}
+		out, stderr, code := runTE(t, args...)
+		if code != 0 || !strings.Contains(stderr, "te bench: shm does not reach "+st.Name()) || !strings.Contains(stderr, "measuring over tcp") {
+			t.Fatalf("te %v: exit %d\n%s\n%s", args, code, out, stderr)
+		}
+		if !json {
+			if !strings.Contains(out, "result: write 64KiB over tcp:") || strings.Contains(out, "over shm") || !strings.Contains(out, "verify: true") {
+				t.Fatalf("te %v:\n%s", args, out)
+			}
+			continue
+		}
+		rs := decodeReport[map[string]any](t, "bench", []byte(out))
+		if len(rs) != 1 || rs[0]["protocol"] != "tcp" || rs[0]["verified"] != true || rs[0]["bytes"].(float64) <= 0 {
+			t.Fatalf("te %v: results %v", args, rs)
+		}
 	}
 }
