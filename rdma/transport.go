@@ -229,6 +229,9 @@ func (t *Transport) connect(ctx context.Context, d *segment.Descriptor) (driver.
 	if t.closed.Load() {
 		return nil, fmt.Errorf("rdma: %w", driver.ErrClosed)
 	}
+	if !t.running {
+		return nil, fmt.Errorf("rdma: connect %s: not installed", d.Name)
+	}
 	p, ok := d.Protocol(t.proto())
 	if !ok || p.Endpoint == "" {
 		return nil, fmt.Errorf("rdma: %s: %w", d.Name, segment.ErrNoProtocol)

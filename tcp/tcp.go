@@ -293,6 +293,15 @@ func (t *Transport) connect(ctx context.Context, remote *segment.Descriptor) (dr
 	if pr.TCP != nil && pr.TCP.Wire != 0 && pr.TCP.Wire != wireVersion {
 		return nil, fmt.Errorf("%w: %s speaks tcp wire version %d, want %d", ErrProtocol, remote.Name, pr.TCP.Wire, wireVersion)
 	}
+	t.mu.Lock()
+	closed, installed := t.closed, t.host != nil
+	t.mu.Unlock()
+	switch {
+	case closed:
+		return nil, driver.ErrClosed
+	case !installed:
+		return nil, fmt.Errorf("tcp: connect %s: not installed", remote.Name)
+	}
 	p := newPeer(t, remote.Name, pr.Endpoint, remote.Epoch)
 	t.mu.Lock()
 	if t.closed {

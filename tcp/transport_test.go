@@ -655,3 +655,23 @@ func TestConcurrentClose(t *testing.T) {
 		st.Close()
 	}
 }
+
+// TestConnectBeforeInstall: Connect on a transport never installed fails
+// with an error, even when the peer's port accepts, and leaves no peer.
+func TestConnectBeforeInstall(t *testing.T) {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ln.Close()
+	tr := New(Config{})
+	d := &segment.Descriptor{Name: "peer", Epoch: 1, Version: 1,
+		Protocols: []segment.Protocol{{Name: segment.ProtoTCP, Endpoint: ln.Addr().String()}}}
+	p, err := tr.Driver().Connect(ctxT(t, 10*time.Second), d)
+	if err == nil || !strings.Contains(err.Error(), "not installed") {
+		t.Errorf("Connect before Install: %v, %v; want an error saying it is not installed", p, err)
+	}
+	if err := tr.Driver().Close(); err != nil {
+		t.Fatal(err)
+	}
+}

@@ -273,6 +273,12 @@ func (w *world) step(op int, n, other *node, a, a2 int) {
 		if d == nil {
 			d = &segment.Descriptor{Name: "nobody", Epoch: 1, Version: 1,
 				Protocols: []segment.Protocol{{Name: tr.tr.Name(), Endpoint: closedPort(t)}}}
+			if tr.tr.Name() == segment.ProtoRDMA {
+				// A well-formed rdma part, so Connect gets past the
+				// descriptor's checks (no host here has the device).
+				d.Buffers = []segment.Buffer{{Addr: 1 << 20, Length: memSize}}
+				d.Protocols[0].RDMA = &segment.RDMA{Devices: []segment.Device{{Name: "rxe0"}}, RKeys: [][]uint32{{7}}}
+			}
 		}
 		ctx, cancel := w.ctx()
 		defer cancel()
