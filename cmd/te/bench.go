@@ -67,7 +67,7 @@ func runBench(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	}
 	stages := cli.NewStages(progress, "te bench", time.Second)
 	env, err := setupBench(ctx, c, bufSize, localSize, stages.Stage)
-	stages.Done()
+	stages.End(err)
 	if err != nil {
 		return err
 	}
@@ -120,7 +120,7 @@ func runBench(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 				}
 			}
 			rs, err := bench.Run(ctx, &env.Env, bc)
-			warm.Done()
+			warm.End(err)
 			if err != nil {
 				return fmt.Errorf("%s: %w", label, err)
 			}

@@ -312,10 +312,54 @@ func TestCLIConnectionHints(t *testing.T) {
 			t.Errorf("te %v repeats itself: %s", args, first)
 		}
 	}
-	_, stderr, _ := runTE(t, "segments", "\x1b[31mevil:1")
+	// A port of another protocol: told at its first bytes, not after a
+	// timeout; a silent one: a timeout with what to check, and a setup
+	// that failed is not reported "done".
+	ssh := fakePeer(t, []byte("SSH-2.0-OpenSSH_9.6\r\n"))
+	start := time.Now()
+	_, stderr, code := runTE(t, "bench", "--segment", ssh, "--duration", "1")
+	if code != 1 || !strings.Contains(stderr, `the peer does not speak te (its first bytes are "SSH-"): is this a te port?`) || time.Since(start) > 2*time.Second {
+		t.Errorf("te bench --segment (an ssh port): exit %d after %v\n%s", code, time.Since(start), stderr)
+	}
+	silent := fakePeer(t, nil)
+	_, stderr, code = runTE(t, "bench", "--segment", silent, "--duration", "1")
+	if code != 1 || !strings.Contains(stderr, "timed out waiting for the challenge") || !strings.Contains(stderr, "is the port a te one") ||
+		!strings.Contains(stderr, "setup ") || strings.Contains(stderr, ": done") {
+		t.Errorf("te bench --segment (a silent port): exit %d\n%s", code, stderr)
+	}
+	_, stderr, _ = runTE(t, "segments", "\x1b[31mevil:1")
 	if strings.Contains(stderr, "\x1b") || !strings.Contains(stderr, `\x1b[31mevil:1`) {
 		t.Errorf("a control character reached the terminal: %q", stderr)
 	}
+}
+
+// fakePeer listens on loopback and writes greeting to every connection it
+// accepts, then holds it open; it returns the address.
+func fakePeer(t *testing.T, greeting []byte) string {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	done := make(chan struct{})
+	t.Cleanup(func() { ln.Close(); <-done })
+	go func() {
+		defer close(done)
+		var held []net.Conn
+		defer func() {
+			for _, c := range held {
+				c.Close()
+			}
+		}()
+		for {
+			c, err := ln.Accept()
+			if err != nil {
+				return
+			}
+			held = append(held, c)
+			c.Write(greeting)
+		}
+	}()
+	return ln.Addr().String()
 }
 
 // TestCLIMooncakeSpellings: transfer_engine_bench's command lines work as

@@ -309,3 +309,31 @@ func TestNetCause(t *testing.T) {
 		t.Errorf("NetCause(other) = %q", got)
 	}
 }
+
+// TestStages: a setup past the threshold prints its stage, then "done"
+// when it succeeded and "failed" when it did not (the error follows from
+// the caller); a quick one prints nothing.
+func TestStages(t *testing.T) {
+	for _, c := range []struct {
+		err  error
+		want string
+	}{{nil, "done"}, {errors.New("no"), "failed"}} {
+		var out bytes.Buffer
+		s := NewStages(&out, "te x", 10*time.Millisecond)
+		s.Stage("opening segment h:1")
+		time.Sleep(50 * time.Millisecond)
+		s.End(c.err)
+		lines := strings.Split(strings.TrimSuffix(out.String(), "\n"), "\n")
+		if len(lines) != 2 || !strings.HasSuffix(lines[0], ": opening segment h:1 ...") || !strings.HasPrefix(lines[1], "te x: setup ") || !strings.HasSuffix(lines[1], ": "+c.want) {
+			t.Errorf("End(%v) printed:\n%s\nwant the stage, then %q", c.err, out.String(), c.want)
+		}
+	}
+	var out bytes.Buffer
+	s := NewStages(&out, "te x", time.Minute)
+	s.Stage("allocating")
+	s.End(errors.New("no"))
+	s.Done()
+	if out.Len() != 0 {
+		t.Errorf("a quick setup printed %q", out.String())
+	}
+}

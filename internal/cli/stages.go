@@ -58,7 +58,11 @@ func (s *Stages) Stage(what string) {
 }
 
 // Done ends the setup; after a slow one it prints how long it took.
-func (s *Stages) Done() {
+func (s *Stages) Done() { s.End(nil) }
+
+// End ends the setup with its outcome: after a slow one it prints how
+// long it took, and "done" only when err is nil (the caller prints err).
+func (s *Stages) End(err error) {
 	if s == nil {
 		return
 	}
@@ -66,7 +70,11 @@ func (s *Stages) Done() {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if s.late && !s.done {
-		s.print("done")
+		if err == nil {
+			s.print("done")
+		} else {
+			s.print("failed")
+		}
 	}
 	s.done = true
 }
