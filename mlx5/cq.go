@@ -2,6 +2,7 @@ package mlx5
 
 import (
 	"math/bits"
+	"sync/atomic"
 
 	"github.com/rdmago/te/uverbs"
 )
@@ -14,7 +15,10 @@ type cqRing struct {
 	cnt   uint32 // entries, a power of two
 	ci    uint32 // free-running consumer index
 	cqn   uint32
-	armSN uint32 // 2-bit arm sequence, bumped per consumed completion event
+	// armSN is the 2-bit arm sequence, bumped per consumed completion
+	// event. Atomic: the event is consumed by whoever reads the channel
+	// (rdma: the rail's event goroutine) while the owner arms.
+	armSN atomic.Uint32
 
 	setCI  *uint32 // doorbell record word 0
 	armRec *uint32 // doorbell record word 1
@@ -73,7 +77,7 @@ func (c *cqRing) arm(solicitedOnly bool) {
 	if solicitedOnly {
 		cmd = cqDBReqNotSol
 	}
-	v := (c.armSN&3)<<28 | cmd | c.ci&0xffffff
+	v := (c.armSN.Load()&3)<<28 | cmd | c.ci&0xffffff
 	ringDoorbell(c.armRec, bits.ReverseBytes32(v), c.armReg, bits.ReverseBytes64(uint64(v)<<32|uint64(c.cqn)))
 }
 

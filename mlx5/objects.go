@@ -106,7 +106,7 @@ func (cq *CQ) Arm(solicitedOnly bool) error {
 
 // EventConsumed advances the 2-bit arm sequence number, which the HCA
 // uses to tell a new arm request from a repeated one.
-func (cq *CQ) EventConsumed() { cq.ring.armSN++ }
+func (cq *CQ) EventConsumed() { cq.ring.armSN.Add(1) }
 
 // Destroyed releases the ring and the record after the kernel object is
 // gone (the HCA no longer writes them).

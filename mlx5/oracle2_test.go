@@ -338,7 +338,8 @@ func TestArmDoorbellMatchesMlx5dv(t *testing.T) {
 	for i, l := range strings.Split(strings.TrimSpace(out), "\n") {
 		f := strings.Fields(l)
 		c := cases[i]
-		cq := &cqRing{ci: c.ci, cqn: c.cqn, armSN: c.sn, armRec: word32(rec, 4), armReg: word64(uar, cqDoorbellOffset)}
+		cq := &cqRing{ci: c.ci, cqn: c.cqn, armRec: word32(rec, 4), armReg: word64(uar, cqDoorbellOffset)}
+		cq.armSN.Store(c.sn)
 		cq.arm(c.sol)
 		if got := hex.EncodeToString(rec[4:8]); got != f[1] {
 			t.Errorf("arm %d: record %s, mlx5dv %s", i, got, f[1])

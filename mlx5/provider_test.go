@@ -260,7 +260,7 @@ func TestProviderDriverData(t *testing.T) {
 		t.Fatalf("arm doorbell %#x", got)
 	}
 	dcq.EventConsumed()
-	if cq.ring.armSN != 1 {
+	if cq.ring.armSN.Load() != 1 {
 		t.Fatal("arm sequence not advanced")
 	}
 

@@ -347,7 +347,8 @@ func TestDoorbellRegisterWrites(t *testing.T) {
 		}
 	}
 	// 5) CQ arm.
-	r.cq.ci, r.cq.armSN = 5, 2
+	r.cq.ci = 5
+	r.cq.armSN.Store(2)
 	r.cq.arm(true)
 	if got, want := binary.BigEndian.Uint64(r.uar[cqDoorbellOffset:]), uint64(2<<28|1<<24|5)<<32|0x99; got != want {
 		t.Fatalf("arm doorbell %#x, want %#x", got, want)

@@ -92,7 +92,9 @@ type DriverCQ interface {
 	// solicited) completion.
 	Arm(solicitedOnly bool) error
 	// EventConsumed is called once per completion event read for this CQ
-	// (mlx5 advances its arm sequence number).
+	// (mlx5 advances its arm sequence number), by the goroutine reading
+	// the channel, which need not be the owner: it may run concurrently
+	// with Poll and Arm.
 	EventConsumed()
 	// Destroyed releases the provider's resources. h is 0 when creation failed.
 	Destroyed() error
