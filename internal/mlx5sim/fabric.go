@@ -78,13 +78,14 @@ func NewFabric() *Fabric {
 }
 
 // AddDevice adds a device named name (its port's RoCE v2 GID maps
-// 10.77.0.N, N its number) and returns it as uverbs lists devices: driver
+// 127.77.0.N, N its number: a loopback address, so a control port
+// bound to it is reachable on any host) and returns it as uverbs lists devices: driver
 // mlx5, ABI version 1, one port, no NUMA node.
 func (f *Fabric) AddDevice(name string) uverbs.Device {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	d := &device{name: name, idx: len(f.devs) + 1}
-	d.gid = uverbs.GIDFromAddr(netip.AddrFrom4([4]byte{10, 77, 0, byte(d.idx)}))
+	d.gid = uverbs.GIDFromAddr(netip.AddrFrom4([4]byte{127, 77, 0, byte(d.idx)}))
 	f.devs[name] = d
 	return uverbs.Device{Name: name, Uverbs: "uverbs-sim", Path: "/nonexistent/mlx5sim/" + name,
 		DriverID: uverbs.DriverMLX5, ABIVersion: 1, DriverIDFrom: "mlx5sim", Ports: 1, NUMANode: -1,
