@@ -31,6 +31,9 @@ var (
 )
 
 func TestMain(m *testing.M) {
+	if spec := os.Getenv(shmHoldEnv); spec != "" {
+		holdSHM(spec)
+	}
 	dir, err := os.MkdirTemp("", "te-bin-")
 	if err != nil {
 		fmt.Fprintln(os.Stderr, err)
