@@ -330,6 +330,17 @@ func TestCLIConnectionHints(t *testing.T) {
 		!strings.Contains(stderr, "setup ") || strings.Contains(stderr, ": done") {
 		t.Errorf("te bench --segment (a silent port): exit %d\n%s", code, stderr)
 	}
+	// te serve's tcp data port given as the segment (te serve prints
+	// both): the initiator is told which port it reached, at once.
+	_, name, _ := serveProcess(t, "--buffer-size", "8MiB", "--protocol", "tcp")
+	pr, _ := fetch(t, name, nil).Protocol(segment.ProtoTCP)
+	for _, args := range [][]string{{"bench", "--segment", pr.Endpoint, "--duration", "1"}, {"segments", pr.Endpoint}} {
+		start := time.Now()
+		_, stderr, code = runTE(t, args...)
+		if code != 1 || !strings.Contains(stderr, "the peer is te's tcp data port, not te's p2p metadata port: check the address") || time.Since(start) > 2*time.Second {
+			t.Errorf("te %v (te serve's tcp port): exit %d after %v\n%s", args, code, time.Since(start), stderr)
+		}
+	}
 	_, stderr, _ = runTE(t, "segments", "\x1b[31mevil:1")
 	if strings.Contains(stderr, "\x1b") || !strings.Contains(stderr, `\x1b[31mevil:1`) {
 		t.Errorf("a control character reached the terminal: %q", stderr)

@@ -17,7 +17,9 @@
 // A challenge whose status is not OK ends the connection: Stale (the hello
 // expected another epoch: a previous incarnation), WrongTarget (another
 // segment's name or protocol), Refused (the carrier's own reason, such as
-// another user on shm). The initiator checks proof T before it answers; when
+// another user on shm), WrongPort (the hello came in another te carrier's
+// frames: the target answers in them, naming its own carrier's label, so
+// an initiator given the wrong te port says which port it reached). The initiator checks proof T before it answers; when
 // the check fails it answers with status Denied and no proof (so the target
 // can log why) and ends the connection. A verdict Denied means the target
 // found no or a wrong proof I. The initiator sends its protocol's messages
@@ -160,6 +162,7 @@ const (
 	StatusDenied      uint16 = 5 // failed authentication
 	StatusWrongTarget uint16 = 6 // the hello named another segment or protocol
 	StatusRefused     uint16 = 7 // the carrier's own refusal (Refuse)
+	StatusWrongPort   uint16 = 8 // the hello was another carrier's; the label of this one follows
 )
 
 // Errors of the handshake; compare with errors.Is. Failed authentication
@@ -270,6 +273,14 @@ func (sp *Spec) Dial(c Conn, s *auth.Secret, me, target auth.Party) error {
 		return fail(auth.ErrDenied, "%s handshake: authentication failed: the target refused this initiator", sp.Label)
 	case StatusRefused:
 		return fail(ErrRefused, "%s handshake: the target refused the connection", sp.Label)
+	case StatusWrongPort:
+		port := "another te port"
+		for _, c := range carriers {
+			if c.Label == string(p) && c != sp {
+				port = c.Name
+			}
+		}
+		return fail(auth.ErrNotTE, "%s handshake: the peer is %s, not %s: check the address", sp.Label, port, sp.Name)
 	default:
 		return fail(ErrMalformed, "%s handshake: challenge status %d", sp.Label, st)
 	}
@@ -330,6 +341,7 @@ func (sp *Spec) Dial(c Conn, s *auth.Secret, me, target auth.Party) error {
 func (sp *Spec) Accept(c Conn, s *auth.Secret, me auth.Party, vet func(*auth.Hello) error) (auth.Party, error) {
 	h, p, err := c.ReadFrame()
 	if err != nil {
+		sp.tellWrongPort(c, err)
 		return auth.Party{}, sp.ioError(err, waitHello)
 	}
 	if h.Type != sp.Hello {
@@ -452,7 +464,7 @@ func (sp *Spec) ioError(err error, doing string) error {
 	first := doing == waitHello || doing == waitChallenge
 	switch {
 	case errors.As(err, &me) && first:
-		return &Error{Msg: sp.Label + " handshake: " + sp.notTE(me.Got), Kind: auth.ErrNotTE, Cause: err}
+		return &Error{Msg: sp.Label + " handshake: " + sp.notTE(me.Got, doing == waitHello), Kind: auth.ErrNotTE, Cause: err}
 	case errors.Is(err, io.EOF), errors.Is(err, io.ErrUnexpectedEOF), isReset(err):
 		return &Error{Msg: fmt.Sprintf("%s handshake: the peer closed the connection %s", sp.Label, doing), Kind: ErrClosed, Cause: err}
 	case errors.Is(err, os.ErrDeadlineExceeded):
@@ -465,11 +477,35 @@ func (sp *Spec) ioError(err error, doing string) error {
 	return &Error{Msg: fmt.Sprintf("%s handshake: %s: %v", sp.Label, doing, err), Kind: ErrClosed, Cause: err}
 }
 
-// notTE says what a peer whose first bytes are got is: another te port,
-// or not te at all.
-func (sp *Spec) notTE(got []byte) string {
+// tellWrongPort answers an initiator whose first bytes were another te
+// carrier's magic in that carrier's frames: a challenge with status
+// WrongPort and this carrier's label, so the initiator says which port it
+// reached instead of seeing the connection close. Stream carriers only
+// (a SEQPACKET socket is not reached by mistake for a TCP port).
+func (sp *Spec) tellWrongPort(c Conn, err error) {
+	var me *wire.MagicError
+	s, ok := c.(*stream)
+	if !ok || !errors.As(err, &me) || len(me.Got) != 4 {
+		return
+	}
+	for _, o := range carriers {
+		if o.Magic == [4]byte(me.Got) && o.Magic != sp.Magic {
+			b := append([]byte{byte(StatusWrongPort >> 8), byte(StatusWrongPort)}, sp.Label...)
+			o.Frames().Write(s.w, o.Challenge, 0, b)
+			return
+		}
+	}
+}
+
+// notTE says what a peer whose first bytes are got is: another te port
+// (or, to a target, an initiator of another te port given this one's
+// address), or not te at all.
+func (sp *Spec) notTE(got []byte, target bool) string {
 	for _, c := range carriers {
 		if len(got) == 4 && [4]byte(got) == c.Magic && c.Magic != sp.Magic {
+			if target {
+				return "the initiator speaks to " + c.Name + ", and this is " + sp.Name + ": it was given the wrong address"
+			}
 			return "the peer is " + c.Name + ", not " + sp.Name + ": check the address"
 		}
 	}

@@ -319,3 +319,44 @@ func TestPeerNamesQuoted(t *testing.T) {
 		})
 	}
 }
+
+// TestWrongPort: an initiator that reached another te carrier's port (a
+// p2p store's get on te's tcp data port, the likeliest mix-up of the two
+// ports te serve prints) is told which port it reached, in its own frames,
+// and the target logs which one the initiator wanted.
+func TestWrongPort(t *testing.T) {
+	for _, c := range []struct{ dial, accept *Spec }{{&P2P, &TCP}, {&TCP, &P2P}, {&RDMA, &TCP}, {&P2P, &RDMA}} {
+		ln, err := net.Listen("tcp", "127.0.0.1:0")
+		if err != nil {
+			t.Fatal(err)
+		}
+		done := make(chan error, 1)
+		go func() {
+			s, err := ln.Accept()
+			if err != nil {
+				done <- err
+				return
+			}
+			defer s.Close()
+			s.SetDeadline(time.Now().Add(10 * time.Second))
+			_, err = c.accept.Accept(Stream(s, s, c.accept.Frames()), nil, tgt, nil)
+			done <- err
+		}()
+		conn, err := net.Dial("tcp", ln.Addr().String())
+		if err != nil {
+			t.Fatal(err)
+		}
+		conn.SetDeadline(time.Now().Add(10 * time.Second))
+		dialErr := c.dial.Dial(Stream(conn, conn, c.dial.Frames()), nil, me, tgt)
+		acceptErr := <-done
+		conn.Close()
+		ln.Close()
+		want := "the peer is " + c.accept.Name + ", not " + c.dial.Name + ": check the address"
+		if !errors.Is(dialErr, auth.ErrNotTE) || !strings.HasSuffix(dialErr.Error(), want) {
+			t.Errorf("%s dialing %s: %v; want auth.ErrNotTE ending %q", c.dial.Label, c.accept.Label, dialErr, want)
+		}
+		if want := "the initiator speaks to " + c.dial.Name + ", and this is " + c.accept.Name + ": it was given the wrong address"; !errors.Is(acceptErr, auth.ErrNotTE) || !strings.HasSuffix(acceptErr.Error(), want) {
+			t.Errorf("%s accepting %s: %v; want auth.ErrNotTE saying %q", c.accept.Label, c.dial.Label, acceptErr, want)
+		}
+	}
+}
