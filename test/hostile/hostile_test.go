@@ -370,6 +370,20 @@ var cases = []struct {
 		sv.noService(t, "a request where the answer belongs", c)
 		sv.logged(t, "peer broke the handshake protocol")
 	}},
+	{"reset mid-handshake", secretA, func(t *testing.T, sv *server) {
+		// Half a hello, then a reset (a close on a packet socket): the
+		// peer left, nobody failed authentication.
+		_, raw := sv.dial(t)
+		if tc, ok := raw.(*net.TCPConn); ok {
+			tc.Write(sv.spec.Frames().Append(nil, sv.spec.Hello, 0, sv.hello(nil))[:7])
+			tc.SetLinger(0)
+		}
+		raw.Close()
+		sv.logged(t, "peer closed the connection during the handshake")
+		if l := sv.log.String(); strings.Contains(l, "authentication") || strings.Contains(l, "handshake failed") {
+			t.Fatalf("a peer that left is logged as a failure:\n%s", l)
+		}
+	}},
 	{"not te", nil, func(t *testing.T, sv *server) {
 		c, raw := sv.dial(t)
 		raw.(interface{ Write([]byte) (int, error) }).Write([]byte("GET / HTTP/1.0\r\n\r\n"))
