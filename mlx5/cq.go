@@ -11,10 +11,10 @@ import (
 // that the HCA writes, each valid when its opcode is not INVALID and its
 // owner bit equals the parity of the consumer's pass over the ring.
 type cqRing struct {
-	buf   []byte // cnt * 64 bytes
-	cnt   uint32 // entries, a power of two
-	ci    uint32 // free-running consumer index
-	cqn   uint32
+	buf []byte // cnt * 64 bytes
+	cnt uint32 // entries, a power of two
+	ci  uint32 // free-running consumer index
+	cqn uint32
 	// armSN is the 2-bit arm sequence, bumped per consumed completion
 	// event. Atomic: the event is consumed by whoever reads the channel
 	// (rdma: the rail's event goroutine) while the owner arms.
