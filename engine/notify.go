@@ -116,9 +116,10 @@ func (n *note) final(err error) {
 // target drops a copy it already has: it is delivered once.
 //
 // The notification's outcome is part of the batch: Wait returns nil only
-// when every task completed and the target accepted the notification; it
-// fails with ErrNotifyFull when the target's queue for this sender stayed
-// full. n.Msg is copied; the caller may reuse it when SubmitNotify
+// when every task completed and the target has custody of the
+// notification (it is queued there, or its transport holds it until the
+// queue has room: shm and rdma; docs/notify.md); it fails with
+// ErrNotifyFull when the target's queue for this sender stayed full. n.Msg is copied; the caller may reuse it when SubmitNotify
 // returns. On the steady-state path it does not allocate.
 func (e *Engine) SubmitNotify(id BatchID, reqs []Request, n Notify) error {
 	if len(reqs) == 0 {
@@ -128,7 +129,8 @@ func (e *Engine) SubmitNotify(id BatchID, reqs []Request, n Notify) error {
 }
 
 // Notify sends n alone to the segment and waits until the target has
-// queued it (or ctx ends, or it fails: ErrNotifyFull, ErrNotifyUnsupported).
+// custody of it, as SubmitNotify's Wait does (or ctx ends, or it fails:
+// ErrNotifyFull, ErrNotifyUnsupported).
 // It is ordered after nothing; use SubmitNotify to follow data.
 func (e *Engine) Notify(ctx context.Context, seg SegmentID, n Notify) error {
 	return e.transfer(ctx, nil, &n, seg)

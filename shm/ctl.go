@@ -3,6 +3,7 @@ package shm
 import (
 	"sync/atomic"
 
+	"github.com/rdmago/te/engine/driver"
 	"github.com/rdmago/te/internal/dma"
 )
 
@@ -25,8 +26,58 @@ type ctlPage struct {
 	busy [maxSlots]atomic.Int32
 }
 
-const ctlMagic uint64 = 0x7465_7368_6374_6c31 // "teshctl1"
+const ctlMagic uint64 = 0x7465_7368_6374_6c32 // "teshctl2"
 
-var ctlSize = dma.RoundPage(64 + 8*maxSlots)
+// The control memory is the page above followed by the note ring.
+var (
+	ringOff = dma.RoundPage(64 + 8*maxSlots)
+	ringLen = dma.RoundPage(ringSize)
+	ctlSize = ringOff + ringLen
+)
 
 func viewCtl(b []byte) *ctlPage { return dma.View[ctlPage](b, 0) }
+
+// noteSlots is how many notifications one connection's ring holds: the
+// notes an initiator may have handed to its target that the target's
+// engine has not queued yet.
+const noteSlots = 16
+
+// ringSize is noteRing's size (TestRingLayout checks it).
+const ringSize = 128 + noteSlots*noteSlotSize
+
+const noteSlotSize = 32 + driver.MaxNotifyName + driver.MaxNotifyMsg
+
+// noteRing carries an initiator's notifications to its target in the
+// control memory (notify.go): the initiator writes a slot and then head,
+// the target reads head and then the slot, and frees it by advancing
+// tail. sleep and want save both sides a system call per note: the
+// initiator rings (BELL on the socket) only when the target's reader is
+// about to block on the socket, and the target says ROOM only when the
+// initiator has notes waiting for a slot. The initiator writes head,
+// want and the slots, the target tail and sleep; each side reads the
+// other's as untrusted.
+type noteRing struct {
+	head atomic.Uint64
+	_    [56]byte
+	tail atomic.Uint64
+	// sleep: the target's reader blocks on the socket (or is about to);
+	// a publisher that clears it sends BELL.
+	sleep atomic.Uint32
+	// want: notes wait at the initiator for a slot; the target that
+	// clears it sends ROOM.
+	want  atomic.Uint32
+	_     [48]byte
+	slots [noteSlots]noteSlot
+}
+
+// noteSlot is one notification in the ring: its note ID, the
+// submission's byte count, the name and the message (data holds name
+// then message).
+type noteSlot struct {
+	id, bytes       uint64
+	nameLen, msgLen uint32
+	_               [8]byte
+	data            [driver.MaxNotifyName + driver.MaxNotifyMsg]byte
+}
+
+func viewRing(b []byte, off int) *noteRing { return dma.View[noteRing](b, off) }

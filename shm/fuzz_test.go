@@ -23,9 +23,8 @@ func FuzzMessages(f *testing.F) {
 	f.Add(appendUnmap(nil, 3, 4))
 	f.Add(appendRange(nil, msgMapReq, 0x1000, 64))
 	f.Add(appendRefused(nil, "no"))
-	note, _ := appendNote(nil, nil, 7, 4096, "layer", []byte("done"))
-	f.Add(note)
-	f.Add(appendNoteAck(nil, 7, noteFull))
+	f.Add(appendNoteLost(nil, 7, noteStale))
+	f.Add(proto.Append(nil, msgNoteBell, 0, nil))
 	f.Add(proto.Append(nil, msgHello, 0, auth.AppendHello(nil, auth.Hello{Proto: "shm"})))
 	f.Fuzz(func(t *testing.T, pkt []byte) {
 		h, p, err := control.ParsePacket(&proto, pkt)
@@ -55,13 +54,9 @@ func FuzzMessages(f *testing.F) {
 			if r, err := parseRefused(p); err == nil {
 				back = appendRefused(nil, r)
 			}
-		case msgNote:
-			if d, err := parseNote(p); err == nil {
-				back, _ = appendNote(nil, nil, d.ID, d.Bytes, string(d.Name), d.Msg)
-			}
-		case msgNoteAck:
-			if id, st, err := parseNoteAck(p); err == nil {
-				back = appendNoteAck(nil, id, st)
+		case msgNoteLost:
+			if id, st, err := parseNoteLost(p); err == nil {
+				back = appendNoteLost(nil, id, st)
 			}
 		case handshake.Hello:
 			auth.ParseHello(p)

@@ -1,9 +1,9 @@
 package shm
 
 import (
-	"context"
 	"errors"
 	"fmt"
+	"runtime"
 	"sync"
 	"time"
 
@@ -17,29 +17,53 @@ import (
 // Notifications (driver.Notifier). The initiator copies a submission's
 // slices itself, so it knows when every byte is in the target's memory:
 // once the last copy of the submission is done (on whichever goroutine
-// did it), it sends the note over the control socket, and the target
-// hands it to its engine's Inbox and answers. The socket's send and
-// receive order the copies before the target's reads of that memory.
+// did it), it writes the note into a free slot of the connection's note
+// ring (noteRing, in the control memory) and publishes it; the note is
+// then done. The ring's head is written after the copies and read by the
+// target before it reads the data, so the target sees the data first.
 //
-//	initiator → target  NOTE     u64 id | u64 bytes | bytes name | bytes msg
-//	target → initiator  NOTEACK  u64 id | u16 status
+// The target's reader takes the notes in order and hands each to its
+// engine's inbox; while the inbox is full it waits (it has custody: the
+// note is dropped only if its sender's incarnation has been replaced or
+// the target closes), holding the note's slot. A sender whose notes the
+// target does not take runs out of slots; a note then waits at the
+// initiator, and one that finds no slot within half the I/O timeout
+// fails with ErrNotifyFull, before anything of it was sent. So nothing
+// grows with a flood, and a notified batch completes without waiting for
+// the target: a plain batch never involves the target, and a notified
+// one only writes its slot (the BELL below aside).
 //
-// A NOTE is sent only when every copy succeeded; one of them failing
-// (or cancelled before it started) completes the note without sending it.
+// No system call per note: the target's reader watches the ring for a
+// moment after each note (noteLinger) and rings are rung only while it
+// sleeps on the socket:
+//
+//	initiator → target  BELL      (empty) the ring has notes; sent by the
+//	                              publisher that cleared the ring's sleep
+//	target → initiator  ROOM      (empty) a slot is free; sent by the
+//	                              target that cleared the ring's want
+//	target → initiator  NOTELOST  u64 id | u16 status: a note taken from
+//	                              the ring was not delivered (its sender
+//	                              was replaced, the target is closing)
+//
+// The initiator's batch has succeeded by then: the initiator logs it
+// and counts it (Stats.NotesLost), and the target's NotifyStats count it.
 const (
-	msgNote    wire.Type = 11 // 10 is the handshake's verdict
-	msgNoteAck wire.Type = 12
-
-	noteMaxLen = 8 + 8 + 2 + driver.MaxNotifyName + 2 + driver.MaxNotifyMsg
+	msgNoteBell wire.Type = 13 // 10 is the handshake's verdict; 11 and 12 were te 0.x's NOTE and NOTEACK
+	msgNoteLost wire.Type = 14
+	msgNoteRoom wire.Type = 15
 )
 
-// NOTEACK statuses.
+// NOTELOST statuses.
 const (
 	noteOK    = 0
-	noteFull  = 1 // the queue stayed full
 	noteStale = 2 // the sender's incarnation was replaced
-	noteNo    = 3 // not delivered (bad note, target closing)
+	noteNo    = 3 // not delivered (the target is closing)
 )
+
+// noteLinger is how long the target's reader keeps watching the ring
+// after a note before it sleeps on the socket: a sender of a note per
+// batch then finds it awake and rings nothing.
+const noteLinger = 200 * time.Microsecond
 
 var (
 	// ErrNotifyUnsupported: the target's shm transport does not carry
@@ -47,9 +71,8 @@ var (
 	ErrNotifyUnsupported = fmt.Errorf("shm: target does not carry notifications: %w", engine.ErrNotifyUnsupported)
 
 	errNoNotifyRemote = fmt.Errorf("%w (its descriptor's shm part lacks notify)", ErrNotifyUnsupported)
-	errNotifyFull     = fmt.Errorf("shm: target refused the notification: %w", driver.ErrNotifyFull)
-	errNoteStale      = fmt.Errorf("shm: target refused the notification: %w", driver.ErrPeerReset)
-	errNoteRefused    = errors.New("shm: target did not deliver the notification")
+	errNotifyFull     = fmt.Errorf("shm: notification not sent: the target took none of this process's for half the I/O timeout (its application does not drain them): %w", driver.ErrNotifyFull)
+	errNoteRefused    = errors.New("shm: notification not sent")
 	errSliceCanceled  = fmt.Errorf("shm: not copied: %w", driver.ErrCanceled)
 )
 
@@ -69,6 +92,13 @@ type snote struct {
 	mu    sync.Mutex
 	hard  error // a copy failed: not delivered
 	trans error // a copy failed transiently: the engine resends the note
+}
+
+// waitNote is a note waiting at the initiator for a ring slot, until
+// its deadline.
+type waitNote struct {
+	n  *driver.Note
+	dl time.Time
 }
 
 func (p *peer) getNote(n *driver.Note) *snote {
@@ -120,65 +150,170 @@ func (sn *snote) copied() {
 	p.sendNote(n)
 }
 
-// sendNote writes NOTE and leaves n to the reader, which completes it on
-// NOTEACK (or fails it when the connection ends).
+// sendNote publishes n in the ring and completes it, or leaves it
+// waiting for a slot (then ROOM or the expiry timer completes it).
 func (p *peer) sendNote(n *driver.Note) {
 	p.noteMu.Lock()
-	if p.dead.Load() {
+	if p.dead.Load() || p.ring == nil {
 		p.noteMu.Unlock()
 		n.Done(errGone)
 		return
 	}
-	p.noteOut, p.noteEnc = appendNote(p.noteOut[:0], p.noteEnc[:0], n.ID, n.Bytes, n.Name, n.Msg)
-	p.pending = append(p.pending, n)
-	p.c.SetWriteDeadline(time.Now().Add(p.t.cfg.IOTimeout))
-	err := uds.Send(p.c, p.noteOut, nil)
-	if err != nil {
-		p.pending = p.pending[:len(p.pending)-1]
+	if len(p.waiting) == 0 && p.roomLocked() {
+		bell := p.publishLocked(n)
+		p.noteMu.Unlock()
+		if bell {
+			p.ringBell()
+		}
+		n.Done(nil)
+		return
 	}
-	p.noteMu.Unlock()
-	if err != nil {
-		n.Done(fmt.Errorf("shm: send notification: %v: %w", err, errGone))
-	}
-}
-
-// acked completes the note the target answered.
-func (p *peer) acked(id uint64, st uint16) error {
-	p.noteMu.Lock()
-	var n *driver.Note
-	for i, q := range p.pending {
-		if q.ID == id {
-			n = q
-			p.pending = append(p.pending[:i], p.pending[i+1:]...)
-			break
+	p.waiting = append(p.waiting, waitNote{n, time.Now().Add(p.t.cfg.IOTimeout / 2)})
+	if len(p.waiting) == 1 {
+		if p.expiry == nil {
+			p.expiry = time.AfterFunc(p.t.cfg.IOTimeout/2, p.expireNotes)
+		} else {
+			p.expiry.Reset(p.t.cfg.IOTimeout / 2)
 		}
 	}
-	p.noteMu.Unlock()
-	if n == nil {
-		return fmt.Errorf("%w: shm: NOTEACK for note %d, which is not pending", wire.ErrFrame, id)
-	}
-	var err error
-	switch st {
-	case noteOK:
-	case noteFull:
-		err = errNotifyFull
-	case noteStale:
-		err = errNoteStale
-	default:
-		err = errNoteRefused
-	}
-	n.Done(err)
-	return nil
+	p.flushNotes()
 }
 
-// failNotes fails the notes awaiting an answer (the connection ended).
+// roomLocked reports whether the ring has a free slot. noteMu is held.
+func (p *peer) roomLocked() bool {
+	return p.head-p.ring.tail.Load() < noteSlots
+}
+
+// publishLocked writes n into the next slot and publishes it; it reports
+// whether the target's reader sleeps (then the caller rings). noteMu is
+// held.
+func (p *peer) publishLocked(n *driver.Note) (bell bool) {
+	s := &p.ring.slots[p.head%noteSlots]
+	s.id, s.bytes = n.ID, n.Bytes
+	s.nameLen, s.msgLen = uint32(len(n.Name)), uint32(len(n.Msg))
+	k := copy(s.data[:], n.Name)
+	copy(s.data[k:], n.Msg)
+	p.head++
+	p.ring.head.Store(p.head)
+	return p.ring.sleep.Load() != 0 && p.ring.sleep.CompareAndSwap(1, 0)
+}
+
+// flushNotes publishes the waiting notes that have a slot now and
+// completes them; noteMu is held on entry and released.
+func (p *peer) flushNotes() {
+	for {
+		var sent [noteSlots]*driver.Note
+		k, bell, again := 0, false, false
+		for len(p.waiting) > 0 && p.roomLocked() {
+			if k == len(sent) {
+				again = true
+				break
+			}
+			n := p.waiting[0].n
+			bell = p.publishLocked(n) || bell
+			sent[k] = n
+			k++
+			m := copy(p.waiting, p.waiting[1:])
+			p.waiting[m] = waitNote{}
+			p.waiting = p.waiting[:m]
+		}
+		switch {
+		case again:
+		case len(p.waiting) == 0:
+			p.ring.want.Store(0)
+			if p.expiry != nil {
+				p.expiry.Stop()
+			}
+		default:
+			// ROOM cleared want: set it again, then look once more
+			// (a slot freed in between brought no ROOM).
+			p.ring.want.Store(1)
+			again = p.roomLocked()
+		}
+		p.noteMu.Unlock()
+		if bell {
+			p.ringBell()
+		}
+		for _, n := range sent[:k] {
+			n.Done(nil)
+		}
+		if !again {
+			return
+		}
+		p.noteMu.Lock()
+		if p.dead.Load() {
+			p.noteMu.Unlock()
+			return
+		}
+	}
+}
+
+// ringBell wakes the target's reader.
+func (p *peer) ringBell() {
+	// A failed send needs no answer: the reader sees the connection end.
+	uds.Send(p.c, p.bell, nil)
+}
+
+// roomFreed answers ROOM (the reader calls it).
+func (p *peer) roomFreed() {
+	p.noteMu.Lock()
+	if p.dead.Load() {
+		p.noteMu.Unlock()
+		return
+	}
+	p.flushNotes()
+}
+
+// expireNotes fails the notes that waited for a slot past their
+// deadline with ErrNotifyFull: nothing of them was sent.
+func (p *peer) expireNotes() {
+	p.noteMu.Lock()
+	now := time.Now()
+	k := 0
+	for k < len(p.waiting) && !now.Before(p.waiting[k].dl) {
+		k++
+	}
+	expired := make([]*driver.Note, k) // a failure: it may allocate
+	for i := range k {
+		expired[i] = p.waiting[i].n
+	}
+	m := copy(p.waiting, p.waiting[k:])
+	clear(p.waiting[m:])
+	p.waiting = p.waiting[:m]
+	if m > 0 {
+		p.expiry.Reset(p.waiting[0].dl.Sub(now))
+	} else {
+		p.ring.want.Store(0)
+	}
+	p.noteMu.Unlock()
+	for _, n := range expired {
+		n.Done(errNotifyFull)
+	}
+}
+
+// noteLost logs a note the target took from the ring but did not
+// deliver (NOTELOST): its batch has succeeded.
+func (p *peer) noteLost(id uint64, st uint16) {
+	p.t.notesLost.Add(1)
+	why := "the target is closing"
+	if st == noteStale {
+		why = "the target has seen a newer engine under this one's name (a restart, or two engines with one name)"
+	}
+	p.t.lost.Warn("shm: a notification whose batch succeeded was not delivered", "segment", p.name, "note", id, "reason", why)
+}
+
+// failNotes fails the notes waiting for a slot (the connection ended).
+// Notes already in the ring are the target's.
 func (p *peer) failNotes() {
 	p.noteMu.Lock()
-	ns := p.pending
-	p.pending = nil
+	ns := p.waiting
+	p.waiting = nil
+	if p.expiry != nil {
+		p.expiry.Stop()
+	}
 	p.noteMu.Unlock()
-	for _, n := range ns {
-		n.Done(errGone)
+	for _, w := range ns {
+		w.n.Done(errGone)
 	}
 }
 
@@ -211,70 +346,108 @@ func doneAll(ss []*driver.Slice, err error) {
 
 // ---- target side ----
 
-// appendNote encodes NOTE onto dst, with scratch for the payload; it
-// returns both for reuse.
-func appendNote(dst, scratch []byte, id, bytes uint64, name string, msg []byte) (out, payload []byte) {
-	e := wire.Enc{B: scratch}
-	e.U64(id)
-	e.U64(bytes)
-	e.U16(uint16(len(name)))
-	e.B = append(e.B, name...)
-	e.Bytes(msg)
-	return proto.Append(dst, msgNote, 0, e.B), e.B
-}
-
-func appendNoteAck(dst []byte, id uint64, st uint16) []byte {
+func appendNoteLost(dst []byte, id uint64, st uint16) []byte {
 	var e wire.Enc
 	e.U64(id)
 	e.U16(st)
-	return proto.Append(dst, msgNoteAck, 0, e.B)
+	return proto.Append(dst, msgNoteLost, 0, e.B)
 }
 
-func parseNoteAck(p []byte) (id uint64, st uint16, err error) {
+func parseNoteLost(p []byte) (id uint64, st uint16, err error) {
 	d := wire.NewDec(p)
 	id, st = d.U64(), d.U16()
 	return id, st, d.Finish()
 }
 
-func parseNote(p []byte) (d driver.Delivery, err error) {
-	dec := wire.NewDec(p)
-	d.ID, d.Bytes = dec.U64(), dec.U64()
-	d.Name = dec.Bytes(driver.MaxNotifyName)
-	d.Msg = dec.Bytes(driver.MaxNotifyMsg)
-	return d, dec.Finish()
+// takeNotes hands the notes the initiator published in the ring to the
+// engine's inbox, in order, waiting while the inbox has no room, and
+// frees their slots; it reports whether it took any. The ring is the
+// initiator's to write: a slot is copied before it is read, and a head
+// beyond the ring's slots or a slot beyond the bounds ends the
+// connection. Only the reader calls it.
+func (sc *serverConn) takeNotes() (took bool, err error) {
+	r := sc.ring
+	for {
+		head := r.head.Load()
+		if head == sc.tail {
+			return took, nil
+		}
+		if head-sc.tail > noteSlots {
+			return took, fmt.Errorf("%w: note ring head %d with %d taken: beyond its %d slots", ErrProtocol, head, sc.tail, noteSlots)
+		}
+		for sc.tail != head {
+			s := &r.slots[sc.tail%noteSlots]
+			id, bytes, nl, ml := s.id, s.bytes, s.nameLen, s.msgLen
+			if nl > driver.MaxNotifyName || ml > driver.MaxNotifyMsg {
+				return took, fmt.Errorf("%w: note of %d+%d bytes in the ring, beyond %d+%d", ErrProtocol, nl, ml, driver.MaxNotifyName, driver.MaxNotifyMsg)
+			}
+			if sc.noteBuf == nil {
+				sc.noteBuf = make([]byte, driver.MaxNotifyName+driver.MaxNotifyMsg)
+			}
+			b := sc.noteBuf[:nl+ml]
+			copy(b, s.data[:])
+			d := driver.Delivery{From: sc.from, ID: id, Bytes: bytes, Name: b[:nl], Msg: b[nl:]}
+			st := sc.deliver(&d)
+			sc.tail++
+			r.tail.Store(sc.tail)
+			took = true
+			if st != noteOK {
+				sc.send(appendNoteLost(sc.noteOut[:0], id, st))
+			}
+			if r.want.Load() != 0 && r.want.CompareAndSwap(1, 0) {
+				sc.send(proto.Append(sc.noteOut[:0], msgNoteRoom, 0, nil))
+			}
+		}
+	}
 }
 
-// note hands a NOTE to the engine, waiting at most half the I/O timeout
-// for room, and answers it.
-func (sc *serverConn) note(pl []byte) error {
+// deliver hands one note to the inbox, waiting for room until the
+// transport closes, and returns its NOTELOST status (noteOK: delivered,
+// or a copy already was).
+func (sc *serverConn) deliver(d *driver.Delivery) uint16 {
 	t := sc.t
-	d, err := parseNote(pl)
-	if err != nil {
-		return err
+	ib := t.host.Inbox()
+	if ib == nil {
+		return noteNo
 	}
-	d.From = sc.from
-	st := uint16(noteNo)
-	if ib := t.host.Inbox(); ib != nil {
-		err := ib.Deliver(driver.NoWait, &d)
-		if errors.Is(err, driver.ErrNotifyFull) {
-			ctx, cancel := context.WithTimeout(context.Background(), t.cfg.IOTimeout/2)
-			sc.slot.Wait()
-			err = ib.Deliver(ctx, &d)
-			sc.slot.Work()
-			cancel()
-		}
-		switch {
-		case err == nil:
-			st = noteOK
-		case errors.Is(err, driver.ErrNotifyFull):
-			st = noteFull
-		case errors.Is(err, driver.ErrPeerReset):
-			st = noteStale
-		}
+	err := ib.Deliver(driver.NoWait, d)
+	if errors.Is(err, driver.ErrNotifyFull) {
+		err = ib.Deliver(t.ctx, d)
 	}
+	switch {
+	case err == nil:
+		return noteOK
+	case errors.Is(err, driver.ErrPeerReset):
+		return noteStale
+	}
+	if !t.closed.Load() {
+		t.log.Warn("shm: notification not delivered", "pid", sc.cred.PID, "from", sc.from.Name, "err", err)
+	}
+	return noteNo
+}
+
+// send writes one message to the initiator; a failure is left to the
+// reader, which sees the connection end.
+func (sc *serverConn) send(msg []byte) {
+	sc.noteOut = msg
 	sc.mu.Lock()
 	defer sc.mu.Unlock()
-	sc.out = appendNoteAck(sc.out[:0], d.ID, st)
-	sc.c.SetWriteDeadline(time.Now().Add(t.cfg.IOTimeout))
-	return uds.Send(sc.c, sc.out, nil)
+	if sc.dead.Load() {
+		return
+	}
+	sc.c.SetWriteDeadline(time.Now().Add(sc.t.cfg.IOTimeout))
+	uds.Send(sc.c, msg, nil)
+}
+
+// lingerNotes watches the ring for noteLinger and reports whether a note
+// came.
+func (sc *serverConn) lingerNotes() bool {
+	t0 := time.Now()
+	for time.Since(t0) < noteLinger {
+		if sc.ring.head.Load() != sc.tail {
+			return true
+		}
+		runtime.Gosched()
+	}
+	return false
 }

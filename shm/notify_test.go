@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"github.com/rdmago/te/engine/enginetest"
+	"reflect"
 	"testing"
 	"time"
 
@@ -19,7 +20,7 @@ import (
 func TestNotify(t *testing.T) {
 	transporttest.RunNotify(t, func(testing.TB) engine.Transport {
 		return New(Config{IOTimeout: time.Second})
-	}, transporttest.Options{Shared: true})
+	}, transporttest.Options{Shared: true, NotifyHeld: noteSlots})
 }
 
 // BenchmarkNotify: as tcp's.
@@ -59,6 +60,13 @@ func TestNotifyCancel(t *testing.T) {
 		}
 		tm.Stop()
 		got := tgt.Engine.DrainNotifications(nil)
+		if err == nil {
+			// Wait returned once the note was in the target's ring.
+			eventually(t, 10*time.Second, "the notification", func() bool {
+				got = tgt.Engine.DrainNotifications(got)
+				return len(got) > 0
+			})
+		}
 		switch {
 		case err == nil:
 			if len(got) != 1 || got[0].Name != fmt.Sprint(round) {
@@ -181,5 +189,133 @@ func TestNotifyAllocs(t *testing.T) {
 	}
 	if s := e.NotifyStats(); s.Accepted < 2*60 {
 		t.Fatalf("target accepted %d notifications", s.Accepted)
+	}
+}
+
+// onlyPeer returns the initiator's one connection.
+func onlyPeer(t *testing.T, tr *Transport) *peer {
+	t.Helper()
+	tr.mu.Lock()
+	defer tr.mu.Unlock()
+	if len(tr.peers) != 1 {
+		t.Fatalf("%d peers, want 1", len(tr.peers))
+	}
+	for p := range tr.peers {
+		return p
+	}
+	return nil
+}
+
+// TestNotifyHostileRing: an initiator that writes a head beyond the
+// ring's slots, or a slot beyond the notification bounds, is
+// disconnected; nothing of it is delivered, and the target serves the
+// next initiator.
+func TestNotifyHostileRing(t *testing.T) {
+	st := enginetest.NewMemStore()
+	t.Cleanup(func() { st.Close() })
+	ctx := ctxT(t, 10*time.Second)
+	ttr := New(Config{IOTimeout: time.Second})
+	tgt := enginetest.NewNode(t, engine.Config{Name: "target", Store: st}, 0, ttr)
+	for i, bad := range []string{"head", "slot", ""} {
+		itr := New(Config{})
+		ini := enginetest.NewNode(t, engine.Config{Name: fmt.Sprint("initiator ", i), Store: st}, 0, itr)
+		seg, err := ini.Engine.OpenSegment(ctx, "target", nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := ini.Engine.Notify(ctx, seg, engine.Notify{Name: fmt.Sprint("good ", i)}); err != nil {
+			t.Fatal(err)
+		}
+		if bad == "" {
+			break
+		}
+		eventually(t, 5*time.Second, bad+": the good note", func() bool { return tgt.Engine.NotifyStats().Accepted == uint64(i+1) })
+		p := onlyPeer(t, itr)
+		p.noteMu.Lock()
+		switch bad {
+		case "head":
+			p.ring.head.Store(p.head + noteSlots + 1)
+		case "slot":
+			s := &p.ring.slots[p.head%noteSlots]
+			s.nameLen, s.msgLen = 1, engine.MaxNotifyMsg+1
+			p.ring.head.Store(p.head + 1)
+		}
+		p.noteMu.Unlock()
+		p.ringBell()
+		eventually(t, 5*time.Second, bad+": the target drops the connection", func() bool { return ttr.Stats().Served == 0 })
+		eventually(t, 5*time.Second, bad+": the initiator sees it", func() bool { return itr.Stats().Peers == 0 })
+		ini.Engine.Close()
+	}
+	var got []string
+	eventually(t, 5*time.Second, "every good note", func() bool {
+		for _, n := range tgt.Engine.DrainNotifications(nil) {
+			got = append(got, n.Name)
+		}
+		return len(got) >= 3
+	})
+	time.Sleep(10 * time.Millisecond)
+	for _, n := range tgt.Engine.DrainNotifications(nil) {
+		got = append(got, n.Name)
+	}
+	if fmt.Sprint(got) != "[good 0 good 1 good 2]" {
+		t.Fatalf("delivered %v", got)
+	}
+}
+
+// TestNotifyLost: a note whose batch succeeded but which the target then
+// refuses (it has seen a newer engine under the sender's name since) is
+// reported to its sender's process: NOTELOST, counted in
+// Stats.NotesLost and logged.
+func TestNotifyLost(t *testing.T) {
+	st := enginetest.NewMemStore()
+	t.Cleanup(func() { st.Close() })
+	ctx := ctxT(t, 10*time.Second)
+	tgt := enginetest.NewNode(t, engine.Config{Name: "target", Store: st}, 0, New(Config{}))
+	itr := New(Config{})
+	ini := enginetest.NewNode(t, engine.Config{Name: "initiator", Store: st}, 0, itr)
+	seg, err := ini.Engine.OpenSegment(ctx, "target", nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := ini.Engine.Notify(ctx, seg, engine.Notify{Name: "first"}); err != nil {
+		t.Fatal(err)
+	}
+	eventually(t, 5*time.Second, "the first note", func() bool { return tgt.Engine.NotifyStats().Accepted == 1 })
+	// Another engine under the same name: the target takes it for a
+	// restart of the sender.
+	twin := enginetest.NewNode(t, engine.Config{Name: "initiator", Store: st}, 0, New(Config{}))
+	tseg, err := twin.Engine.OpenSegment(ctx, "target", nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := twin.Engine.Notify(ctx, tseg, engine.Notify{Name: "twin"}); err != nil {
+		t.Fatal(err)
+	}
+	eventually(t, 5*time.Second, "the twin's note", func() bool { return tgt.Engine.NotifyStats().Accepted == 2 })
+	if err := ini.Engine.Notify(ctx, seg, engine.Notify{Name: "late"}); err != nil {
+		t.Fatalf("the note completes once in the ring: %v", err)
+	}
+	eventually(t, 5*time.Second, "the sender hears of the lost note", func() bool { return itr.Stats().NotesLost == 1 })
+	if s := tgt.Engine.NotifyStats(); s.Stale < 2 {
+		t.Fatalf("target: %+v, want the first note and the late one stale", s)
+	}
+	for _, n := range tgt.Engine.DrainNotifications(nil) {
+		if n.Name != "twin" {
+			t.Fatalf("delivered %q", n.Name)
+		}
+	}
+}
+
+// TestRingLayout: ringSize is noteRing's size, and the ring fits the
+// control memory after the page.
+func TestRingLayout(t *testing.T) {
+	if got := reflect.TypeFor[noteRing]().Size(); got != ringSize {
+		t.Fatalf("noteRing is %d bytes, ringSize says %d", got, ringSize)
+	}
+	if got := reflect.TypeFor[noteSlot]().Size(); got != noteSlotSize {
+		t.Fatalf("noteSlot is %d bytes, noteSlotSize says %d", got, noteSlotSize)
+	}
+	if ringOff < int(reflect.TypeFor[ctlPage]().Size()) || ringOff+ringLen != ctlSize {
+		t.Fatalf("ring at %d+%d in %d bytes of control memory", ringOff, ringLen, ctlSize)
 	}
 }

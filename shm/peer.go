@@ -37,12 +37,15 @@ type peer struct {
 	reqMu   sync.Mutex    // one MAPREQ at a time
 	replies chan struct{} // the reader answers a MAPREQ (MAP or NOMAP)
 	nomap   atomic.Bool
-	// Notifications: noteMu serialises NOTE sends and guards the rest.
+	// Notifications (notify.go): ring is in the control memory; noteMu
+	// guards the rest and the ring's slots and head.
+	ring    *noteRing
 	noteMu  sync.Mutex
-	nfree   []*snote       // notes' states, reused
-	pending []*driver.Note // sent, awaiting NOTEACK
-	noteEnc []byte
-	noteOut []byte
+	head    uint64      // notes published
+	nfree   []*snote    // notes' states, reused
+	waiting []waitNote  // notes waiting for a slot, oldest first
+	expiry  *time.Timer // fails the waiting notes past their deadline
+	bell    []byte      // BELL, encoded once
 
 	gone     chan struct{} // closed when the peer goes down
 	done     chan struct{} // closed when the reader has exited
@@ -130,6 +133,9 @@ func dialPeer(ctx context.Context, t *Transport, d *segment.Descriptor, endpoint
 	if p.page.magic != ctlMagic {
 		return nil, fmt.Errorf("%w: control page magic %#x", ErrProtocol, p.page.magic)
 	}
+	p.ring = viewRing(p.ctl.Bytes(), ringOff)
+	p.head = p.ring.head.Load()
+	p.bell = proto.Append(nil, msgNoteBell, 0, nil)
 	for range w.maps {
 		h, pl, fds, err := pc.Recv(1)
 		if err != nil {
@@ -241,8 +247,8 @@ func (p *peer) removeSlot(slot, gen uint32) {
 func (p *peer) read() {
 	defer close(p.done)
 	defer p.teardown()
-	// A Receiver, not conn's Recv: a NOTEACK per notified batch is
-	// received without allocating.
+	// A Receiver, not conn's Recv: a ROOM is received without
+	// allocating.
 	rcv, err := uds.NewReceiver(p.c, 1)
 	if err != nil {
 		p.t.log.Info("shm: target connection ends", "segment", p.name, "err", err)
@@ -277,16 +283,17 @@ func (p *peer) read() {
 				return
 			}
 			p.removeSlot(slot, gen)
-		case msgNoteAck:
+		case msgNoteRoom:
 			uds.Close(fds)
-			id, st, err := parseNoteAck(pl)
-			if err == nil {
-				err = p.acked(id, st)
-			}
+			p.roomFreed()
+		case msgNoteLost:
+			uds.Close(fds)
+			id, st, err := parseNoteLost(pl)
 			if err != nil {
-				p.t.log.Warn("shm: bad NOTEACK", "segment", p.name, "err", err)
+				p.t.log.Warn("shm: bad NOTELOST", "segment", p.name, "err", err)
 				return
 			}
+			p.noteLost(id, st)
 		default:
 			uds.Close(fds)
 			if typ == msgRefused {

@@ -39,6 +39,15 @@ type serverConn struct {
 	out    []byte
 	// from is the initiator as its handshake named it (notifications).
 	from driver.Sender
+
+	// The note ring (notify.go), the reader's alone: a mapping of its
+	// own, so that close may unmap the control page under a reader
+	// still delivering.
+	ringMem *dma.Region
+	ring    *noteRing
+	tail    uint64 // notes taken
+	noteBuf []byte // a slot copied out
+	noteOut []byte
 }
 
 func (t *Transport) acceptLoop() {
@@ -87,6 +96,7 @@ func (sc *serverConn) serve() {
 	t := sc.t
 	defer t.wg.Done()
 	defer sc.close()
+	defer func() { sc.ringMem.Unmap() }()
 	if err := sc.handshake(); err != nil {
 		if !t.closed.Load() {
 			t.fails.Failed(peerAddr(sc.cred), err)
@@ -95,11 +105,33 @@ func (sc *serverConn) serve() {
 	}
 	pc := conn(sc.c)
 	for {
+		took, err := sc.takeNotes()
+		if err != nil {
+			t.log.Warn("shm: bad note ring; disconnecting", "pid", sc.cred.PID, "err", err)
+			return
+		}
+		if took && sc.lingerNotes() {
+			continue
+		}
+		sc.ring.sleep.Store(1)
+		if sc.ring.head.Load() != sc.tail {
+			// Published before sleep was set: no BELL comes for it.
+			sc.ring.sleep.Store(0)
+			continue
+		}
 		sc.slot.Wait()
 		h, p, fds, err := pc.Recv(0)
 		sc.slot.Work()
+		sc.ring.sleep.Store(0)
 		typ := h.Type
 		if err != nil {
+			if !t.closed.Load() {
+				// The target has custody of what the initiator
+				// published before it went away.
+				if _, err := sc.takeNotes(); err != nil {
+					t.log.Warn("shm: bad note ring", "pid", sc.cred.PID, "err", err)
+				}
+			}
 			switch {
 			case sc.dead.Load() || sc.evicted.Load() || t.closed.Load():
 			case sc.inCopy():
@@ -112,11 +144,7 @@ func (sc *serverConn) serve() {
 			return
 		}
 		uds.Close(fds)
-		if typ == msgNote {
-			if err := sc.note(p); err != nil {
-				t.log.Warn("shm: bad NOTE or cannot answer it; disconnecting", "pid", sc.cred.PID, "err", err)
-				return
-			}
+		if typ == msgNoteBell {
 			continue
 		}
 		if typ != msgMapReq {
@@ -157,6 +185,13 @@ func (sc *serverConn) handshake() error {
 		sc.refuse("out of memory")
 		return err
 	}
+	ringMem, err := dma.MapFD(ctl.FD(), int64(ringOff), ringLen)
+	if err != nil {
+		ctl.Unmap()
+		sc.refuse("out of memory")
+		return err
+	}
+	sc.ringMem, sc.ring = ringMem, viewRing(ringMem.Bytes(), 0)
 	sc.mu.Lock()
 	defer sc.mu.Unlock()
 	if sc.dead.Load() {

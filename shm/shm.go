@@ -125,10 +125,15 @@ type Transport struct {
 
 	closed     atomic.Bool
 	submitting atomic.Int64
-	closeOnce  sync.Once
-	wg         sync.WaitGroup
-	copiers    []*copier
-	jobs       jobList
+	// ctx ends when the transport closes: a target holding a
+	// notification waits for its inbox's room until then.
+	ctx       context.Context
+	cancel    context.CancelFunc
+	notesLost atomic.Uint64
+	closeOnce sync.Once
+	wg        sync.WaitGroup
+	copiers   []*copier
+	jobs      jobList
 
 	mu      sync.Mutex
 	slots   [maxSlots]*sharedRegion // live shared regions
@@ -169,7 +174,8 @@ func New(cfg Config) *Transport {
 		cfg.MaxConnsPerSource = DefaultMaxConnsPerSource
 	}
 	uid := uint32(os.Geteuid())
-	return &Transport{cfg: cfg, uid: uid,
+	ctx, cancel := context.WithCancel(context.Background())
+	return &Transport{cfg: cfg, uid: uid, ctx: ctx, cancel: cancel,
 		gate: acceptor.NewGate[int32, *serverConn](cfg.MaxConns, cfg.MaxConnsPerSource), peers: map[*peer]struct{}{}}
 }
 
@@ -651,13 +657,18 @@ type Stats struct {
 	MappedBytes uint64
 	// Shared is the number of local regions shared with peers.
 	Shared int
+	// NotesLost counts notifications this process sent (their batches
+	// succeeded) that their target took and then did not deliver: it
+	// had seen a newer engine under the sender's name, or it was
+	// closing (notify.go). Each is also logged.
+	NotesLost uint64
 }
 
 // Stats returns the current counts.
 func (t *Transport) Stats() Stats {
 	t.mu.Lock()
 	defer t.mu.Unlock()
-	st := Stats{Served: t.gate.Len(), Peers: len(t.peers)}
+	st := Stats{Served: t.gate.Len(), Peers: len(t.peers), NotesLost: t.notesLost.Load()}
 	for p := range t.peers {
 		if ms := p.maps.Load(); ms != nil {
 			for _, m := range *ms {
@@ -687,6 +698,7 @@ func (t *Transport) shutdown() error {
 
 func (t *Transport) close() {
 	t.closed.Store(true)
+	t.cancel()
 	// Stop the peers first: a Submit waiting for a MAP gives up at once
 	// instead of at its IOTimeout.
 	t.mu.Lock()

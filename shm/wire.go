@@ -26,8 +26,9 @@ import (
 //	target → initiator  MAP, or NOMAP u64 addr | u64 len
 //	target → initiator  UNMAP      u32 slot | u32 gen
 //	target → initiator  REFUSED    str reason (then it closes)
-//	initiator → target  NOTE       a notification (notify.go)
-//	target → initiator  NOTEACK    its outcome
+//	initiator → target  BELL       notes in the ring (notify.go)
+//	target → initiator  ROOM       a free slot in the ring
+//	target → initiator  NOTELOST   u64 id | u16 status
 var handshake = &control.SHM
 
 // The handshake's types (the fuzz test builds packets with them).
@@ -58,14 +59,14 @@ var proto = handshake.Proto("shm", func(t wire.Type) (int, bool) {
 		return 16, true
 	case msgRefused:
 		return 2 + maxReason, true
-	case msgNote:
-		return noteMaxLen, true
-	case msgNoteAck:
+	case msgNoteBell, msgNoteRoom:
+		return 0, true
+	case msgNoteLost:
 		return 10, true
 	}
 	return 0, false
 }, func(t wire.Type) string {
-	names := [...]string{4: "WELCOME", 5: "MAP", 6: "UNMAP", 7: "MAPREQ", 8: "NOMAP", 9: "REFUSED", 11: "NOTE", 12: "NOTEACK"}
+	names := [...]string{4: "WELCOME", 5: "MAP", 6: "UNMAP", 7: "MAPREQ", 8: "NOMAP", 9: "REFUSED", 13: "BELL", 14: "NOTELOST", 15: "ROOM"}
 	if int(t) < len(names) && names[t] != "" {
 		return names[t]
 	}
@@ -73,7 +74,7 @@ var proto = handshake.Proto("shm", func(t wire.Type) (int, bool) {
 })
 
 // maxPacket bounds a received packet (header and the largest payload).
-const maxPacket = wire.HeaderLen + max(control.MaxHello, noteMaxLen)
+const maxPacket = wire.HeaderLen + control.MaxHello
 
 // conn frames c's packets.
 func conn(c *net.UnixConn) *control.PacketConn {

@@ -32,11 +32,16 @@ const (
 // every slice of ss has been applied to the target's memory, and never
 // when one of them failed there or was not sent (Slice.Canceled). It
 // calls n.Done exactly once, after every slice of ss was Done (their
-// retries aside): nil once the target's Inbox accepted n; an error
-// wrapping ErrTransient when it cannot tell whether the target got it (a
+// retries aside): nil once the target has custody of n (its Inbox
+// accepted n, or the target's transport holds n and hands it to the
+// Inbox as soon as there is room, dropping it only when n's sender
+// incarnation has been replaced or the target closes); an error wrapping
+// ErrTransient when it cannot tell whether the target got it (a
 // connection broke); any other error when the target did not take it
 // (ErrNotifyFull, ErrPeerReset, ErrCanceled, a slice failed at the
-// target).
+// target). A transport whose target holds notes bounds how many per
+// sender connection; a note beyond waits at the initiator and, past the
+// transport's bound, fails with ErrNotifyFull without being sent.
 //
 // After a transient n.Done, the engine waits until every slice of ss has
 // finished: if all succeeded (on retries) it calls SubmitNotify(nil, n)

@@ -26,15 +26,20 @@ import (
 //     descriptor, as the initiator sees it, names memory the target does
 //     not have) fails, and its notification never arrives.
 //   - Flood: a target that does not drain holds its per-sender and total
-//     bounds; the notes beyond fail at their senders with
-//     engine.ErrNotifyFull; after a drain, notes flow again.
+//     bounds, plus at most Options.NotifyHeld notes per sender in the
+//     transport's custody; the notes beyond fail at their senders with
+//     engine.ErrNotifyFull; every note that succeeded arrives once the
+//     target drains, and then notes flow again.
 //   - Restart: a sender restarted under the same name replaces its old
-//     incarnation: the old one's queued notes are dropped.
+//     incarnation: the old one's notes are dropped, whether queued
+//     already or arriving late.
+//   - CloseAfterWait: a sender that closes as soon as its notified batch
+//     completed: the note still arrives (the target has custody).
 //
 // A refused note waits up to the transport's bound on waiting for the
-// target (tcp and shm: half the I/O timeout), so f should configure a
-// short one (a second). At most one Options may be given (Shared is
-// honoured).
+// target (tcp and shm: half the I/O timeout; rdma: its slice timeout), so
+// f should configure a short one (a second). At most one Options may be
+// given (Shared and NotifyHeld are honoured).
 func RunNotify(t *testing.T, f Factory, opts ...Options) {
 	var o Options
 	if len(opts) > 1 {
@@ -47,6 +52,21 @@ func RunNotify(t *testing.T, f Factory, opts ...Options) {
 	t.Run("FailedBatch", func(t *testing.T) { testNotifyFailed(t, f, o) })
 	t.Run("Flood", func(t *testing.T) { testNotifyFlood(t, f, o) })
 	t.Run("Restart", func(t *testing.T) { testNotifyRestart(t, f, o) })
+	t.Run("CloseAfterWait", func(t *testing.T) { testNotifyCloseAfterWait(t, f, o) })
+}
+
+// eventually polls cond every few milliseconds until it holds or d has
+// passed, and reports whether it held. A transport whose target has
+// custody of a note completes it before the target's engine queued it.
+func eventually(d time.Duration, cond func() bool) bool {
+	for end := time.Now().Add(d); ; time.Sleep(2 * time.Millisecond) {
+		if cond() {
+			return true
+		}
+		if time.Now().After(end) {
+			return false
+		}
+	}
 }
 
 // notifyNode starts an engine with a fresh transport and size bytes of
@@ -259,13 +279,21 @@ func testNotifyFailed(t *testing.T, f Factory, o Options) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if got := tgt.Engine.DrainNotifications(nil); len(got) != 1 || got[0].Name != "good" || got[0].Bytes != 8*4096 {
+	// The failed batches' notes would have come before this one.
+	var got []engine.Notification
+	eventually(o.Timeout, func() bool {
+		got = tgt.Engine.DrainNotifications(got)
+		return len(got) > 0
+	})
+	time.Sleep(20 * time.Millisecond)
+	if got = tgt.Engine.DrainNotifications(got); len(got) != 1 || got[0].Name != "good" || got[0].Bytes != 8*4096 {
 		t.Fatalf("good batch: %+v", got)
 	}
 }
 
 func testNotifyFlood(t *testing.T, f Factory, o Options) {
 	const per, total = 4, 6
+	held := o.NotifyHeld
 	st := enginetest.NewMemStore()
 	t.Cleanup(func() { st.Close() })
 	tgt := notifyNode(t, f, o, st, engine.Config{Name: "target", NotifyQueue: total, NotifyQueuePerSender: per}, 1<<16)
@@ -292,17 +320,39 @@ func testNotifyFlood(t *testing.T, f Factory, o Options) {
 		wg.Wait()
 		return ok, full
 	}
-	if ok, full := flood("a", 2*per); ok != per || full != per {
-		t.Fatalf("sender a: %d queued, %d refused as full; want %d, %d", ok, full, per, per)
+	queued := func(want int) {
+		t.Helper()
+		var s engine.NotifyStats
+		if !eventually(o.Timeout, func() bool { s = tgt.Engine.NotifyStats(); return s.Queued >= want }) || s.Queued != want {
+			t.Fatalf("queued %d, want %d (%+v)", s.Queued, want, s)
+		}
 	}
-	if ok, full := flood("b", per); ok != total-per || full != per-(total-per) {
-		t.Fatalf("sender b: %d queued, %d refused; want %d, %d", ok, full, total-per, per-(total-per))
+	// Sender a: its bound, what the transport holds, and as many more.
+	okA, fullA := flood("a", 2*per+held)
+	if okA < per || okA > per+held || fullA < per {
+		t.Fatalf("sender a: %d accepted, %d refused as full; want %d to %d accepted, at least %d refused", okA, fullA, per, per+held, per)
 	}
-	if s := tgt.Engine.NotifyStats(); s.Queued != total {
-		t.Fatalf("queued %d, bound %d (%+v)", s.Queued, total, s)
+	queued(per)
+	// Sender b finds room for total-per.
+	okB, fullB := flood("b", per+held)
+	if okB < total-per || okB > total-per+held || fullB < per-(total-per) {
+		t.Fatalf("sender b: %d accepted, %d refused; want %d to %d accepted, at least %d refused", okB, fullB, total-per, total-per+held, per-(total-per))
 	}
-	if got := tgt.Engine.DrainNotifications(nil); len(got) != total {
-		t.Fatalf("drained %d, want %d", len(got), total)
+	queued(total)
+	// Every note that succeeded arrives as the target drains; the queue
+	// never holds more than its bound.
+	got := 0
+	drained := eventually(o.Timeout, func() bool {
+		if s := tgt.Engine.NotifyStats(); s.Queued > total {
+			t.Fatalf("queued %d, bound %d (%+v)", s.Queued, total, s)
+		}
+		got += len(tgt.Engine.DrainNotifications(nil))
+		return got >= okA+okB
+	})
+	time.Sleep(20 * time.Millisecond)
+	got += len(tgt.Engine.DrainNotifications(nil))
+	if !drained || got != okA+okB {
+		t.Fatalf("drained %d notifications, %d succeeded at their senders", got, okA+okB)
 	}
 	if ok, full := flood("c", per); ok != per || full != 0 {
 		t.Fatalf("after a drain: %d queued, %d refused", ok, full)
@@ -327,6 +377,13 @@ func testNotifyRestart(t *testing.T, f Factory, o Options) {
 	old.Engine.Close()
 	restarted := notifyNode(t, f, o, st, engine.Config{Name: "sender"}, 1<<16)
 	notify(restarted, "new")
+	// The old notes were queued and then dropped when "new" came, or
+	// arrive after it and are refused: stale either way.
+	var s engine.NotifyStats
+	if !eventually(o.Timeout, func() bool { s = tgt.Engine.NotifyStats(); return s.Stale >= 3 && s.Queued >= 1 }) {
+		t.Fatalf("after the sender restarted: %+v, want 3 stale and the new one queued", s)
+	}
+	time.Sleep(20 * time.Millisecond)
 	got := tgt.Engine.DrainNotifications(nil)
 	if len(got) != 1 || got[0].Name != "new" || got[0].FromEpoch != restarted.Engine.Epoch() {
 		t.Fatalf("after the sender restarted: %+v", got)
@@ -336,13 +393,49 @@ func testNotifyRestart(t *testing.T, f Factory, o Options) {
 	}
 }
 
+func testNotifyCloseAfterWait(t *testing.T, f Factory, o Options) {
+	st := enginetest.NewMemStore()
+	t.Cleanup(func() { st.Close() })
+	tgt := notifyNode(t, f, o, st, engine.Config{Name: "target"}, 1<<16)
+	base := engine.AddrOf(tgt.Mem.Bytes())
+	for i := range 5 {
+		ini := notifyNode(t, f, o, st, engine.Config{Name: fmt.Sprint("sender ", i)}, 1<<16)
+		seg := openSeg(t, ini.Engine, "target")
+		Pattern(ini.Mem.Bytes()[:4096], uint64(i), 0)
+		b, err := ini.Engine.AllocateBatch(1)
+		if err == nil {
+			err = ini.Engine.SubmitNotify(b, []engine.Request{{Op: engine.Write, Local: ini.Mem.Bytes()[:4096], Target: seg, TargetAddr: base}}, engine.Notify{Name: "last"})
+		}
+		if err == nil {
+			err = ini.Engine.Wait(ctxFor(t, o.Timeout), b)
+		}
+		if err != nil {
+			t.Fatal(err)
+		}
+		ini.Engine.Close()
+		var got []engine.Notification
+		if !eventually(o.Timeout, func() bool { got = tgt.Engine.DrainNotifications(got); return len(got) > 0 }) {
+			t.Fatalf("sender %d closed after its batch completed: its notification never arrived", i)
+		}
+		if len(got) != 1 || got[0].From != fmt.Sprint("sender ", i) || got[0].Name != "last" {
+			t.Fatalf("sender %d: %+v", i, got)
+		}
+		if err := CheckPattern(tgt.Mem.Bytes()[:4096], uint64(i), 0); err != nil {
+			t.Fatalf("sender %d: notified before its data: %v", i, err)
+		}
+	}
+}
+
 // BenchNotify measures, with both engines in this process over fresh
 // transports from f, batches of tasks WRITEs of size bytes, side by side
 // in one run: plain batches and batches with a notification take turns.
 // It reports the initiator's completion latency (submit to Wait
 // returning) of each, the latency from submit to the target's application
-// receiving the notification, and the throughput of each with their
-// ratio (notify/plain).
+// receiving the notification, and the throughput of notified batches
+// relative to plain ones: notify/plain is the median, over each plain
+// batch and the notified one after it, of the plain one's time over the
+// notified one's (a CPU taken away for milliseconds, as on a busy
+// machine, moves it little); notify/plain-sum divides the total times.
 func BenchNotify(b *testing.B, f Factory, o Options, tasks, size int) {
 	st := enginetest.NewMemStore()
 	b.Cleanup(func() { st.Close() })
@@ -433,6 +526,7 @@ func BenchNotify(b *testing.B, f Factory, o Options, tasks, size int) {
 		return float64(s[min(len(s)-1, int(p*float64(len(s))))]) / 1e3
 	}
 	b.ReportMetric(q(plainLat, 0.5), "plain-done-p50-us")
+	b.ReportMetric(q(plainLat, 0.99), "plain-done-p99-us")
 	b.ReportMetric(q(noteLat, 0.5), "notify-done-p50-us")
 	b.ReportMetric(q(noteLat, 0.99), "notify-done-p99-us")
 	b.ReportMetric(q(notifyLat, 0.5), "submit-to-note-p50-us")
@@ -440,6 +534,12 @@ func BenchNotify(b *testing.B, f Factory, o Options, tasks, size int) {
 	if len(plainLat) > 0 && len(noteLat) > 0 && noteTime > 0 {
 		plain := float64(len(plainLat)) / plainTime.Seconds()
 		note := float64(len(noteLat)) / noteTime.Seconds()
-		b.ReportMetric(note/plain, "notify/plain")
+		b.ReportMetric(note/plain, "notify/plain-sum")
+		rs := make([]float64, min(len(plainLat), len(noteLat)))
+		for i := range rs {
+			rs[i] = float64(plainLat[i]) / float64(noteLat[i])
+		}
+		slices.Sort(rs)
+		b.ReportMetric(rs[len(rs)/2], "notify/plain")
 	}
 }

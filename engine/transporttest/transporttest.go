@@ -67,6 +67,12 @@ type Options struct {
 	Shared bool
 	// Remote makes RunWith run RunRemote.
 	Remote bool
+	// NotifyHeld is how many notifications of one sender the
+	// transport's target may hold beyond its engine's queue (RunNotify's
+	// Flood): a transport that completes a note once the target has
+	// custody of it, before the target's engine queued it (shm's ring
+	// slots, rdma's receive credits). 0: a note completes once queued.
+	NotifyHeld int
 }
 
 func (o Options) alloc(size int) (*engine.Memory, error) {
