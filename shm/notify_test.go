@@ -187,9 +187,8 @@ func TestNotifyAllocs(t *testing.T) {
 	if l := c.expect(t, "allocs "); l != "allocs 0" {
 		t.Fatalf("initiator: %s per notified batch", l)
 	}
-	if s := e.NotifyStats(); s.Accepted < 2*60 {
-		t.Fatalf("target accepted %d notifications", s.Accepted)
-	}
+	// The last notes may still be on their way from the ring.
+	eventually(t, 10*time.Second, "every notification accepted", func() bool { return e.NotifyStats().Accepted >= 2*60 })
 }
 
 // onlyPeer returns the initiator's one connection.
