@@ -320,7 +320,7 @@ func (l *lane) connect(ctx context.Context) error {
 	var d net.Dialer
 	c, err := d.DialContext(ctx, "tcp", l.p.addr)
 	if err != nil {
-		return fmt.Errorf("%w: dial %s at %s: %v", ErrConnection, l.p.name, l.p.addr, err)
+		return fmt.Errorf("%w: dial %s at %s: %w", ErrConnection, l.p.name, l.p.addr, err) // the cause stays comparable (a refused port: the target stopped)
 	}
 	tc := c.(*net.TCPConn)
 	tc.SetDeadline(time.Now().Add(t.cfg.DialTimeout))
@@ -332,7 +332,7 @@ func (l *lane) connect(ctx context.Context) error {
 		if errors.Is(err, auth.ErrDenied) || errors.Is(err, driver.ErrPeerReset) {
 			return fmt.Errorf("%w (%s at %s)", err, l.p.name, l.p.addr)
 		}
-		return fmt.Errorf("%w: handshake with %s at %s: %v", ErrConnection, l.p.name, l.p.addr, err)
+		return fmt.Errorf("%w: handshake with %s at %s: %w", ErrConnection, l.p.name, l.p.addr, err)
 	}
 	l.mu.Lock()
 	defer l.mu.Unlock()

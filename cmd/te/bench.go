@@ -122,7 +122,7 @@ func runBench(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 			rs, err := bench.Run(ctx, &env.Env, bc)
 			warm.End(err)
 			if err != nil {
-				return fmt.Errorf("%s: %w", label, err)
+				return midRun(fmt.Errorf("%s: %w", label, err))
 			}
 			rounds, turn := bc.Rounds()
 			for _, r := range rs {

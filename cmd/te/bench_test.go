@@ -5,8 +5,8 @@ import (
 	"bytes"
 	"context"
 	"errors"
-	"github.com/rdmago/te/engine/enginetest"
 	"net"
+	"os"
 	"os/exec"
 	"slices"
 	"strings"
@@ -16,9 +16,9 @@ import (
 
 	"go.uber.org/goleak"
 
+	"github.com/rdmago/te/engine/enginetest"
 	"github.com/rdmago/te/internal/bench"
 	"github.com/rdmago/te/internal/cli"
-
 	"github.com/rdmago/te/test/consul/consulagent"
 )
 
@@ -400,20 +400,28 @@ func TestBenchInProcessConsul(t *testing.T) {
 	}
 }
 
-// A target killed mid-run fails the bench with a clear error, promptly.
+// A target stopped (SIGTERM) or killed mid-run fails the bench promptly
+// with one line that says the target stopped, over tcp and over shm: not
+// an out-of-range or a bare connection error.
 func TestBenchTargetDies(t *testing.T) {
-	srv, name, _ := serveProcess(t, "--buffer-size", "16MiB")
-	time.AfterFunc(time.Second, func() { srv.Process.Kill() })
-	start := time.Now()
-	_, stderr, code := runTE(t, "bench", "--segment", name, "--duration", "30", "--batch-size", "16", "--quiet")
-	if code != 1 || !strings.Contains(stderr, "te bench: ") {
-		t.Fatalf("exit %d, stderr:\n%s\nwant exit 1 with an error", code, stderr)
+	for _, proto := range []string{"tcp", "shm"} {
+		for _, sig := range []os.Signal{syscall.SIGTERM, os.Kill} {
+			srv, name, _ := serveProcess(t, "--buffer-size", "16MiB", "--protocol", proto)
+			time.AfterFunc(time.Second, func() { srv.Process.Signal(sig) })
+			start := time.Now()
+			_, stderr, code := runTE(t, "bench", "--segment", name, "--protocol", proto, "--duration", "30", "--batch-size", "16", "--quiet")
+			msg := strings.TrimSpace(stderr)
+			if code != 1 || !strings.HasPrefix(msg, "te bench: ") || strings.Contains(msg, "\n") ||
+				!strings.HasSuffix(msg, "(the target stopped or restarted)") || strings.Contains(msg, "outside exposed buffers") {
+				t.Errorf("%s, target sent %v: exit %d, stderr:\n%s\nwant exit 1 and one line saying the target stopped", proto, sig, code, stderr)
+			}
+			if d := time.Since(start); d > 25*time.Second {
+				t.Errorf("%s, target sent %v: bench took %v to notice", proto, sig, d)
+			}
+			t.Logf("%s, %v, after %v: %s", proto, sig, time.Since(start).Round(time.Millisecond), msg)
+			srv.Wait()
+		}
 	}
-	if d := time.Since(start); d > 25*time.Second {
-		t.Fatalf("bench took %v to notice the target died", d)
-	}
-	t.Logf("after %v: %s", time.Since(start).Round(time.Millisecond), strings.TrimSpace(stderr))
-	srv.Wait()
 }
 
 // Every command reads --metadata through the same two functions: the

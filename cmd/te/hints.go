@@ -9,6 +9,7 @@ import (
 	"github.com/rdmago/te/auth"
 	"github.com/rdmago/te/engine/driver"
 	"github.com/rdmago/te/internal/cli"
+	"github.com/rdmago/te/internal/control"
 )
 
 // hinted is an error with what to do about it.
@@ -41,6 +42,17 @@ func explain(err error) error {
 		return &hinted{err, "no answer in time: is the host up, is the port a te one, or does a firewall drop it?"}
 	}
 	if errors.Is(err, driver.ErrPeerReset) {
+		return &hinted{err, "the target stopped or restarted"}
+	}
+	return err
+}
+
+// midRun explains a transfer that failed once the segment was open: a
+// port that now refuses connections, a handshake the target closed, or a
+// peer reset means the target stopped or restarted (not that nothing ever
+// listened there).
+func midRun(err error) error {
+	if cli.NetCause(err) == "refused" || errors.Is(err, control.ErrClosed) || errors.Is(err, driver.ErrPeerReset) {
 		return &hinted{err, "the target stopped or restarted"}
 	}
 	return err
