@@ -75,7 +75,7 @@ func descriptorJSON(t *testing.T, name string, edit func(string) string) []byte 
 
 // TestPeerStringsEscaped feeds hostile descriptors from a fake peer
 // through every command that prints one (the segments table, its JSON,
-// te bench's errors): no control byte but newline reaches the output,
+// te bench's errors and log lines, te diagnose's layers and its JSON): no control byte but newline reaches the output,
 // and no line passes the cap, whatever field carries them.
 func TestPeerStringsEscaped(t *testing.T) {
 	fields := []struct{ from, to string }{
@@ -124,6 +124,9 @@ func TestPeerStringsEscaped(t *testing.T) {
 				{"segments", peer, "--json"},
 				{"bench", "--segment", peer, "--protocol", "tcp", "--duration", "1"},
 				{"bench", "--segment", peer, "--duration", "1", "--json"},
+				{"diagnose", peer, "--timeout", "1s"},
+				{"diagnose", peer, "--timeout", "1s", "--json"},
+				{"diagnose", peer, "--timeout", "1s", "--protocol", "rdma"},
 			} {
 				stdout, stderr, _ := runTE(t, args...)
 				for _, out := range []string{stdout, stderr} {
