@@ -126,6 +126,10 @@ func parsePerf(args []string, help io.Writer) (*perfArgs, *cli.FlagSet, error) {
 	boolean(&a.cpuFreq, "CPU-freq", "F")
 	boolean(&a.gbits, "report-gbits", "")
 	str(&a.conn, "RC", "connection", "c")
+	// te perf's earlier spellings of the roles: perftest's positional
+	// host replaced them.
+	fs.Var(&refusedFlag{name: "server"}, "server", "")
+	fs.Var(&refusedFlag{name: "connect"}, "connect", "")
 	for name, letter := range map[string]string{"mcg": "g", "rdma_cm": "R", "com_rdma_cm": "z", "bidirectional": "b"} {
 		fs.Var(&refusedFlag{name: letter}, name, "")
 		short[name] = letter
@@ -219,6 +223,10 @@ func (r *refusedFlag) why() string {
 		return "-g is perftest's multicast; te perf has none (the GID index is -x)"
 	case "b":
 		return "-b: te perf measures one direction"
+	case "server":
+		return "--server: te perf without a HOST is the server, as perftest"
+	case "connect":
+		return "--connect: give the server host as the argument: te perf -d DEV HOST, as perftest"
 	}
 	return "-" + r.name + ": te perf exchanges QPs over TCP, not rdma_cm"
 }

@@ -50,6 +50,8 @@ func TestParsePerf(t *testing.T) {
 		"-d rxe0 --sise 8":              "unknown flag --sise; did you mean --size?",
 		"-d rxe0 -m 1500":               "-m 1500",
 		"-d rxe0 --op read -I 64 --lat": "RDMA READ has no inline",
+		"-d rxe0 -server":               "te perf without a HOST is the server",
+		"-d rxe0 -connect 10.0.0.2":     "give the server host as the argument: te perf -d DEV HOST",
 	} {
 		var ue *cli.UsageError
 		if _, _, err := parsePerf(strings.Fields(args), io.Discard); !errors.As(err, &ue) || !strings.Contains(err.Error(), want) {
