@@ -221,7 +221,8 @@ func setupBench(ctx context.Context, c *benchConfig, bufSize, localSize int64, s
 		env.segment = env.target.eng.Name()
 	}
 	stage("starting the initiator: " + c.size(localSize))
-	env.init, err = openNode(ctx, nodeConfig{metadata: c.Metadata, auth: c.secret, name: benchName("initiator"), protocols: c.Protocols, devices: c.Devices, bufSize: localSize, initiator: true})
+	env.init, err = openNode(ctx, nodeConfig{metadata: c.Metadata, auth: c.secret, name: benchName("initiator"), protocols: c.Protocols, devices: c.Devices, bufSize: localSize, initiator: true,
+		stuckAfter: stuckAfter(c.maxBlock() * int64(c.BatchSize) * int64(c.Threads))})
 	if err != nil {
 		return nil, fmt.Errorf("initiator: %w", err)
 	}
@@ -377,4 +378,18 @@ func blocksLabel(c *benchConfig) string {
 		s = append(s, c.size(b))
 	}
 	return strings.Join(s, ", ")
+}
+
+// stuckSlowRate is the rate, in bytes per second, at which te bench
+// expects even a slow path to drain what its threads keep in flight.
+const stuckSlowRate = 50e6
+
+// stuckAfter is the initiator engine's Config.StuckAfter for a run that
+// keeps footprint bytes in flight: the default, or longer when the
+// footprint would take longer than that at stuckSlowRate. A task queued
+// behind 1000 threads' batches (8000MiB at the defaults) waits its turn
+// for minutes without being stuck; the engine's log of stuck tasks would
+// fill the terminal during the warm-up.
+func stuckAfter(footprint int64) time.Duration {
+	return max(engine.DefaultStuckAfter, time.Duration(float64(footprint)/stuckSlowRate*float64(time.Second)))
 }

@@ -16,6 +16,7 @@ import (
 
 	"go.uber.org/goleak"
 
+	"github.com/rdmago/te/engine"
 	"github.com/rdmago/te/engine/enginetest"
 	"github.com/rdmago/te/internal/bench"
 	"github.com/rdmago/te/internal/cli"
@@ -449,5 +450,23 @@ func TestMetadataFlag(t *testing.T) {
 	t.Setenv("TE_METADATA", "consul://h:1/x")
 	if got := defaultMetadata(); got != "consul://h:1/x" {
 		t.Errorf("default with $TE_METADATA = %q", got)
+	}
+}
+
+// TestBenchStuckAfter: te bench's initiator reports a task stuck after the
+// engine's 30 s, or after its whole footprint in flight would take at a
+// slow 50 MB/s when that is longer (--threads 1000 at the defaults keeps
+// 8000MiB in flight: a task waits its turn for minutes in the warm-up).
+func TestBenchStuckAfter(t *testing.T) {
+	for _, c := range []struct {
+		footprint int64
+		min, max  time.Duration
+	}{
+		{64 << 10 * 128, engine.DefaultStuckAfter, engine.DefaultStuckAfter},
+		{1000 * 128 * 64 << 10, 160 * time.Second, 180 * time.Second},
+	} {
+		if got := stuckAfter(c.footprint); got < c.min || got > c.max {
+			t.Errorf("stuckAfter(%d) = %v, want %v to %v", c.footprint, got, c.min, c.max)
+		}
 	}
 }

@@ -10,6 +10,7 @@ import (
 	"net/url"
 	"os"
 	"slices"
+	"time"
 
 	"github.com/rdmago/te/auth"
 	"github.com/rdmago/te/engine"
@@ -49,6 +50,8 @@ type nodeConfig struct {
 	// listen nowhere and its rdma control listener is on loopback,
 	// whatever the store's address.
 	initiator bool
+	// stuckAfter is the engine's Config.StuckAfter; 0: the default.
+	stuckAfter time.Duration
 }
 
 // openNode opens the store, starts the engine, installs the transport and
@@ -99,7 +102,7 @@ func openNode(ctx context.Context, cfg nodeConfig) (_ *node, err error) {
 	default:
 		listen = ":0"
 	}
-	n.eng, err = engine.New(engine.Config{Name: name, Store: n.store, Logger: log, Unlisted: cfg.initiator})
+	n.eng, err = engine.New(engine.Config{Name: name, Store: n.store, Logger: log, Unlisted: cfg.initiator, StuckAfter: cfg.stuckAfter})
 	if err != nil {
 		return nil, err
 	}
