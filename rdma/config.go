@@ -153,15 +153,6 @@ func (c *Config) defaults() {
 	if c.NotifyBuffers <= 0 {
 		c.NotifyBuffers = 4096
 	}
-	if c.Mooncake {
-		// Mooncake's ACK timeout and retry count (rdma_endpoint.cpp).
-		if c.QPTimeout == 0 {
-			c.QPTimeout = mcTimeout
-		}
-		if c.RetryCount == 0 {
-			c.RetryCount = mcRetryCnt
-		}
-	}
 	if c.SpinPolls <= 0 {
 		c.SpinPolls = 64
 	}

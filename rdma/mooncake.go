@@ -43,9 +43,13 @@ import (
 //     path MTU the rail's active MTU (at most 4096, Mooncake's MC_MTU;
 //     the handshake carries no MTU, so both ends must run the same one),
 //     max_dest_rd_atomic and max_rd_atomic 16 (fewer where the device has
-//     fewer), min_rnr_timer 12, hop limit 16, ACK timeout 14, retry count
-//     7 and RNR retry 7 (Config.QPTimeout and RetryCount override the
-//     two).
+//     fewer), min_rnr_timer 12, hop limit 16, RNR retry 7, and on hardware
+//     ACK timeout 14 and retry count 7 (Config.QPTimeout and RetryCount
+//     override the two). These two are each end's own and need not match
+//     the peer's: where the provider sets its own defaults (rxe's ~1.07 s
+//     ACK timeout, because 6.1's rxe replays the wrong WQE when a
+//     retransmission races late ACKs and the responder NAKs it as an
+//     invalid request) they are the provider's.
 //
 // The wire has no authentication, no epochs and no lease: the passive
 // side bounds what it holds (MaxInitiatorQPs per source address,
@@ -76,7 +80,8 @@ func (t *Transport) proto() string {
 
 // mcTune is the QP attributes of a Mooncake endpoint on r.
 func (t *Transport) mcTune(r *rail) uverbs.ConnectConfig {
-	c := uverbs.ConnectConfig{Timeout: t.cfg.QPTimeout, RetryCnt: t.cfg.RetryCount, RNRRetry: mcRNRRetry,
+	to, rc := t.qpTiming(r.port)
+	c := uverbs.ConnectConfig{Timeout: to, RetryCnt: rc, RNRRetry: mcRNRRetry,
 		MinRNRTimer: mcMinRNRTimer, MaxRdAtomic: mcRdAtomic, MaxDestRdAtomic: mcRdAtomic, HopLimit: mcHopLimit,
 		MTU: min(r.port.Attr.ActiveMTU, uverbs.MTU4096)}
 	if r.port.MaxRdAtomic > 0 {
@@ -86,6 +91,24 @@ func (t *Transport) mcTune(r *rail) uverbs.ConnectConfig {
 		c.MaxDestRdAtomic = min(c.MaxDestRdAtomic, r.port.MaxDestRdAtomic)
 	}
 	return c
+}
+
+// qpTiming is the ACK timeout exponent and retry count of the QPs on
+// port: Config.QPTimeout and RetryCount, else the provider's defaults, or
+// on hardware in Mooncake mode Mooncake's.
+func (t *Transport) qpTiming(port uverbs.RCPort) (timeout, retry uint8) {
+	timeout, retry = t.cfg.QPTimeout, t.cfg.RetryCount
+	d := port.Defaults
+	if t.cfg.Mooncake && d.Timeout == uverbs.HardwareRCDefaults.Timeout && d.RetryCnt == uverbs.HardwareRCDefaults.RetryCnt {
+		d.Timeout, d.RetryCnt = mcTimeout, mcRetryCnt
+	}
+	if timeout == 0 {
+		timeout = d.Timeout
+	}
+	if retry == 0 {
+		retry = d.RetryCnt
+	}
+	return timeout, retry
 }
 
 // mcPeer is what an initiator needs of a Mooncake segment beyond the

@@ -197,13 +197,7 @@ func openRail(t *Transport, idx int, v railVerbs) *rail {
 	r.up.Store(err != nil || st == uverbs.PortActive)
 	r.sliceTimeout = cfg.SliceTimeout
 	if r.sliceTimeout <= 0 {
-		to, rc := cfg.QPTimeout, cfg.RetryCount
-		if to == 0 {
-			to = r.port.Defaults.Timeout
-		}
-		if rc == 0 {
-			rc = r.port.Defaults.RetryCnt
-		}
+		to, rc := t.qpTiming(r.port)
 		r.sliceTimeout = sliceTimeoutBounds * uverbs.RetryBound(to, rc)
 	}
 	r.born = time.Now()

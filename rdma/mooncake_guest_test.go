@@ -1,0 +1,172 @@
+package rdma_test
+
+import (
+	"bytes"
+	"context"
+	"crypto/rand"
+	"fmt"
+	"slices"
+	"testing"
+	"time"
+
+	"github.com/rdmago/te/engine"
+	"github.com/rdmago/te/engine/enginetest"
+	"github.com/rdmago/te/mooncake"
+	"github.com/rdmago/te/mooncake/p2p"
+	"github.com/rdmago/te/rdma"
+	"github.com/rdmago/te/test/softroce/srenv"
+)
+
+// mcNode is an engine on Mooncake's wire: its metadata is Mooncake's
+// P2PHANDSHAKE socket, which names the segment and carries the RDMA
+// endpoint handshakes to its rdma transport (Config.Mooncake).
+type mcNode struct {
+	*enginetest.Node
+	st *p2p.Store
+	tr *rdma.Transport
+}
+
+func newMooncakeNode(t testing.TB, devs []string, size int, o p2p.Options) *mcNode {
+	t.Helper()
+	st, err := p2p.New(context.Background(), o)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { st.Close() }) // after the engine's
+	tr := rdma.New(rdma.Config{Mooncake: true, Devices: devs, Options: opts})
+	n := enginetest.NewNode(t, engine.Config{Name: st.Name(), Store: st, Retries: 3}, size, tr)
+	st.HandleConnections(tr)
+	return &mcNode{Node: n, st: st, tr: tr}
+}
+
+// TestMooncakeWire: on Soft-RoCE, two te engines speak Mooncake's RDMA
+// wire to each other in both roles at once (each initiates to the other):
+// descriptors from the P2PHANDSHAKE socket in Mooncake's RDMA form,
+// endpoints from Mooncake's Connection messages, WRITEs and READs of 1 B
+// to 64 MiB over both rails, every byte compared.
+func TestMooncakeWire(t *testing.T) {
+	topo := srenv.Require(t)
+	const big = 64 << 20
+	const size = 2*big + 1<<20
+	a := newMooncakeNode(t, names(topo.HostA), size, p2p.Options{})
+	b := newMooncakeNode(t, names(topo.HostB), size, p2p.Options{})
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+
+	md, err := p2p.Fetch(ctx, b.st.Name(), nil, 5*time.Second)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !slices.Equal(md.Protocols, []string{mooncake.ProtoRDMA}) || len(md.Devices) != 2 || md.Devices[0].Name != topo.HostB[0].Name ||
+		len(md.Buffers) != 1 || len(md.Buffers[0].RKeys) != 2 {
+		t.Fatalf("Mooncake descriptor of %s: %+v", b.st.Name(), md)
+	}
+	if gid, err := mooncake.ParseGID(md.Devices[1].GID); err != nil || gid.As16() != topo.HostB[1].GID {
+		t.Fatalf("device %s's GID %q (%v), want %x", md.Devices[1].Name, md.Devices[1].GID, err, topo.HostB[1].GID)
+	}
+	for _, dir := range []struct {
+		name     string
+		ini, tgt *mcNode
+	}{{"A->B", a, b}, {"B->A", b, a}} {
+		t.Run(dir.name, func(t *testing.T) {
+			seg, err := dir.ini.Engine.OpenSegment(ctx, dir.tgt.st.Name(), nil)
+			if err != nil {
+				t.Fatal(err)
+			}
+			ib, tb := dir.ini.Mem.Bytes(), dir.tgt.Mem.Bytes()
+			for _, n := range []int{1, 7, 4097, 64<<10 + 1, 1 << 20, big} {
+				src, back := ib[:n], ib[big:big+n]
+				rand.Read(src)
+				at := engine.AddrOf(tb) + uint64(big-n) // each size ends where the next begins: a stale byte shows
+				one := func(op engine.Op, local []byte) {
+					t.Helper()
+					b, err := dir.ini.Engine.AllocateBatch(1)
+					if err != nil {
+						t.Fatal(err)
+					}
+					defer dir.ini.Engine.FreeBatch(b)
+					if err := dir.ini.Engine.Submit(b, []engine.Request{{Op: op, Local: local, Target: seg, TargetAddr: at}}); err != nil {
+						t.Fatal(err)
+					}
+					wctx, wcancel := context.WithTimeout(context.Background(), 120*time.Second)
+					defer wcancel()
+					if err := dir.ini.Engine.Wait(wctx, b); err != nil {
+						st, _ := dir.ini.Engine.Status(b, 0)
+						t.Fatalf("%v of %d bytes: %v (%v)", op, n, err, st.Err)
+					}
+				}
+				one(engine.Write, src)
+				if i := firstDiff(src, tb[big-n:big]); i >= 0 {
+					t.Fatalf("WRITE of %d bytes: byte %d differs at the target", n, i)
+				}
+				clear(back)
+				one(engine.Read, back)
+				if !bytes.Equal(back, src) {
+					t.Fatalf("READ of %d bytes: byte %d differs", n, firstDiff(back, src))
+				}
+			}
+			// Both rails carried bytes.
+			for _, s := range dir.ini.tr.Stats() {
+				if s.Bytes == 0 {
+					t.Errorf("rail %s carried nothing", s.Device)
+				}
+			}
+		})
+	}
+}
+
+// TestMooncakeWireAllocs: over Mooncake's wire on Soft-RoCE, the te side
+// allocates nothing per request once its endpoints are up.
+func TestMooncakeWireAllocs(t *testing.T) {
+	topo := srenv.Require(t)
+	if raceEnabled {
+		t.Skip("the race detector allocates on its own")
+	}
+	for _, op := range []engine.Op{engine.Write, engine.Read} {
+		t.Run(fmt.Sprint(op), func(t *testing.T) {
+			const tasks, blk = 64, 64 << 10
+			// The initiator's store fetches the target's descriptor every
+			// PollInterval to watch it (a JSON decode: hundreds of
+			// allocations a second, whatever the traffic); here it polls
+			// once, so the windows count the data path alone.
+			o := p2p.Options{PollInterval: time.Hour}
+			tgt := newMooncakeNode(t, names(topo.HostB), tasks*blk, o)
+			ini := newMooncakeNode(t, names(topo.HostA), tasks*blk, o)
+			ctx := context.Background()
+			seg, err := ini.Engine.OpenSegment(ctx, tgt.st.Name(), nil)
+			if err != nil {
+				t.Fatal(err)
+			}
+			reqs := make([]engine.Request, tasks)
+			for i := range reqs {
+				reqs[i] = engine.Request{Op: op, Local: ini.Mem.Bytes()[i*blk : (i+1)*blk], Target: seg, TargetAddr: engine.AddrOf(tgt.Mem.Bytes()) + uint64(i*blk)}
+			}
+			var failed error
+			run := func() {
+				b, err := ini.Engine.AllocateBatch(tasks)
+				if err == nil {
+					err = ini.Engine.Submit(b, reqs)
+				}
+				if err == nil {
+					err = ini.Engine.Wait(ctx, b)
+				}
+				if err == nil {
+					err = ini.Engine.FreeBatch(b)
+				}
+				if err != nil && failed == nil {
+					failed = err
+				}
+			}
+			for range 4 {
+				run()
+			}
+			allocs, all := enginetest.SteadyAllocs(8, 3, run)
+			if failed != nil {
+				t.Fatal(failed)
+			}
+			if allocs != 0 {
+				t.Fatalf("%v allocations per batch of %d (tries: %v)", allocs, tasks, all)
+			}
+		})
+	}
+}
