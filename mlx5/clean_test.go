@@ -61,7 +61,8 @@ func TestCQCleanKeepsOthersInOrder(t *testing.T) {
 	}
 	for _, start := range []uint32{0, 11, 16 - 1, 1<<32 - 5} {
 		initInvalid(r.cq.buf) // a fresh ring at each starting index
-		r.cq.ci, r.hca.cqPI = start, start
+		r.cq.ci = start
+		r.hca.SetCQProducer(start)
 		storeRecord(r.cq.setCI, byteSwap32(start&0xffffff))
 		pattern := []uint32{mine, other, other, mine, mine, other, mine, other, mine}
 		var want []uint32
@@ -102,8 +103,8 @@ func TestCQCleanKeepsOthersInOrder(t *testing.T) {
 	if got := polledQPNs(t, r); len(got) != 0 {
 		t.Fatalf("full ring of the cleaned QP: polled %x", got)
 	}
-	if r.hca.cqPI != r.cq.ci {
-		t.Fatalf("consumer %#x behind producer %#x", r.cq.ci, r.hca.cqPI)
+	if r.hca.CQProducer() != r.cq.ci {
+		t.Fatalf("consumer %#x behind producer %#x", r.cq.ci, r.hca.CQProducer())
 	}
 }
 
@@ -128,7 +129,7 @@ func TestResetDropsStaleCompletions(t *testing.T) {
 	}
 	r.cqObj.Clean(r.qpObj)
 	r.qpObj.StateChanged(uverbs.QPStateReset)
-	r.hca.sqPI, r.hca.rqCI = 0, 0 // the HCA restarts the queues too
+	r.hca.Reset() // the HCA restarts the queues too
 	post(200)
 	var wcs [8]uverbs.WC
 	// The new work has not been executed: nothing may complete yet.

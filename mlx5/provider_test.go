@@ -284,7 +284,7 @@ func TestProviderDriverData(t *testing.T) {
 	}
 	post()
 	q.StateChanged(uverbs.QPStateReset)
-	hca.sqPI, hca.rqCI = 0, 0
+	hca.Reset()
 	if n, err := dcq.Poll(wc[:]); err != nil || n != 0 || cq.ring.ci != 4 {
 		t.Fatalf("stale completions after RESET: %d %+v (ci %d)", n, wc[:n], cq.ring.ci)
 	}

@@ -77,9 +77,9 @@ func (r *simRig) runHCA(t testing.TB) (stop func()) {
 				return
 			default:
 			}
-			before := r.hca.wqes
+			before := r.hca.Counters().WQEs
 			r.hca.step()
-			if r.hca.wqes == before {
+			if r.hca.Counters().WQEs == before {
 				runtime.Gosched()
 			}
 		}
@@ -135,7 +135,7 @@ func TestSimulatedHCALaps(t *testing.T) {
 	lastProgress := time.Now()
 	for posted < total || gotSend < len(wantSend) {
 		if time.Since(lastProgress) > 30*time.Second {
-			t.Fatalf("stuck: %d/%d send completions, HCA saw %d WQEs and wrote %d CQEs", gotSend, total, r.hca.wqes, r.hca.cqes)
+			t.Fatalf("stuck: %d/%d send completions, HCA saw %d WQEs and wrote %d CQEs", gotSend, total, r.hca.Counters().WQEs, r.hca.Counters().CQEs)
 		}
 		postRecvs()
 		if posted < total {
@@ -257,7 +257,8 @@ func TestSimulatedHCALaps(t *testing.T) {
 func TestCQOwnerAcrossCounterWrap(t *testing.T) {
 	r := newSimRig(t, uverbs.QPCaps{MaxSendWR: 4, MaxSendSGE: 1, MaxRecvWR: 1, MaxRecvSGE: 1}, 7, 0)
 	start := uint32(1<<32 - 40)
-	r.cq.ci, r.hca.cqPI = start, start
+	r.cq.ci = start
+	r.hca.SetCQProducer(start)
 	// The HCA's index wraps at 24 bits; its consumer record must agree.
 	storeRecord(r.cq.setCI, byteSwap32(start&0xffffff))
 	var wcs [3]uverbs.WC

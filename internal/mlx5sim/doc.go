@@ -21,6 +21,10 @@
 // armed (by its arm doorbell) and a CQE lands. It never touches the
 // provider's Go state: only the mmap'd rings, records and UAR page.
 //
+// Loopback is the same HCA reduced to one QP connected to itself over
+// rings a test built without a kernel (package mlx5's ring tests): it
+// completes work by length only.
+//
 // A policy may hold work requests in flight (Fabric.SetPolicy,
 // Fabric.Release), which is how tests place a completion at a chosen
 // moment. What it does not model: atomics, SRQs, UD, inline receives,

@@ -274,6 +274,7 @@ type cq struct {
 	pi     uint32 // CQEs written, free running
 	chW    int    // write end of the completion channel, -1: none
 	nqps   int
+	n      *Counters // of the device
 
 	lastArm   uint32 // the arm record as last seen
 	armed     bool
@@ -304,7 +305,7 @@ func (c *cq) emit(e *[cqeSize]byte, solicited bool) {
 	copy(c.buf[off:off+60], e[:60])
 	dma.StoreRelease32(c.buf, off+60, uint32(e[60])|uint32(e[61])<<8|uint32(e[62])<<16|uint32(e[63])<<24)
 	c.pi++
-	c.k.dev.n.CQEs++
+	c.n.CQEs++
 	if c.armed && c.solicited && (solicited || op>>4 == cqeReqErr || op>>4 == cqeRespErr) {
 		c.solHit = true
 	}
@@ -333,7 +334,7 @@ func (c *cq) fire() bool {
 	var ev [8]byte
 	le.PutUint64(ev[:], c.uh)
 	unix.Write(c.chW, ev[:]) // a pipe of 64 KiB; a reader that went away is no error
-	c.k.dev.n.Events++
+	c.n.Events++
 	return true
 }
 

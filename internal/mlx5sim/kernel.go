@@ -274,7 +274,7 @@ func (k *kctx) createCQ(req, drvIn, resp, drvOut []byte) error {
 	if q.CQE == 0 || n > 1<<22 || d.CQESize != cqeSize || d.BufAddr == 0 || d.DBAddr == 0 || d.Flags != 0 {
 		return unix.EINVAL
 	}
-	c := &cq{k: k, handle: k.handle(), uh: q.UserHandle, cnt: n, chW: -1,
+	c := &cq{k: k, handle: k.handle(), uh: q.UserHandle, cnt: n, chW: -1, n: &k.dev.n,
 		buf: dma.At(d.BufAddr, int(n)*cqeSize), rec: dma.At(d.DBAddr, 8)}
 	if q.CompChannel >= 0 {
 		w, ok := k.chans[q.CompChannel]

@@ -16,6 +16,8 @@ const (
 	opSend         = 0x0a
 	opSendImm      = 0x0b
 	opRDMARead     = 0x10
+	opAtomicCS     = 0x11
+	opAtomicFA     = 0x12
 )
 
 const (
