@@ -274,7 +274,7 @@ func setupBench(ctx context.Context, c *benchConfig, bufSize, localSize int64, s
 			}
 			if !c.protoSet && len(env.protos) > 1 {
 				stage("connecting over " + strings.Join(env.protos, ", "))
-				if err := env.probe(ctx, min(b.Length, 4096)); err != nil {
+				if err := env.probe(ctx, min(b.Length, 4096, uint64(len(env.Local)))); err != nil {
 					return nil, err
 				}
 			}
