@@ -26,20 +26,13 @@ import (
 // fakeverbs_test.go replaces all of them.
 
 // newSimNode starts an engine named name with an rdma transport on one
-// simulated ConnectX of f (device name+"_mlx5"), opened the way a rail
-// opens a real device (openDevice) with provider p, and size bytes of
-// registered memory.
+// simulated ConnectX of f (device name+"_mlx5", found and opened the way
+// a rail finds and opens a real one, through Config.Options) with
+// provider p, and size bytes of registered memory.
 func newSimNode(t testing.TB, st *enginetest.MemStore, name string, f *mlx5sim.Fabric, p uverbs.Provider, log *slog.Logger, size int) *fnode {
 	t.Helper()
 	dev := f.AddDevice(name + "_mlx5")
-	tr := New(Config{Options: f.Options(p)})
-	tr.open = func(cfg *Config) ([]railVerbs, error) {
-		v, err := openDevice(cfg, dev)
-		if err != nil {
-			return nil, err
-		}
-		return []railVerbs{v}, nil
-	}
+	tr := New(Config{Devices: []string{dev.Name}, Options: f.Options(p)})
 	n := enginetest.NewNode(t, engine.Config{Name: name, Store: st, Retries: 3, Logger: log}, size, tr)
 	return &fnode{Node: n, tr: tr}
 }

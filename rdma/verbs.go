@@ -106,7 +106,7 @@ func findDevices(cfg *Config) ([]uverbs.Device, error) {
 	if len(cfg.Devices) > 0 {
 		var out []uverbs.Device
 		for _, n := range cfg.Devices {
-			d, err := uverbs.LookupDevice(n)
+			d, err := cfg.Options.Lookup(n)
 			if err != nil {
 				return nil, fmt.Errorf("rdma: device %q: %w", n, err)
 			}
@@ -114,7 +114,7 @@ func findDevices(cfg *Config) ([]uverbs.Device, error) {
 		}
 		return out, nil
 	}
-	all, err := uverbs.Devices()
+	all, err := cfg.Options.List()
 	if err != nil {
 		return nil, fmt.Errorf("rdma: list devices: %w", err)
 	}

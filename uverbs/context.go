@@ -30,6 +30,37 @@ type Options struct {
 	// uverbs character device at Device.Path; a simulated device
 	// (internal/mlx5sim) answers the commands itself.
 	OpenFile func(Device) (CommandFile, error)
+	// Devices lists the devices Open and Lookup choose from by name. Nil
+	// (the default) lists the host's, from sysfs (Devices); a simulated
+	// fabric (internal/mlx5sim) lists its own.
+	Devices func() ([]Device, error)
+}
+
+// List lists the devices: o.Devices where set, else the host's (Devices).
+// A nil *Options lists the host's.
+func (o *Options) List() ([]Device, error) {
+	if o == nil || o.Devices == nil {
+		return Devices()
+	}
+	return o.Devices()
+}
+
+// Lookup finds the device named name: among o.Devices where set, else
+// the host's (LookupDevice). A nil *Options looks among the host's.
+func (o *Options) Lookup(name string) (Device, error) {
+	if o == nil || o.Devices == nil {
+		return LookupDevice(name)
+	}
+	ds, err := o.Devices()
+	if err != nil {
+		return Device{}, err
+	}
+	for _, d := range ds {
+		if d.Name == name {
+			return d, nil
+		}
+	}
+	return Device{}, fmt.Errorf("%w: %q", ErrNoDevice, name)
 }
 
 // CommandFile is the uverbs command file a Context runs every command
@@ -88,7 +119,7 @@ type Context struct {
 
 // Open opens the RDMA device named name (e.g. "rxe0").
 func Open(name string, opts *Options) (*Context, error) {
-	d, err := LookupDevice(name)
+	d, err := opts.Lookup(name)
 	if err != nil {
 		return nil, err
 	}

@@ -78,7 +78,8 @@ func (seamContext) Close() error                           { return nil }
 // TestOpenFile: Options.OpenFile replaces the character device: every
 // command of the context goes through the file it returns (the driver id
 // set first), the async-event fd of its GET_CONTEXT answer is read, and
-// Close closes it. An OpenFile failure fails Open.
+// Close closes it. Options.Devices replaces sysfs for Open by name. An
+// OpenFile failure fails Open.
 func TestOpenFile(t *testing.T) {
 	d := Device{Name: "sim0", DriverID: 77, Path: "/nonexistent"}
 	var f *scriptedFile
@@ -115,6 +116,21 @@ func TestOpenFile(t *testing.T) {
 	}
 	if _, ok := <-c.Events(); ok {
 		t.Error("Events still open after Close")
+	}
+
+	// Options.Devices: Open by name finds the device there.
+	opts.Devices = func() ([]Device, error) { return []Device{{Name: "other"}, d}, nil }
+	if c, err = Open(d.Name, opts); err != nil {
+		t.Fatalf("Open(%q) among Options.Devices: %v", d.Name, err)
+	}
+	if err := c.Close(); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := Open("sim9", opts); !errors.Is(err, ErrNoDevice) {
+		t.Errorf("Open of a device Options.Devices lacks: %v, want ErrNoDevice", err)
+	}
+	if ds, err := opts.List(); err != nil || len(ds) != 2 {
+		t.Errorf("List: %v, %v", ds, err)
 	}
 
 	boom := errors.New("no such simulator")

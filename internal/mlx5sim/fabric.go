@@ -5,6 +5,8 @@ import (
 	"fmt"
 	"math/bits"
 	"net/netip"
+	"slices"
+	"strings"
 	"sync"
 	"time"
 
@@ -35,6 +37,7 @@ type Fabric struct {
 
 // device is one simulated ConnectX.
 type device struct {
+	ud   uverbs.Device
 	name string
 	idx  int
 	gid  uverbs.GID
@@ -86,16 +89,30 @@ func (f *Fabric) AddDevice(name string) uverbs.Device {
 	defer f.mu.Unlock()
 	d := &device{name: name, idx: len(f.devs) + 1}
 	d.gid = uverbs.GIDFromAddr(netip.AddrFrom4([4]byte{127, 77, 0, byte(d.idx)}))
-	f.devs[name] = d
-	return uverbs.Device{Name: name, Uverbs: "uverbs-sim", Path: "/nonexistent/mlx5sim/" + name,
+	d.ud = uverbs.Device{Name: name, Uverbs: "uverbs-sim", Path: "/nonexistent/mlx5sim/" + name,
 		DriverID: uverbs.DriverMLX5, ABIVersion: 1, DriverIDFrom: "mlx5sim", Ports: 1, NUMANode: -1,
 		NodeGUID: fmt.Sprintf("e41d:2d03:00%02x:0001", d.idx)}
+	f.devs[name] = d
+	return d.ud
 }
 
-// Options returns uverbs options that open this fabric's devices with
-// the given providers (mlx5's, possibly wrapped).
+// Devices lists the fabric's devices by name (uverbs.Options.Devices).
+func (f *Fabric) Devices() ([]uverbs.Device, error) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	out := make([]uverbs.Device, 0, len(f.devs))
+	for _, d := range f.devs {
+		out = append(out, d.ud)
+	}
+	slices.SortFunc(out, func(a, b uverbs.Device) int { return strings.Compare(a.Name, b.Name) })
+	return out, nil
+}
+
+// Options returns uverbs options that find and open this fabric's
+// devices (and no others) with the given providers (mlx5's, possibly
+// wrapped).
 func (f *Fabric) Options(providers ...uverbs.Provider) *uverbs.Options {
-	return &uverbs.Options{Providers: providers, OpenFile: f.Open}
+	return &uverbs.Options{Providers: providers, OpenFile: f.Open, Devices: f.Devices}
 }
 
 // Open opens a command file on device d (uverbs.Options.OpenFile).

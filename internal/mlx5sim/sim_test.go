@@ -32,7 +32,7 @@ func newSide(t *testing.T, f *mlx5sim.Fabric, d uverbs.Device) *side {
 	t.Helper()
 	s := &side{t: t}
 	var err error
-	if s.ctx, err = d.Open(f.Options(mlx5.Provider())); err != nil {
+	if s.ctx, err = uverbs.Open(d.Name, f.Options(mlx5.Provider())); err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() {
