@@ -1,7 +1,8 @@
 // Package hostile runs one table of hostile-peer cases against every te
 // server: the tcp transport's data port, the p2p store's metadata port,
 // the shm transport's socket and the RDMA transport's control port (in
-// the Soft-RoCE guest: test/softroce/run.sh ./test/hostile). Each server
+// the Soft-RoCE guest: test/softroce/run.sh ./test/hostile; on any host on
+// a simulated ConnectX, internal/mlx5sim). Each server
 // speaks te's one handshake (internal/control) and admits connections
 // under one policy (internal/acceptor.Gate), so each must pass every case:
 // held connections lock nobody out, stalled frames are dropped within the
@@ -28,14 +29,17 @@ import (
 	"github.com/rdmago/te/engine"
 	"github.com/rdmago/te/engine/enginetest"
 	"github.com/rdmago/te/internal/control"
+	"github.com/rdmago/te/internal/mlx5sim"
 	"github.com/rdmago/te/internal/testenv"
 	"github.com/rdmago/te/internal/wire"
+	"github.com/rdmago/te/mlx5"
 	"github.com/rdmago/te/rdma"
 	"github.com/rdmago/te/segment"
 	"github.com/rdmago/te/segment/p2p"
 	"github.com/rdmago/te/shm"
 	"github.com/rdmago/te/tcp"
 	"github.com/rdmago/te/test/softroce/srenv"
+	"github.com/rdmago/te/uverbs"
 )
 
 // Bounds every server is started with: small, so the lockout case holds
@@ -73,6 +77,7 @@ var kinds = []kind{
 	{"p2p", startP2P},
 	{"shm", startSHM},
 	{"rdma", startRDMA},
+	{"rdma on mlx5sim", startRDMASim},
 }
 
 func logger(buf *testenv.Buffer) *slog.Logger { return slog.New(slog.NewTextHandler(buf, nil)) }
@@ -200,11 +205,26 @@ func startSHM(t *testing.T, s *auth.Secret) *server {
 
 func startRDMA(t *testing.T, s *auth.Secret) *server {
 	topo := srenv.Require(t)
-	devs := []string{topo.Lo.Name}
+	return startRDMAOn(t, s, []string{topo.Lo.Name}, nil)
+}
+
+// startRDMASim is the RDMA transport's control port on a simulated
+// ConnectX (internal/mlx5sim: the real verbs and mlx5 provider over a
+// simulated kernel and HCA), on any host.
+func startRDMASim(t *testing.T, s *auth.Secret) *server {
+	f := mlx5sim.NewFabric()
+	t.Cleanup(func() { f.Close() })
+	d := f.AddDevice("mlx5_0")
+	return startRDMAOn(t, s, []string{d.Name}, f.Options(mlx5.Provider()))
+}
+
+// startRDMAOn starts an RDMA target on devs, opened with opts (nil: the
+// host's devices and providers); its initiators use the same.
+func startRDMAOn(t *testing.T, s *auth.Secret, devs []string, opts *uverbs.Options) *server {
 	st := enginetest.NewMemStore()
 	t.Cleanup(func() { st.Close() })
 	buf := &testenv.Buffer{}
-	tr := rdma.New(rdma.Config{Devices: devs, Auth: s, HandshakeTimeout: timeout, MaxSessions: maxConns, MaxSessionsPerSource: maxConns})
+	tr := rdma.New(rdma.Config{Devices: devs, Options: opts, Auth: s, HandshakeTimeout: timeout, MaxSessions: maxConns, MaxSessionsPerSource: maxConns})
 	tgt := enginetest.NewNode(t, engine.Config{Name: "target", Store: st, Logger: logger(buf)}, 1<<16, tr)
 	d := tgt.Engine.LocalDescriptor()
 	pr, _ := d.Protocol(segment.ProtoRDMA)
@@ -213,7 +233,7 @@ func startRDMA(t *testing.T, s *auth.Secret) *server {
 		dial: streamDial(pr.Endpoint, &control.RDMA),
 		use: func(t *testing.T, s *auth.Secret) error {
 			ini := enginetest.NewNode(t, engine.Config{Name: fmt.Sprintf("initiator-%d", time.Now().UnixNano()), Store: st}, 1<<16,
-				rdma.New(rdma.Config{Devices: devs, Auth: s}))
+				rdma.New(rdma.Config{Devices: devs, Options: opts, Auth: s}))
 			return write(ctxT(t), ini, tgt, "target")
 		},
 	}
