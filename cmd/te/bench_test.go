@@ -5,6 +5,7 @@ import (
 	"bytes"
 	"context"
 	"errors"
+	"io"
 	"net"
 	"os"
 	"os/exec"
@@ -403,18 +404,36 @@ func TestBenchInProcessConsul(t *testing.T) {
 
 // A target stopped (SIGTERM) or killed mid-run fails the bench promptly
 // with one line that says the target stopped, over tcp and over shm: not
-// an out-of-range or a bare connection error.
+// an out-of-range or a bare connection error. The target is stopped once
+// the bench has printed its header (its segment open, measuring).
 func TestBenchTargetDies(t *testing.T) {
 	for _, proto := range []string{"tcp", "shm"} {
 		for _, sig := range []os.Signal{syscall.SIGTERM, os.Kill} {
 			srv, name, _ := serveProcess(t, "--buffer-size", "16MiB", "--protocol", proto)
-			time.AfterFunc(time.Second, func() { srv.Process.Signal(sig) })
+			ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+			bench := exec.CommandContext(ctx, teBinary(t), "bench", "--segment", name, "--protocol", proto, "--duration", "30", "--batch-size", "16")
+			stdout, err := bench.StdoutPipe()
+			if err != nil {
+				t.Fatal(err)
+			}
+			var stderr bytes.Buffer
+			bench.Stderr = &stderr
+			if err := bench.Start(); err != nil {
+				t.Fatal(err)
+			}
+			sc := bufio.NewScanner(stdout)
+			for sc.Scan() && !strings.HasPrefix(sc.Text(), "te bench: block ") {
+			}
 			start := time.Now()
-			_, stderr, code := runTE(t, "bench", "--segment", name, "--protocol", proto, "--duration", "30", "--batch-size", "16", "--quiet")
-			msg := strings.TrimSpace(stderr)
+			srv.Process.Signal(sig)
+			io.Copy(io.Discard, stdout)
+			bench.Wait()
+			cancel()
+			code := bench.ProcessState.ExitCode()
+			msg := strings.TrimSpace(stderr.String())
 			if code != 1 || !strings.HasPrefix(msg, "te bench: ") || strings.Contains(msg, "\n") ||
 				!strings.HasSuffix(msg, "(the target stopped or restarted)") || strings.Contains(msg, "outside exposed buffers") {
-				t.Errorf("%s, target sent %v: exit %d, stderr:\n%s\nwant exit 1 and one line saying the target stopped", proto, sig, code, stderr)
+				t.Errorf("%s, target sent %v: exit %d, stderr:\n%s\nwant exit 1 and one line saying the target stopped", proto, sig, code, msg)
 			}
 			if d := time.Since(start); d > 25*time.Second {
 				t.Errorf("%s, target sent %v: bench took %v to notice", proto, sig, d)

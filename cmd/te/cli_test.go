@@ -319,10 +319,9 @@ func TestCLIConnectionHints(t *testing.T) {
 	// timeout; a silent one: a timeout with what to check, and a setup
 	// that failed is not reported "done".
 	ssh := fakePeer(t, []byte("SSH-2.0-OpenSSH_9.6\r\n"))
-	start := time.Now()
 	_, stderr, code := runTE(t, "bench", "--segment", ssh, "--duration", "1")
-	if code != 1 || !strings.Contains(stderr, `the peer does not speak te (its first bytes are "SSH-"): is this a te port?`) || time.Since(start) > 2*time.Second {
-		t.Errorf("te bench --segment (an ssh port): exit %d after %v\n%s", code, time.Since(start), stderr)
+	if code != 1 || !strings.Contains(stderr, `the peer does not speak te (its first bytes are "SSH-"): is this a te port?`) || strings.Contains(stderr, "timed out") {
+		t.Errorf("te bench --segment (an ssh port): exit %d\n%s", code, stderr)
 	}
 	silent := fakePeer(t, nil)
 	_, stderr, code = runTE(t, "bench", "--segment", silent, "--duration", "1")
@@ -335,10 +334,9 @@ func TestCLIConnectionHints(t *testing.T) {
 	_, name, _ := serveProcess(t, "--buffer-size", "8MiB", "--protocol", "tcp")
 	pr, _ := fetch(t, name, nil).Protocol(segment.ProtoTCP)
 	for _, args := range [][]string{{"bench", "--segment", pr.Endpoint, "--duration", "1"}, {"segments", pr.Endpoint}} {
-		start := time.Now()
 		_, stderr, code = runTE(t, args...)
-		if code != 1 || !strings.Contains(stderr, "the peer is te's tcp data port, not te's p2p metadata port: check the address") || time.Since(start) > 2*time.Second {
-			t.Errorf("te %v (te serve's tcp port): exit %d after %v\n%s", args, code, time.Since(start), stderr)
+		if code != 1 || !strings.Contains(stderr, "the peer is te's tcp data port, not te's p2p metadata port: check the address") {
+			t.Errorf("te %v (te serve's tcp port): exit %d\n%s", args, code, stderr)
 		}
 	}
 	_, stderr, _ = runTE(t, "segments", "\x1b[31mevil:1")
