@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/rdmago/te/engine"
+	"github.com/rdmago/te/engine/transporttest"
 	"github.com/rdmago/te/rdma"
 	"github.com/rdmago/te/test/softroce/srenv"
 )
@@ -314,4 +315,24 @@ func report(b *testing.B, what string, ds []time.Duration) {
 	slices.Sort(ds)
 	b.ReportMetric(float64(ds[len(ds)/2].Microseconds()), what+"-p50-µs")
 	b.ReportMetric(float64(ds[len(ds)*99/100].Microseconds()), what+"-p99-µs")
+}
+
+// TestNotifyConformance runs the engine's notification cases
+// (transporttest.RunNotify) on Soft-RoCE between the two simulated hosts
+// (initiators on host A's rails, the target on host B's), both ways a
+// note follows its data. The target holds at most NotifyDepth ×
+// QPsPerPath notes per endpoint, one endpoint per rail: the Flood case's
+// NotifyHeld.
+func TestNotifyConformance(t *testing.T) {
+	topo := srenv.Require(t)
+	for _, markers := range []bool{false, true} {
+		t.Run(fmt.Sprintf("markers=%v", markers), func(t *testing.T) {
+			cfg := rdma.Config{NotifyDepth: 2, QPsPerPath: 2, SliceTimeout: 2 * time.Second, NotifyMarkers: markers}
+			transporttest.RunNotify(t, factory(names(topo.HostA), cfg), transporttest.Options{
+				Target:     factory(names(topo.HostB), cfg),
+				NotifyHeld: cfg.NotifyDepth * cfg.QPsPerPath * len(topo.HostA),
+				Timeout:    60 * time.Second,
+			})
+		})
+	}
 }

@@ -15,6 +15,7 @@ import (
 	"github.com/rdmago/te/engine"
 	"github.com/rdmago/te/engine/driver"
 	"github.com/rdmago/te/engine/enginetest"
+	"github.com/rdmago/te/engine/transporttest"
 	"github.com/rdmago/te/uverbs"
 )
 
@@ -615,4 +616,24 @@ func TestFakeNotifyAuth(t *testing.T) {
 	if n := tgt2.TargetQPs(); n != 0 {
 		t.Fatalf("the target holds %d QPs for an initiator without the secret", n)
 	}
+}
+
+// TestFakeNotifyConformance runs the engine's notification cases
+// (transporttest.RunNotify) over the fake fabric, each engine on two
+// devices of its own (two rails), both ways a note follows its data. The
+// target holds at most NotifyDepth × QPsPerPath notes per endpoint, one
+// endpoint per rail: the Flood case's NotifyHeld.
+func TestFakeNotifyConformance(t *testing.T) { bothModes(t, testFakeNotifyConformance) }
+
+func testFakeNotifyConformance(t *testing.T, markers bool) {
+	f := newFabric()
+	cfg := Config{NotifyDepth: 2, QPsPerPath: 2, SliceTimeout: time.Second, NotifyMarkers: markers}
+	var k atomic.Int64
+	factory := func(testing.TB) engine.Transport {
+		tr := New(cfg)
+		n := k.Add(1)
+		tr.open = opener(f.dev(fmt.Sprint("d", n, "a"), -1), f.dev(fmt.Sprint("d", n, "b"), -1))
+		return tr
+	}
+	transporttest.RunNotify(t, factory, transporttest.Options{NotifyHeld: cfg.NotifyDepth * cfg.QPsPerPath * 2, Timeout: 30 * time.Second})
 }

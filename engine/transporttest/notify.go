@@ -39,7 +39,7 @@ import (
 // A refused note waits up to the transport's bound on waiting for the
 // target (tcp and shm: half the I/O timeout; rdma: its slice timeout), so
 // f should configure a short one (a second). At most one Options may be
-// given (Shared and NotifyHeld are honoured).
+// given (Shared, Target and NotifyHeld are honoured).
 func RunNotify(t *testing.T, f Factory, opts ...Options) {
 	var o Options
 	if len(opts) > 1 {
@@ -67,6 +67,14 @@ func eventually(d time.Duration, cond func() bool) bool {
 			return false
 		}
 	}
+}
+
+// targetOr is the target's factory: Target, or f.
+func (o Options) targetOr(f Factory) Factory {
+	if o.Target != nil {
+		return o.Target
+	}
+	return f
 }
 
 // notifyNode starts an engine with a fresh transport and size bytes of
@@ -130,7 +138,7 @@ func testNotifyAfterData(t *testing.T, f Factory, o Options) {
 	shapes := []struct{ tasks, size int }{{1, 64}, {7, 4096}, {300, 1024}, {4096, 64}, {4096, 1024}, {16, 256 << 10}}
 	st := enginetest.NewMemStore()
 	t.Cleanup(func() { st.Close() })
-	tgt := notifyNode(t, f, o, st, engine.Config{Name: "target"}, submitters*region)
+	tgt := notifyNode(t, o.targetOr(f), o, st, engine.Config{Name: "target"}, submitters*region)
 	ini := notifyNode(t, f, o, st, engine.Config{Name: "initiator"}, submitters*region)
 	seg := openSeg(t, ini.Engine, "target")
 	base := engine.AddrOf(tgt.Mem.Bytes())
@@ -222,7 +230,7 @@ func testNotifyAfterData(t *testing.T, f Factory, o Options) {
 func testNotifyFailed(t *testing.T, f Factory, o Options) {
 	st := enginetest.NewMemStore()
 	t.Cleanup(func() { st.Close() })
-	tgt := notifyNode(t, f, o, st, engine.Config{Name: "target"}, 1<<20)
+	tgt := notifyNode(t, o.targetOr(f), o, st, engine.Config{Name: "target"}, 1<<20)
 	ini := notifyNode(t, f, o, st, engine.Config{Name: "initiator"}, 1<<20)
 	seg := openSeg(t, ini.Engine, "target")
 	base := engine.AddrOf(tgt.Mem.Bytes())
@@ -233,6 +241,16 @@ func testNotifyFailed(t *testing.T, f Factory, o Options) {
 	}
 	ghost := base + 1<<30
 	d.Buffers = append(d.Buffers, segment.Buffer{Addr: ghost, Length: 1 << 16, Location: "cpu:0"})
+	// A transport whose part names keys per buffer gets the first
+	// buffer's for it: keys of memory that does not hold the range.
+	d.Protocols = slices.Clone(d.Protocols)
+	for i, p := range d.Protocols {
+		if r := p.RDMA; r != nil && len(r.RKeys) > 0 {
+			c := *r
+			c.RKeys = append(slices.Clone(r.RKeys), r.RKeys[0])
+			d.Protocols[i].RDMA = &c
+		}
+	}
 	d.Version++
 	if err := st.Publish(context.Background(), d); err != nil {
 		t.Fatal(err)
@@ -296,7 +314,7 @@ func testNotifyFlood(t *testing.T, f Factory, o Options) {
 	held := o.NotifyHeld
 	st := enginetest.NewMemStore()
 	t.Cleanup(func() { st.Close() })
-	tgt := notifyNode(t, f, o, st, engine.Config{Name: "target", NotifyQueue: total, NotifyQueuePerSender: per}, 1<<16)
+	tgt := notifyNode(t, o.targetOr(f), o, st, engine.Config{Name: "target", NotifyQueue: total, NotifyQueuePerSender: per}, 1<<16)
 	flood := func(name string, count int) (ok, full int) {
 		n := notifyNode(t, f, o, st, engine.Config{Name: name}, 1<<16)
 		seg := openSeg(t, n.Engine, "target")
@@ -362,7 +380,7 @@ func testNotifyFlood(t *testing.T, f Factory, o Options) {
 func testNotifyRestart(t *testing.T, f Factory, o Options) {
 	st := enginetest.NewMemStore()
 	t.Cleanup(func() { st.Close() })
-	tgt := notifyNode(t, f, o, st, engine.Config{Name: "target"}, 1<<16)
+	tgt := notifyNode(t, o.targetOr(f), o, st, engine.Config{Name: "target"}, 1<<16)
 	notify := func(n *enginetest.Node, name string) {
 		t.Helper()
 		seg := openSeg(t, n.Engine, "target")
@@ -396,7 +414,7 @@ func testNotifyRestart(t *testing.T, f Factory, o Options) {
 func testNotifyCloseAfterWait(t *testing.T, f Factory, o Options) {
 	st := enginetest.NewMemStore()
 	t.Cleanup(func() { st.Close() })
-	tgt := notifyNode(t, f, o, st, engine.Config{Name: "target"}, 1<<16)
+	tgt := notifyNode(t, o.targetOr(f), o, st, engine.Config{Name: "target"}, 1<<16)
 	base := engine.AddrOf(tgt.Mem.Bytes())
 	for i := range 5 {
 		ini := notifyNode(t, f, o, st, engine.Config{Name: fmt.Sprint("sender ", i)}, 1<<16)
