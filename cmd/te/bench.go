@@ -221,13 +221,17 @@ func setupBench(ctx context.Context, c *benchConfig, bufSize, localSize int64, s
 		env.segment = env.target.eng.Name()
 	}
 	stage("starting the initiator: " + c.size(localSize))
-	env.init, err = openNode(ctx, nodeConfig{metadata: c.Metadata, auth: c.secret, name: benchName("initiator"), protocols: c.Protocols, devices: c.Devices, bufSize: localSize, initiator: true,
+	// With --notify and a target elsewhere, te serve echoes each
+	// notification back (bench.Echo): the initiator is then a segment
+	// it can reach, listening like a target.
+	echoes := c.Notify && env.target == nil
+	env.init, err = openNode(ctx, nodeConfig{metadata: c.Metadata, auth: c.secret, name: benchName("initiator"), protocols: c.Protocols, devices: c.Devices, bufSize: localSize, initiator: !echoes,
 		stuckAfter: stuckAfter(c.maxBlock() * int64(c.BatchSize) * int64(c.Threads))})
 	if err != nil {
 		return nil, fmt.Errorf("initiator: %w", err)
 	}
 	stage("opening segment " + cli.Printable(env.segment))
-	env.Engine, env.Local = env.init.eng, env.init.mem.Bytes()
+	env.Engine, env.Local, env.Echoes = env.init.eng, env.init.mem.Bytes(), echoes
 	env.Segment, err = env.init.eng.OpenSegment(ctx, env.segment, nil)
 	if err != nil {
 		return nil, err

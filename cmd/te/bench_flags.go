@@ -95,7 +95,7 @@ func benchFlags(c *benchConfig, help io.Writer) *cli.FlagSet {
 	fs.BoolVar(&c.Sweep, "sweep", false, "measure the table: 4KiB, 64KiB, 1MiB blocks × write, read (other flags apply)")
 	fs.BoolVar(&c.Latency, "latency", false, "measure single requests (batch size 1): latency p50, p90, p99, p99.9 and max per request on each protocol, taking turns (with --sweep, the table)")
 	fs.BoolVar(&c.Verify, "verify", false, "after each measurement, write a pattern, read it back and compare")
-	fs.BoolVar(&c.Notify, "notify", false, "send every batch with a completion notification; with the target in this process, print the time from submit to its notification (p50/p99) next to the batch latency")
+	fs.BoolVar(&c.Notify, "notify", false, "send every batch with a completion notification and print the time from submit to its notification (p50/p99) next to the batch latency; a te serve target echoes each back (so this process listens like a target), timed by the two processes' clocks: one host's, or synchronized ones")
 	fs.StringVar(&c.Admin, "admin", "", "serve /metrics (Prometheus), /debug/te (the initiator engine's snapshot as JSON) and /debug/pprof/ on `host:port` (127.0.0.1:9100; port 0 picks one)")
 	fs.BoolVar(&c.Quiet, "quiet", false, "print only the results: no headers, no progress")
 	authFile := authFlag(fs.FlagSet)

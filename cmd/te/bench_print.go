@@ -135,10 +135,14 @@ func printResult(w io.Writer, c *benchConfig, r *benchResult) {
 	}
 	if r.Notify {
 		if r.Notified > 0 {
-			fmt.Fprintf(w, "notify: submit to the target's notification p50 %s  p99 %s  (batch completion at the initiator p50 %s  p99 %s; %d received)\n",
-				latency(r.NotifyP50Micros), latency(r.NotifyP99Micros), latency(r.P50Micros), latency(r.P99Micros), r.Notified)
+			by := ""
+			if r.NotifyEchoed {
+				by = "; echoed by the target, timed by its clock"
+			}
+			fmt.Fprintf(w, "notify: submit to the target's notification p50 %s  p99 %s  (batch completion at the initiator p50 %s  p99 %s; %d received%s)\n",
+				latency(r.NotifyP50Micros), latency(r.NotifyP99Micros), latency(r.P50Micros), latency(r.P99Micros), r.Notified, by)
 		} else {
-			fmt.Fprintln(w, "notify: every batch carried a notification (its batch latency includes the target accepting it); the target runs elsewhere, so the time to it is not measured here (te serve --print-notifies shows arrivals)")
+			fmt.Fprintln(w, "notify: every batch carried a notification (its batch latency includes the target taking it); the target runs elsewhere and echoed none back (te serve does: an older one?), so the time to it is not measured here (te serve --print-notifies shows arrivals)")
 		}
 	}
 	if r.VsTCP > 0 {

@@ -11,10 +11,11 @@ import (
 
 // TestNotifyCLI: te bench --notify against te serve --print-notifies
 // sends a notification with every batch, and te serve prints one line
-// for each (at least every measured batch, the warm-up's too); in process,
-// te bench reports the time from submit to the notification.
+// for each (at least every measured batch, the warm-up's too) and echoes
+// it back, so te bench reports the time from submit to the notification
+// (over tcp and shm), as it does with the target in process.
 func TestNotifyCLI(t *testing.T) {
-	cmd := exec.Command(teBinary(t), "serve", "--buffer-size", "16MiB", "--protocol", "tcp", "--print-notifies")
+	cmd := exec.Command(teBinary(t), "serve", "--buffer-size", "16MiB", "--protocol", "tcp,shm", "--print-notifies")
 	stdout, err := cmd.StdoutPipe()
 	if err != nil {
 		t.Fatal(err)
@@ -51,8 +52,10 @@ func TestNotifyCLI(t *testing.T) {
 		t.Fatalf("te bench --notify: exit %d\n%s", code, errOut)
 	}
 	rs := decodeReport[benchResult](t, "bench", []byte(out))
-	if len(rs) != 1 || !rs[0].Notify || rs[0].Batches == 0 || rs[0].Notified != 0 {
-		t.Fatalf("te bench --notify against te serve: %+v", rs)
+	// te serve echoes each notification: te bench times them.
+	if len(rs) != 1 || !rs[0].Notify || rs[0].Batches == 0 || rs[0].Notified == 0 || !rs[0].NotifyEchoed ||
+		rs[0].NotifyP50Micros <= 0 || rs[0].NotifyP99Micros < rs[0].NotifyP50Micros {
+		t.Fatalf("te bench --notify against te serve: %+v\n%s", rs, errOut)
 	}
 	// Wait covers the note: every one was printed or is on its way.
 	got := 0
@@ -67,6 +70,12 @@ func TestNotifyCLI(t *testing.T) {
 		case <-deadline:
 			t.Fatalf("te serve printed %d notifications for %d batches\n%s", got, rs[0].Batches, stderr.String())
 		}
+	}
+
+	// Over shm, in text: the same line as with the target in process.
+	out, errOut, code = runTE(t, "bench", "--segment", name, "--protocol", "shm", "--notify", "--duration", "1", "--batch-size", "8")
+	if code != 0 || !strings.Contains(out, "notify: submit to the target's notification p50 ") || !strings.Contains(out, "echoed by the target") {
+		t.Fatalf("te bench --notify over shm against te serve: exit %d\n%s\n%s", code, out, errOut)
 	}
 
 	out, errOut, code = runTE(t, "bench", "--notify", "--protocol", "tcp", "--duration", "1", "--batch-size", "8")

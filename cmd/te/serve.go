@@ -8,10 +8,12 @@ import (
 	"path/filepath"
 	"slices"
 	"strings"
+	"time"
 
 	"github.com/rdmago/te/auth"
 	"github.com/rdmago/te/engine"
 	"github.com/rdmago/te/internal/admin"
+	"github.com/rdmago/te/internal/bench"
 	"github.com/rdmago/te/internal/cli"
 )
 
@@ -119,6 +121,7 @@ func runServe(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	// Notifications are always received, so senders never find the
 	// queue full; printed when asked.
 	notes := n.eng.Notifications()
+	echo := startEchoes(ctx, n.eng, stderr)
 	for done := false; !done; {
 		select {
 		case <-ctx.Done():
@@ -126,13 +129,90 @@ func runServe(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 		case m, ok := <-notes:
 			if !ok {
 				done = true
-			} else if *printNotifies {
+				break
+			}
+			if msg, ok := bench.Echo(&m, time.Now()); ok {
+				echo.send(m.From, msg)
+			}
+			if *printNotifies {
 				printNotify(stdout, m)
 			}
 		}
 	}
+	echo.stop()
 	fmt.Fprintf(stderr, "te serve: stopping\n")
 	return n.Close()
+}
+
+// echoes sends te bench's notifications back to their senders
+// (bench.Echo), so te bench --notify times them with this process as its
+// target. One goroutine sends them: the loop receiving notifications
+// never waits on a sender; beyond maxEchoes waiting, echoes are dropped.
+type echoes struct {
+	e    *engine.Engine
+	ch   chan echo
+	done chan struct{}
+}
+
+type echo struct {
+	to  string
+	msg []byte
+}
+
+const (
+	maxEchoes    = 1024
+	maxEchoPeers = 64 // senders whose segments stay open
+	echoTimeout  = 5 * time.Second
+)
+
+func startEchoes(ctx context.Context, e *engine.Engine, stderr io.Writer) *echoes {
+	x := &echoes{e: e, ch: make(chan echo, maxEchoes), done: make(chan struct{})}
+	go func() {
+		defer close(x.done)
+		segs := map[string]engine.SegmentID{}
+		failed := map[string]bool{}
+		for ec := range x.ch {
+			seg, ok := segs[ec.to]
+			if !ok {
+				if failed[ec.to] {
+					continue
+				}
+				if len(segs) >= maxEchoPeers {
+					for name, s := range segs {
+						e.CloseSegment(s)
+						delete(segs, name)
+					}
+				}
+				octx, cancel := context.WithTimeout(ctx, echoTimeout)
+				s, err := e.OpenSegment(octx, ec.to, nil)
+				cancel()
+				if err != nil {
+					if len(failed) < maxEchoPeers {
+						failed[ec.to] = true
+					}
+					fmt.Fprintf(stderr, "te serve: cannot echo te bench's notifications to %s: %s\n", cli.Printable(ec.to), cli.ErrorLine(err))
+					continue
+				}
+				seg, segs[ec.to] = s, s
+			}
+			nctx, cancel := context.WithTimeout(ctx, echoTimeout)
+			e.Notify(nctx, seg, engine.Notify{Name: bench.EchoName, Msg: ec.msg})
+			cancel()
+		}
+	}()
+	return x
+}
+
+func (x *echoes) send(to string, msg []byte) {
+	select {
+	case x.ch <- echo{to, msg}:
+	default:
+	}
+}
+
+func (x *echoes) stop() {
+	close(x.ch)
+	<-x.done
 }
 
 // printNotify prints one notification; what the sender chose is quoted

@@ -37,6 +37,11 @@ type Env struct {
 	// Config.Notify, the time from submit to its notification is
 	// measured there. Nil for a target elsewhere.
 	Target *engine.Engine
+	// Echoes: the target elsewhere sends each te bench notification
+	// back to Engine (Echo; te serve does): with Config.Notify, the
+	// time from submit to the notification's arrival there is measured
+	// by the two processes' clocks (one host's, or synchronized ones).
+	Echoes bool
 }
 
 // Rail is what one RDMA rail of the initiator carried.
@@ -173,9 +178,11 @@ type Result struct {
 	MaxMicros float64 `json:"batch_latency_max_us"`
 	// Notify: every batch carried a notification; NotifyP50Micros and
 	// NotifyP99Micros are the time from submit to the target's
-	// application receiving it (0 when the target ran elsewhere).
+	// application receiving it (0 when the target ran elsewhere and
+	// did not echo them: NotifyEchoed, Env.Echoes).
 	Notify          bool    `json:"notify,omitempty"`
 	Notified        uint64  `json:"notified,omitempty"`
+	NotifyEchoed    bool    `json:"notify_echoed,omitempty"` // measured from the target's echoes (Env.Echoes)
 	NotifyP50Micros float64 `json:"notify_latency_p50_us,omitempty"`
 	NotifyP99Micros float64 `json:"notify_latency_p99_us,omitempty"`
 	Verified        *bool   `json:"verified,omitempty"`
@@ -223,8 +230,12 @@ func Run(ctx context.Context, env *Env, c Config) ([]*Result, error) {
 	stats := make([][]workerStats, len(protos))
 	loops := make([][]*Loop, len(protos))
 	var nc *noteCollector // drains the warm-up's notes too
-	if c.Notify && env.Target != nil {
-		nc = startNotes(env.Target, loops)
+	switch {
+	case c.Notify && env.Target != nil:
+		nc = startNotes(env.Target, loops, false)
+		defer nc.stop()
+	case c.Notify && env.Echoes:
+		nc = startNotes(env.Engine, loops, true)
 		defer nc.stop()
 	}
 	for pi, proto := range protos {
@@ -348,6 +359,7 @@ func Run(ctx context.Context, env *Env, c Config) ([]*Result, error) {
 			r.Latency = latencyOf(&h)
 		}
 		r.Notify = c.Notify
+		r.NotifyEchoed = c.Notify && env.Target == nil && env.Echoes
 		if nc != nil {
 			nh := &nc.hists[pi]
 			r.Notified = nh.n

@@ -24,12 +24,13 @@ type Loop struct {
 	e     *engine.Engine
 	reqs  []engine.Request
 	stats *workerStats
-	// With Config.Notify: the note's message (protocol, thread and
-	// sequence number) and when each recent batch was submitted.
+	// With Config.Notify: the note's message (protocol, thread,
+	// sequence number, submit time) and when each recent batch was
+	// submitted.
 	notify  bool
 	pi, tid int
 	seq     uint64
-	msg     [24]byte
+	msg     [noteLen]byte
 	sent    [noteRing]atomic.Int64
 }
 
