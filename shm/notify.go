@@ -142,18 +142,18 @@ func (sn *snote) copied() {
 	sn.n, sn.hard, sn.trans = nil, nil, nil
 	p.noteMu.Lock()
 	p.nfree = append(p.nfree, sn)
-	p.noteMu.Unlock()
 	if err != nil {
+		p.noteMu.Unlock()
 		n.Done(err)
 		return
 	}
-	p.sendNote(n)
+	p.sendNoteLocked(n)
 }
 
-// sendNote publishes n in the ring and completes it, or leaves it
+// sendNoteLocked publishes n in the ring and completes it, or leaves it
 // waiting for a slot (then ROOM or the expiry timer completes it).
-func (p *peer) sendNote(n *driver.Note) {
-	p.noteMu.Lock()
+// noteMu is held on entry and released.
+func (p *peer) sendNoteLocked(n *driver.Note) {
 	if p.dead.Load() || p.ring == nil {
 		p.noteMu.Unlock()
 		n.Done(errGone)
@@ -162,10 +162,11 @@ func (p *peer) sendNote(n *driver.Note) {
 	if len(p.waiting) == 0 && p.roomLocked() {
 		bell := p.publishLocked(n)
 		p.noteMu.Unlock()
+		// The batch first: a waiter need not wait for the bell.
+		n.Done(nil)
 		if bell {
 			p.ringBell()
 		}
-		n.Done(nil)
 		return
 	}
 	p.waiting = append(p.waiting, waitNote{n, time.Now().Add(p.t.cfg.IOTimeout / 2)})
@@ -231,11 +232,11 @@ func (p *peer) flushNotes() {
 			again = p.roomLocked()
 		}
 		p.noteMu.Unlock()
-		if bell {
-			p.ringBell()
-		}
 		for _, n := range sent[:k] {
 			n.Done(nil)
+		}
+		if bell {
+			p.ringBell()
 		}
 		if !again {
 			return
@@ -330,12 +331,12 @@ func (t *Transport) submitNotify(ss []*driver.Slice, n *driver.Note) {
 		n.Done(errNoNotifyRemote)
 		return
 	}
-	sn := p.getNote(n)
 	if len(ss) == 0 {
-		sn.copied()
+		p.noteMu.Lock()
+		p.sendNoteLocked(n)
 		return
 	}
-	t.submit(ss, sn)
+	t.submit(ss, p.getNote(n))
 }
 
 func doneAll(ss []*driver.Slice, err error) {
@@ -439,11 +440,12 @@ func (sc *serverConn) send(msg []byte) {
 	uds.Send(sc.c, msg, nil)
 }
 
-// lingerNotes watches the ring for noteLinger and reports whether a note
-// came.
+// lingerNotes watches the ring for noteLinger, and at least lingerPolls
+// times (a reader that was not running meanwhile has not watched), and
+// reports whether a note came.
 func (sc *serverConn) lingerNotes() bool {
 	t0 := time.Now()
-	for time.Since(t0) < noteLinger {
+	for polls := 0; polls < lingerPolls || time.Since(t0) < noteLinger; polls++ {
 		if sc.ring.head.Load() != sc.tail {
 			return true
 		}
@@ -451,3 +453,5 @@ func (sc *serverConn) lingerNotes() bool {
 	}
 	return false
 }
+
+const lingerPolls = 200
