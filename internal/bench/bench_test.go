@@ -2,8 +2,10 @@ package bench
 
 import (
 	"context"
+	"errors"
 	"math/rand/v2"
 	"slices"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -250,5 +252,21 @@ func TestHistogram(t *testing.T) {
 		if lo := histLow(i); histIndex(lo) != i {
 			t.Fatalf("bucket %d: low %d maps back to %d", i, lo, histIndex(lo))
 		}
+	}
+}
+
+// TestRunThreadsFail: when every thread's batches fail, Run's error is
+// the first thread's, once, with how many others failed (the errors of
+// 1000 threads joined made a line of 1000 chains).
+func TestRunThreadsFail(t *testing.T) {
+	env := pair(t, 1<<20)
+	env.Remote += 1 << 30 // outside the target's buffer: every request fails
+	_, err := Run(ctxT(t), env, Config{Op: engine.Write, Block: 4096, Batch: 4, Threads: 8, Duration: time.Second, Protocols: []string{"tcp"}})
+	if err == nil {
+		t.Fatal("Run succeeded outside the target's buffer")
+	}
+	msg := err.Error()
+	if !errors.Is(err, engine.ErrOutOfRange) || !strings.HasSuffix(msg, "(and 7 more of the 8 threads)") || strings.Count(msg, "request 0:") != 1 || strings.Contains(msg, "\n") {
+		t.Errorf("Run: %q; want the first thread's error once and that 7 more failed", msg)
 	}
 }

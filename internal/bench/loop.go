@@ -2,7 +2,7 @@ package bench
 
 import (
 	"context"
-	"errors"
+	"fmt"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -108,7 +108,26 @@ func runAll(ctx context.Context, loops []*Loop) error {
 		wg.Go(func() { errs[t] = loops[t].Step(ctx) })
 	}
 	wg.Wait()
-	return errors.Join(errs...)
+	return threadsErr(errs)
+}
+
+// threadsErr is the first thread's error and how many others failed: one
+// line, where the errors of 1000 threads joined were 1000 chains on it.
+func threadsErr(errs []error) error {
+	var first error
+	n := 0
+	for _, err := range errs {
+		if err != nil {
+			if first == nil {
+				first = err
+			}
+			n++
+		}
+	}
+	if n <= 1 {
+		return first
+	}
+	return fmt.Errorf("%w (and %d more of the %d threads)", first, n-1, len(errs))
 }
 
 // measure runs every thread's loop for d (or until one fails or ctx ends)
@@ -152,7 +171,7 @@ func measure(ctx context.Context, loops []*Loop, stats []workerStats, d time.Dur
 	elapsed := time.Since(start)
 	close(done)
 	pwg.Wait()
-	if err := errors.Join(errs...); err != nil {
+	if err := threadsErr(errs); err != nil {
 		return 0, err
 	}
 	if err := ctx.Err(); err != nil {
