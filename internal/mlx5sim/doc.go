@@ -25,6 +25,10 @@
 // rings a test built without a kernel (package mlx5's ring tests): it
 // completes work by length only.
 //
+// A device's port can be taken down and up (Fabric.SetPort): async
+// events on its contexts, and work from or to it fails as it does when
+// the retries run out.
+//
 // A policy may hold work requests in flight (Fabric.SetPolicy,
 // Fabric.Release), which is how tests place a completion at a chosen
 // moment. What it does not model: atomics, SRQs, UD, inline receives,

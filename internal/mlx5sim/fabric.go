@@ -42,6 +42,7 @@ type device struct {
 	idx  int
 	gid  uverbs.GID
 	n    Counters
+	down bool // the port's link is down
 }
 
 // Counters are what a device's HCA did.
@@ -172,6 +173,38 @@ func (f *Fabric) Held() int {
 		}
 	}
 	return n
+}
+
+// SetPort takes device name's port down (up false) or back up: every
+// context on the device gets the async event (PORT_ERR, PORT_ACTIVE),
+// QUERY_PORT reports the state, and while it is down every work request
+// from or to the device completes with a retry-exceeded error, as on a
+// link that carries nothing.
+func (f *Fabric) SetPort(name string, up bool) error {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	d := f.devs[name]
+	if d == nil {
+		return fmt.Errorf("mlx5sim: no device %q on this fabric: %w", name, uverbs.ErrNoDevice)
+	}
+	if d.down == !up {
+		return nil
+	}
+	d.down = !up
+	ev := uverbs.EventPortErr
+	if up {
+		ev = uverbs.EventPortActive
+	}
+	var rec [16]byte
+	le.PutUint64(rec[:], 1) // the port
+	le.PutUint32(rec[8:], uint32(ev))
+	for k := range f.ctxs {
+		if k.dev == d && k.asyncW >= 0 {
+			unix.Write(k.asyncW, rec[:])
+		}
+	}
+	f.kick()
+	return nil
 }
 
 // Counters returns what device name's HCA did so far.
@@ -388,13 +421,16 @@ func (f *Fabric) runQP(q *qp) bool {
 	moved := false
 	pi := record(q.rec, qpRecSend) & 0xffff
 	for uint16(q.sqPI) != uint16(pi) && q.state == stateRTS {
-		if q.held || !q.scq.room(1) {
+		r := f.qps[q.remote]
+		down := q.k.dev.down || (r != nil && r.k.dev.down)
+		if (q.held && !down) || !q.scq.room(1) {
 			break
 		}
+		q.held = false
 		ctrl := int(q.sqPI&(q.sqCnt-1)) * wqebb
 		w0, w1 := be.Uint32(q.sq[ctrl:]), be.Uint32(q.sq[ctrl+4:])
 		op, ds, fm := uint8(w0), w1&0x3f, q.sq[ctrl+11]
-		if !q.released && f.policy != nil && f.policy(WQE{Device: q.k.dev.name, QPN: q.qpn, Opcode: op, Index: uint16(q.sqPI)}) == Hold {
+		if !q.released && !down && f.policy != nil && f.policy(WQE{Device: q.k.dev.name, QPN: q.qpn, Opcode: op, Index: uint16(q.sqPI)}) == Hold {
 			q.held = true
 			break
 		}
@@ -531,7 +567,7 @@ func (f *Fabric) scatterLocal(q *qp, p, n int, data []byte) bool {
 // success), the bytes moved, and wait when the peer has no receive posted.
 func (f *Fabric) execute(q *qp, ctrl int, op uint8, ds int, imm uint32, fm uint8) (synd uint8, length uint32, wait bool) {
 	r := f.qps[q.remote]
-	if r == nil || (r.state != stateRTR && r.state != stateRTS) || r.remote != q.qpn {
+	if r == nil || (r.state != stateRTR && r.state != stateRTS) || r.remote != q.qpn || q.k.dev.down || r.k.dev.down {
 		return syndRetryExceeded, 0, false
 	}
 	p := ctrl + dsSize

@@ -135,9 +135,13 @@ func (k *kctx) Write(cmd uint32, req, drvIn, resp, drvOut []byte) error {
 		if q.PortNum != 1 {
 			return unix.EINVAL
 		}
+		state, phys := uverbs.PortActive, uint8(5) // LinkUp
+		if k.dev.down {
+			state, phys = uverbs.PortDown, 3 // Disabled
+		}
 		r := uapi.QueryPortResp{PortCapFlags: 1 << 26, MaxMsgSz: 1 << 30, GIDTblLen: 256, PKeyTblLen: 1,
-			State: uint8(uverbs.PortActive), MaxMTU: uint8(uverbs.MTU4096), ActiveMTU: uint8(uverbs.MTU1024),
-			ActiveWidth: 2, ActiveSpeed: 32, PhysState: 5, LinkLayer: uint8(uverbs.LinkLayerEthernet)}
+			State: uint8(state), MaxMTU: uint8(uverbs.MTU4096), ActiveMTU: uint8(uverbs.MTU1024),
+			ActiveWidth: 2, ActiveSpeed: 32, PhysState: phys, LinkLayer: uint8(uverbs.LinkLayerEthernet)}
 		copy(resp, ucmd.Bytes(&r))
 	case uapi.CmdAllocPD:
 		h := k.handle()

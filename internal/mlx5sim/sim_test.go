@@ -290,3 +290,45 @@ func TestHold(t *testing.T) {
 		t.Fatalf("policy saw %+v", seen)
 	}
 }
+
+// TestSetPort: a port taken down raises PORT_ERR on its contexts, reads
+// DOWN, and fails work from and to its device with retry-exceeded
+// (flushing what follows); back up, PORT_ACTIVE, and a new connection
+// carries data again.
+func TestSetPort(t *testing.T) {
+	f := newFabric(t)
+	a, b := pair(t, f)
+	event := func(want uverbs.AsyncEventType) {
+		t.Helper()
+		select {
+		case ev := <-b.ctx.Events():
+			if ev.Type != want || ev.Port != 1 {
+				t.Fatalf("event %v, want %v on port 1", ev, want)
+			}
+		case <-time.After(10 * time.Second):
+			t.Fatalf("no %v after 10 s", want)
+		}
+	}
+	if err := f.SetPort("mlx5_1", false); err != nil {
+		t.Fatal(err)
+	}
+	event(uverbs.EventPortErr)
+	if pa, err := b.ctx.QueryPort(1); err != nil || pa.State != uverbs.PortDown {
+		t.Fatalf("port of a device taken down: %+v, %v", pa, err)
+	}
+	wr := uverbs.SendWR{ID: 1, Opcode: uverbs.WRRDMAWrite, Flags: uverbs.SendSignaled,
+		SGL: []uverbs.SGE{a.mr.SGE(0, 8)}, RemoteAddr: b.mr.Addr(), RKey: b.mr.RKey()}
+	if _, err := a.qp.PostSend([]uverbs.SendWR{wr, wr}); err != nil {
+		t.Fatal(err)
+	}
+	if wcs := a.wait(2); wcs[0].Status != uverbs.WCRetryExcErr || wcs[1].Status != uverbs.WCWRFlushErr {
+		t.Fatalf("writes to a device whose port is down: %+v", wcs)
+	}
+	if err := f.SetPort("mlx5_1", true); err != nil {
+		t.Fatal(err)
+	}
+	event(uverbs.EventPortActive)
+	if err := f.SetPort("nosuch", true); !errors.Is(err, uverbs.ErrNoDevice) {
+		t.Errorf("SetPort of an unknown device: %v", err)
+	}
+}
