@@ -26,13 +26,16 @@
 // completes work by length only.
 //
 // A device's port can be taken down and up (Fabric.SetPort): async
-// events on its contexts, and work from or to it fails as it does when
-// the retries run out.
+// events on its contexts, and work from or to it waits as on a link that
+// carries nothing. A request to a QP that is gone, or over a link that is
+// down, waits out the QP's retry bound (uverbs.RetryBound of its ACK
+// timeout and retry count) and completes with a retry-exceeded error,
+// unless the link comes back first.
 //
 // A policy may hold work requests in flight (Fabric.SetPolicy,
 // Fabric.Release), which is how tests place a completion at a chosen
 // moment. What it does not model: atomics, SRQs, UD, inline receives,
-// retransmission and timing (a request to a QP that is gone completes at
-// once with a retry-exceeded error), and arm requests of two CQs of one
-// context between two HCA passes (a rail has one CQ per context).
+// packets and their timing (data moves at once, whole), and arm requests
+// of two CQs of one context between two HCA passes (a rail has one CQ per
+// context).
 package mlx5sim

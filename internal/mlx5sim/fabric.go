@@ -406,6 +406,12 @@ type qp struct {
 	rqCI     uint32 // receives consumed
 	held     bool
 	released bool
+	// retry is how long the QP retransmits to a peer that does not answer
+	// (uverbs.RetryBound of its ACK timeout and retry count) before its
+	// work completes with retry-exceeded; failAt is when the head WQE,
+	// unanswered since, runs out.
+	retry  time.Duration
+	failAt time.Time
 }
 
 // runQP executes the QP's announced WQEs in order (RTS), or flushes them
@@ -421,16 +427,40 @@ func (f *Fabric) runQP(q *qp) bool {
 	moved := false
 	pi := record(q.rec, qpRecSend) & 0xffff
 	for uint16(q.sqPI) != uint16(pi) && q.state == stateRTS {
-		r := f.qps[q.remote]
-		down := q.k.dev.down || (r != nil && r.k.dev.down)
-		if (q.held && !down) || !q.scq.room(1) {
+		if !q.scq.room(1) {
 			break
 		}
-		q.held = false
 		ctrl := int(q.sqPI&(q.sqCnt-1)) * wqebb
 		w0, w1 := be.Uint32(q.sq[ctrl:]), be.Uint32(q.sq[ctrl+4:])
 		op, ds, fm := uint8(w0), w1&0x3f, q.sq[ctrl+11]
-		if !q.released && !down && f.policy != nil && f.policy(WQE{Device: q.k.dev.name, QPN: q.qpn, Opcode: op, Index: uint16(q.sqPI)}) == Hold {
+		// A peer that is gone, or a link that is down at either end,
+		// answers nothing: the QP retransmits until its retries run out
+		// (unless the link comes back first), then fails the WQE and
+		// moves to the error state.
+		if r := f.qps[q.remote]; r == nil || (r.state != stateRTR && r.state != stateRTS) || r.remote != q.qpn || q.k.dev.down || r.k.dev.down {
+			now := time.Now()
+			if q.failAt.IsZero() {
+				q.failAt = now.Add(q.retry)
+			}
+			if now.Before(q.failAt) {
+				break
+			}
+			q.failAt, q.held, q.released = time.Time{}, false, false
+			var e [cqeSize]byte
+			fillCQE(&e, cqeReqErr, q, uint16(q.sqPI))
+			e[cqeSyndrome] = syndRetryExceeded
+			q.scq.emit(&e, false)
+			q.state = stateErr
+			q.sqPI += (ds*dsSize + wqebb - 1) / wqebb
+			q.k.dev.n.WQEs++
+			moved = true
+			break
+		}
+		q.failAt = time.Time{}
+		if q.held {
+			break
+		}
+		if !q.released && f.policy != nil && f.policy(WQE{Device: q.k.dev.name, QPN: q.qpn, Opcode: op, Index: uint16(q.sqPI)}) == Hold {
 			q.held = true
 			break
 		}
@@ -566,10 +596,7 @@ func (f *Fabric) scatterLocal(q *qp, p, n int, data []byte) bool {
 // execute carries out one send WQE of q. It returns an error syndrome (0:
 // success), the bytes moved, and wait when the peer has no receive posted.
 func (f *Fabric) execute(q *qp, ctrl int, op uint8, ds int, imm uint32, fm uint8) (synd uint8, length uint32, wait bool) {
-	r := f.qps[q.remote]
-	if r == nil || (r.state != stateRTR && r.state != stateRTS) || r.remote != q.qpn || q.k.dev.down || r.k.dev.down {
-		return syndRetryExceeded, 0, false
-	}
+	r := f.qps[q.remote] // connected and reachable: runQP checked
 	p := ctrl + dsSize
 	n := ds - 1
 	var raddr uint64

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"math/bits"
 	"sync/atomic"
+	"time"
 
 	"github.com/rdmago/te/internal/dma"
 	abi "github.com/rdmago/te/internal/mlx5"
@@ -322,7 +323,8 @@ func (k *kctx) createQP(req, drvIn, resp, drvOut []byte) error {
 	rqBytes := int(d.RQWQECount) << d.RQWQEShift
 	buf := dma.At(d.BufAddr, rqBytes+int(d.SQWQECount)*wqebb)
 	x := &qp{k: k, handle: k.handle(), uidx: d.UIdx, pd: q.PDHandle, rq: buf[:rqBytes:rqBytes], sq: buf[rqBytes:],
-		sqCnt: d.SQWQECount, rqCnt: d.RQWQECount, rqShift: d.RQWQEShift, rec: dma.At(d.DBAddr, 8), scq: scq, rcq: rcq}
+		sqCnt: d.SQWQECount, rqCnt: d.RQWQECount, rqShift: d.RQWQEShift, rec: dma.At(d.DBAddr, 8), scq: scq, rcq: rcq,
+		retry: uverbs.RetryBound(uverbs.HardwareRCDefaults.Timeout, uverbs.HardwareRCDefaults.RetryCnt)}
 	f.nextQPN++
 	x.qpn = f.nextQPN
 	k.qps[x.handle] = x
@@ -369,6 +371,12 @@ func (k *kctx) modifyQP(req []byte) error {
 		x.sqPI, x.rqCI, x.held, x.released, x.remote = 0, 0, false, false, 0
 	case stateRTR:
 		x.remote = m.DestQPNum
+	}
+	if m.AttrMask&(uapi.QPAttrTimeout|uapi.QPAttrRetryCnt) == uapi.QPAttrTimeout|uapi.QPAttrRetryCnt {
+		x.retry = uverbs.RetryBound(m.Timeout, m.RetryCnt)
+		if m.Timeout == 0 { // no ACK timeout: retransmits forever
+			x.retry = time.Duration(1<<63 - 1)
+		}
 	}
 	x.state = to
 	return nil

@@ -291,10 +291,10 @@ func TestHold(t *testing.T) {
 	}
 }
 
-// TestSetPort: a port taken down raises PORT_ERR on its contexts, reads
-// DOWN, and fails work from and to its device with retry-exceeded
-// (flushing what follows); back up, PORT_ACTIVE, and a new connection
-// carries data again.
+// TestSetPort: a port taken down raises PORT_ERR on its contexts and
+// reads DOWN; work to its device waits, goes through if the link comes
+// back (PORT_ACTIVE) within the QP's retry bound, and else fails with
+// retry-exceeded, flushing what follows.
 func TestSetPort(t *testing.T) {
 	f := newFabric(t)
 	a, b := pair(t, f)
@@ -318,6 +318,27 @@ func TestSetPort(t *testing.T) {
 	}
 	wr := uverbs.SendWR{ID: 1, Opcode: uverbs.WRRDMAWrite, Flags: uverbs.SendSignaled,
 		SGL: []uverbs.SGE{a.mr.SGE(0, 8)}, RemoteAddr: b.mr.Addr(), RKey: b.mr.RKey()}
+	// Back up within the retry bound (~470 ms): the write goes through.
+	if _, err := a.qp.PostSend([]uverbs.SendWR{wr}); err != nil {
+		t.Fatal(err)
+	}
+	time.Sleep(20 * time.Millisecond)
+	wc := make([]uverbs.WC, 1)
+	if n, _ := a.cq.Poll(wc); n != 0 {
+		t.Fatalf("a write over a link that is down completed at once: %+v", wc[0])
+	}
+	if err := f.SetPort("mlx5_1", true); err != nil {
+		t.Fatal(err)
+	}
+	event(uverbs.EventPortActive)
+	if w := a.wait(1)[0]; w.Status != uverbs.WCSuccess {
+		t.Fatalf("write retransmitted once the link came back: %+v", w)
+	}
+	// Down for good: the retries run out.
+	if err := f.SetPort("mlx5_1", false); err != nil {
+		t.Fatal(err)
+	}
+	event(uverbs.EventPortErr)
 	if _, err := a.qp.PostSend([]uverbs.SendWR{wr, wr}); err != nil {
 		t.Fatal(err)
 	}
