@@ -315,6 +315,20 @@ func TestCLIConnectionHints(t *testing.T) {
 			t.Errorf("te %v repeats itself: %s", args, first)
 		}
 	}
+	// A metadata server that does not answer is named as such, not as a
+	// te serve to start.
+	for _, args := range [][]string{
+		{"bench", "--metadata", "http://" + dead + "/metadata", "--duration", "1"},
+		{"serve", "--metadata", "consul://" + dead + "/te", "--buffer-size", "1MiB"},
+		{"segments", "--metadata", "consul://" + dead + "/te"},
+	} {
+		_, stderr, code := runTE(t, args...)
+		last := strings.TrimSpace(stderr)
+		last = last[strings.LastIndex(last, "\n")+1:]
+		if code != 1 || !strings.HasSuffix(last, "(the metadata server does not answer: is it running at the --metadata address "+args[2]+"?)") || strings.Contains(stderr, "te serve` running") {
+			t.Errorf("te %v: exit %d\n%s", args, code, stderr)
+		}
+	}
 	// A port of another protocol: told at its first bytes, not after a
 	// timeout; a silent one: a timeout with what to check, and a setup
 	// that failed is not reported "done".

@@ -10,6 +10,7 @@ import (
 	"github.com/rdmago/te/engine/driver"
 	"github.com/rdmago/te/internal/cli"
 	"github.com/rdmago/te/internal/control"
+	"github.com/rdmago/te/segment"
 )
 
 // hinted is an error with what to do about it.
@@ -20,6 +21,11 @@ type hinted struct {
 
 func (h *hinted) Error() string { return h.err.Error() + " (" + h.hint + ")" }
 func (h *hinted) Unwrap() error { return h.err }
+
+// metadataServer is the --metadata URI of a store served by another
+// process (Consul, Mooncake's HTTP metadata) once a command opened one;
+// "" for the embedded stores, whose server is the peer itself.
+var metadataServer string
 
 // explain adds to err what to do about it, where te can tell from the
 // cause: a closed port, a timeout, a peer that went away. Messages of the
@@ -32,6 +38,9 @@ func explain(err error) error {
 	}
 	if errors.Is(err, auth.ErrDenied) {
 		return err
+	}
+	if metadataServer != "" && errors.Is(err, segment.ErrUnavailable) {
+		return &hinted{err, "the metadata server does not answer: is it running at the --metadata address " + cli.Printable(metadataServer) + "?"}
 	}
 	switch cli.NetCause(err) {
 	case "refused":

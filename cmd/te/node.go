@@ -137,6 +137,9 @@ func openNode(ctx context.Context, cfg nodeConfig) (_ *node, err error) {
 // cluster secret (Consul deployments rely on Consul's ACL token,
 // $CONSUL_HTTP_TOKEN, for the metadata).
 func openStore(ctx context.Context, uri string, secret *auth.Secret, log *slog.Logger) (segment.Store, error) {
+	if _, ok := embedded(uri); !ok {
+		metadataServer = uri
+	}
 	u, err := url.Parse(uri)
 	if err != nil || u.Scheme != "p2p" {
 		return stores.Open(ctx, uri)
