@@ -6,13 +6,13 @@ import (
 	"io"
 	"net"
 	"os"
-	"slices"
 	"strings"
 	"time"
 
 	"github.com/rdmago/te/auth"
 	"github.com/rdmago/te/engine"
 	"github.com/rdmago/te/internal/cli"
+	"github.com/rdmago/te/mooncake"
 )
 
 // benchConfig is te bench's flags after parsing.
@@ -73,7 +73,7 @@ func benchFlags(c *benchConfig, help io.Writer) *cli.FlagSet {
 			"Sizes: 4096, 64K or 64KiB, 1.5MiB, 1G or 1GiB (powers of 1024); 64KB, 1GB\n"+
 			"(powers of 1000); any case.", help)
 	op := cli.NewChoice("write", "read", "write")
-	proto := &cli.List{V: []string{"tcp", "shm"}, OK: []string{"tcp", "shm", "rdma", "mooncake"}}
+	proto := &cli.List{V: []string{"tcp", "shm"}, OK: []string{"tcp", "shm", "rdma", "mooncake", "mooncake-rdma"}}
 	unit := cli.NewChoice("GB", "GB", "GiB", "Gb", "MB", "MiB", "Mb", "KB", "KiB", "Kb")
 	c.block = cli.NewSize(64 << 10)
 	buf := cli.NewSize(256 << 20)
@@ -105,7 +105,7 @@ func benchFlags(c *benchConfig, help io.Writer) *cli.FlagSet {
 	mode := cli.NewChoice("initiator", "initiator", "target")
 	fs.Var(mode, "mode", "Mooncake's --mode: initiator (what te bench does) or target (runs te serve with the flags that apply)")
 	fs.StringVar(&c.LocalServerName, "local-server-name", "", "Mooncake's `host[:port]`: with p2p metadata the host the stores listen on (with --mode target also the port), else the target's segment name")
-	fs.BoolVar(&c.Mooncake, "mooncake", false, "speak Mooncake's wire, to reach Mooncake's transfer_engine_bench --mode=target: --protocol mooncake, and p2p (P2PHANDSHAKE) metadata is Mooncake's handshake socket")
+	fs.BoolVar(&c.Mooncake, "mooncake", false, "speak Mooncake's wire, to reach Mooncake's transfer_engine_bench --mode=target: --protocol tcp (te's mooncake, the default) or rdma (mooncake-rdma), and p2p (P2PHANDSHAKE) metadata is Mooncake's handshake socket")
 	fs.Alias("segment", "segment_id")
 	fs.Alias("metadata", "metadata_server")
 	fs.Alias("devices", "device_name")
@@ -133,12 +133,13 @@ func parseBench(args []string, help io.Writer) (*benchConfig, error) {
 		return nil, fs.Usagef("--metadata %s: %s", cli.Printable(c.Metadata), m)
 	}
 	if c.Mooncake {
-		if c.protoSet && !mooncakeProtocol(c.Protocols) {
-			return nil, fs.Usagef("--mooncake speaks Mooncake's TCP wire: --protocol tcp (Mooncake's spelling) or mooncake, not %s", c.Protocol)
+		p, ok := mooncakeProtocol(c.Protocols, c.protoSet)
+		if !ok {
+			return nil, fs.Usagef("--mooncake speaks Mooncake's wires: --protocol tcp or rdma (Mooncake's spellings; te's: mooncake, mooncake-rdma), not %s", c.Protocol)
 		}
-		c.Protocol, c.Protocols = "mooncake", []string{"mooncake"}
+		c.Protocol, c.Protocols = p, []string{p}
 	}
-	c.Metadata = metadataURI(c.Metadata, slices.Equal(c.Protocols, []string{"mooncake"}))
+	c.Metadata = metadataURI(c.Metadata, mooncakeWire(c.Protocols))
 	if scheme, ok := embedded(c.Metadata); ok && c.LocalServerName != "" && c.Mode != "target" {
 		// The initiator's store listens on that host; the port stays
 		// free (an in-process target needs one of its own).
@@ -261,10 +262,31 @@ func metadataURI(v string, mooncakeWire bool) string {
 	return v
 }
 
-// mooncakeProtocol reports whether --protocol names Mooncake's TCP wire
-// for --mooncake: Mooncake's own spelling (tcp) or te's (mooncake).
-func mooncakeProtocol(v []string) bool {
-	return len(v) == 1 && (v[0] == "tcp" || v[0] == "mooncake")
+// mooncakeProtocol maps --protocol to the te transport of Mooncake's wire
+// for --mooncake: Mooncake's spelling (tcp, rdma) or te's (mooncake,
+// mooncake-rdma); not given, Mooncake's TCP. ok is false for anything
+// else.
+func mooncakeProtocol(v []string, given bool) (p string, ok bool) {
+	if !given {
+		return mooncake.TEProtoTCP, true
+	}
+	if len(v) != 1 {
+		return "", false
+	}
+	switch v[0] {
+	case "tcp", mooncake.TEProtoTCP:
+		return mooncake.TEProtoTCP, true
+	case "rdma", mooncake.TEProtoRDMA:
+		return mooncake.TEProtoRDMA, true
+	}
+	return "", false
+}
+
+// mooncakeWire reports whether the protocols are one of Mooncake's wires
+// alone: the peers are Mooncake processes, and p2p metadata is Mooncake's
+// handshake socket.
+func mooncakeWire(v []string) bool {
+	return len(v) == 1 && (v[0] == mooncake.TEProtoTCP || v[0] == mooncake.TEProtoRDMA)
 }
 
 // embedded returns the scheme prefix of an embedded store's URI (te's

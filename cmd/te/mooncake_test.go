@@ -69,9 +69,9 @@ func TestMooncakeFlagCLI(t *testing.T) {
 	}
 	stopped(srv, srvErr)
 	for _, cmd := range []string{"serve", "bench"} {
-		_, stderr, code = runTE(t, cmd, "--mooncake", "--protocol", "rdma")
-		if code != 2 || !strings.Contains(stderr, "--mooncake") || !strings.Contains(stderr, "not rdma") {
-			t.Errorf("te %s --mooncake --protocol rdma: exit %d\n%s", cmd, code, stderr)
+		_, stderr, code = runTE(t, cmd, "--mooncake", "--protocol", "shm")
+		if code != 2 || !strings.Contains(stderr, "--mooncake") || !strings.Contains(stderr, "not shm") {
+			t.Errorf("te %s --mooncake --protocol shm: exit %d\n%s", cmd, code, stderr)
 		}
 	}
 }

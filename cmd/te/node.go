@@ -116,6 +116,15 @@ func openNode(ctx context.Context, cfg nodeConfig) (_ *node, err error) {
 			return nil, fmt.Errorf("install %s: %w", p, err)
 		}
 		n.trs = append(n.trs, tr)
+		// Mooncake's RDMA endpoint handshakes arrive on its handshake
+		// socket, the P2PHANDSHAKE store.
+		if rt, ok := tr.(*rdma.Transport); ok && p == mooncake.TEProtoRDMA {
+			st, ok := n.store.(*mcp2p.Store)
+			if !ok {
+				return nil, fmt.Errorf("--protocol mooncake-rdma needs Mooncake's P2PHANDSHAKE metadata (--metadata p2p with --mooncake): its endpoints are set up on that socket")
+			}
+			st.HandleConnections(rt)
+		}
 	}
 	// Memory the shm transport can hand to a peer on this host; the other
 	// transports take it as well.
@@ -196,8 +205,15 @@ func newTransport(protocol, listen string, secret *auth.Secret, devices []string
 			return nil, fmt.Errorf("--protocol mooncake: Mooncake's wire has no authentication; drop --auth-file (and $TE_AUTH_FILE) or use tcp")
 		}
 		return mctcp.New(mctcp.Config{Listen: listen}), nil
+	case mooncake.TEProtoRDMA:
+		// Mooncake's RDMA wire: endpoints are set up on the store's
+		// handshake socket (openNode wires it), not on a listener.
+		if secret != nil {
+			return nil, fmt.Errorf("--protocol mooncake-rdma: Mooncake's wire has no authentication; drop --auth-file (and $TE_AUTH_FILE) or use rdma")
+		}
+		return rdma.New(rdma.Config{Mooncake: true, Devices: devices, Options: verbsOptions}), nil
 	}
-	return nil, fmt.Errorf("--protocol %q: unknown (tcp, shm, rdma or mooncake)", protocol)
+	return nil, fmt.Errorf("--protocol %q: unknown (tcp, shm, rdma, mooncake or mooncake-rdma)", protocol)
 }
 
 // Close stops the engine (and with it the transport), then frees the

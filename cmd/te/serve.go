@@ -6,7 +6,6 @@ import (
 	"io"
 	"os"
 	"path/filepath"
-	"slices"
 	"strings"
 	"time"
 
@@ -32,7 +31,7 @@ func runServe(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 			"until SIGINT or SIGTERM. Prints the segment name for te bench --segment.\n"+
 			"To be reached from other hosts: --metadata 'p2p://0.0.0.0?ports=15000-17000'.", stdout)
 	metadata := fs.String("metadata", defaultMetadata(), "metadata store: p2p[://host:port?ports=lo-hi] (embedded, no server) or consul://host:port[/prefix] ($TE_METADATA sets the default; p2p listens on 127.0.0.1)")
-	protocol := &cli.List{V: []string{"tcp", "shm"}, OK: []string{"tcp", "shm", "rdma", "mooncake"}}
+	protocol := &cli.List{V: []string{"tcp", "shm"}, OK: []string{"tcp", "shm", "rdma", "mooncake", "mooncake-rdma"}}
 	fs.Var(protocol, "protocol", "the `transports` to serve: tcp, shm (same-host initiators), rdma, or a comma-separated list")
 	bufSize := cli.NewSize(256 << 20)
 	fs.Var(bufSize, "buffer-size", "`bytes` of memory to expose (mmap'd, touched lazily)")
@@ -45,7 +44,7 @@ func runServe(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	mode := fs.String("mode", "target", "Mooncake's --mode: target (what te serve does); for initiator run te bench")
 	adminAddr := fs.String("admin", "", "serve /metrics (Prometheus), /debug/te (the engine's snapshot as JSON) and /debug/pprof/ on `host:port` (127.0.0.1:9100; port 0 picks one)")
 	printNotifies := fs.Bool("print-notifies", false, "print each completion notification that arrives, one line each: sender, its epoch, name, byte count, message")
-	mc := fs.Bool("mooncake", false, "serve Mooncake's initiators (transfer_engine_bench, vLLM, SGLang): --protocol mooncake, and p2p (P2PHANDSHAKE, the default) metadata is Mooncake's handshake socket; Mooncake's wire has no authentication")
+	mc := fs.Bool("mooncake", false, "serve Mooncake's initiators (transfer_engine_bench, vLLM, SGLang): --protocol tcp (te's mooncake, the default) or rdma (mooncake-rdma), and p2p (P2PHANDSHAKE, the default) metadata is Mooncake's handshake socket; Mooncake's wire has no authentication")
 	fs.Alias("metadata", "metadata_server")
 	fs.Alias("devices", "device_name")
 	if err := fs.Parse(args); err != nil {
@@ -58,12 +57,13 @@ func runServe(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 		return fs.Usagef("--metadata %s: %s", cli.Printable(*metadata), m)
 	}
 	if *mc {
-		if protocol.Given && !mooncakeProtocol(protocol.V) {
-			return fs.Usagef("--mooncake serves Mooncake's TCP wire: --protocol tcp (Mooncake's spelling) or mooncake, not %s", protocol)
+		p, ok := mooncakeProtocol(protocol.V, protocol.Given)
+		if !ok {
+			return fs.Usagef("--mooncake serves Mooncake's wires: --protocol tcp or rdma (Mooncake's spellings; te's: mooncake, mooncake-rdma), not %s", protocol)
 		}
-		protocol.V = []string{"mooncake"}
+		protocol.V = []string{p}
 	}
-	*metadata = metadataURI(*metadata, slices.Equal(protocol.V, []string{"mooncake"}))
+	*metadata = metadataURI(*metadata, mooncakeWire(protocol.V))
 	if *lsn != "" {
 		if *metadata, *name, err0 = localServerName(*metadata, *lsn, *name); err0 != nil {
 			return fs.Usagef("--local-server-name %s: %v", cli.Printable(*lsn), err0)

@@ -116,3 +116,43 @@ func TestTeBenchRDMALoopback(t *testing.T) {
 	}
 	t.Logf("%s", out)
 }
+
+// TestTeBenchMooncakeRDMA: te serve --mooncake --protocol rdma on host B's
+// rails and te bench --mooncake --protocol rdma on host A's, as two
+// processes that know each other only through Mooncake's wire (the
+// P2PHANDSHAKE socket for the descriptor and the endpoint handshakes,
+// Mooncake's QP setup), over both rails, data verified: the pair
+// test/interop/mooncake/run.sh runs against a Mooncake build.
+func TestTeBenchMooncakeRDMA(t *testing.T) {
+	topo := srenv.Require(t)
+	var a, b []string
+	for i := range topo.HostA {
+		a, b = append(a, topo.HostA[i].Name), append(b, topo.HostB[i].Name)
+	}
+	seg := startServe(t, "--mooncake", "--protocol", "rdma", "--devices", strings.Join(b, ","), "--buffer-size", "64MiB")
+	for _, op := range []string{"write", "read"} {
+		out := runOut(t, "te", "bench", "--mooncake", "--metadata", "P2PHANDSHAKE", "--segment", seg, "--protocol", "rdma",
+			"--devices", strings.Join(a, ","), "--operation", op, "--block-size", "64KiB", "--batch-size", "32", "--duration", "2s",
+			"--verify", "--json", "--quiet")
+		var report struct {
+			Results []benchJSON `json:"results"`
+		}
+		if err := json.Unmarshal([]byte(out[strings.Index(out, "{"):]), &report); err != nil || len(report.Results) != 1 {
+			t.Fatalf("te bench --mooncake %s: %d results, %v\n%s", op, len(report.Results), err, out)
+		}
+		r := report.Results[0]
+		t.Logf("%s: %.3f GB/s, rails %+v", op, r.GBps, r.Rails)
+		if r.Protocol != "mooncake-rdma" || r.Bytes == 0 || r.Verified == nil || !*r.Verified || len(r.Rails) != len(a) {
+			t.Fatalf("te bench --mooncake %s: %+v", op, r)
+		}
+		for _, rl := range r.Rails {
+			if rl.Bytes == 0 || !rl.Up {
+				t.Errorf("te bench --mooncake %s: rail %s carried %d bytes (up %v)", op, rl.Device, rl.Bytes, rl.Up)
+			}
+		}
+	}
+	// Mooncake's segment, as a Mooncake initiator reads it.
+	if segs := runOut(t, "te", "segments", "--mooncake", "--metadata", "P2PHANDSHAKE", seg); !strings.Contains(segs, "mooncake-rdma") {
+		t.Errorf("te segments --mooncake shows no mooncake-rdma entry:\n%s", segs)
+	}
+}
