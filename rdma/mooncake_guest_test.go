@@ -42,14 +42,14 @@ func newMooncakeNode(t testing.TB, devs []string, size int, o p2p.Options) *mcNo
 // TestMooncakeWire: on Soft-RoCE, two te engines speak Mooncake's RDMA
 // wire to each other in both roles at once (each initiates to the other):
 // descriptors from the P2PHANDSHAKE socket in Mooncake's RDMA form,
-// endpoints from Mooncake's Connection messages, WRITEs and READs of 1 B
-// to 64 MiB over both rails, every byte compared.
+// endpoints from Mooncake's Connection messages, WRITEs and READs over
+// both rails, every byte compared: 1 B to 64 MiB from A to B, 1 B to
+// 1 MiB back from B to A (while A's endpoints to B stay up).
 func TestMooncakeWire(t *testing.T) {
 	topo := srenv.Require(t)
 	const big = 64 << 20
-	const size = 2*big + 1<<20
-	a := newMooncakeNode(t, names(topo.HostA), size, p2p.Options{})
-	b := newMooncakeNode(t, names(topo.HostB), size, p2p.Options{})
+	a := newMooncakeNode(t, names(topo.HostA), 2*big, p2p.Options{})
+	b := newMooncakeNode(t, names(topo.HostB), big, p2p.Options{})
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
 
@@ -67,17 +67,21 @@ func TestMooncakeWire(t *testing.T) {
 	for _, dir := range []struct {
 		name     string
 		ini, tgt *mcNode
-	}{{"A->B", a, b}, {"B->A", b, a}} {
+		sizes    []int
+	}{{"A->B", a, b, []int{1, 7, 4097, 64<<10 + 1, 1 << 20, big}}, {"B->A", b, a, []int{1, 4097, 1 << 20}}} {
 		t.Run(dir.name, func(t *testing.T) {
+			ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+			defer cancel()
 			seg, err := dir.ini.Engine.OpenSegment(ctx, dir.tgt.st.Name(), nil)
 			if err != nil {
 				t.Fatal(err)
 			}
 			ib, tb := dir.ini.Mem.Bytes(), dir.tgt.Mem.Bytes()
-			for _, n := range []int{1, 7, 4097, 64<<10 + 1, 1 << 20, big} {
-				src, back := ib[:n], ib[big:big+n]
+			top := dir.sizes[len(dir.sizes)-1]
+			for _, n := range dir.sizes {
+				src, back := ib[:n], ib[top:top+n]
 				rand.Read(src)
-				at := engine.AddrOf(tb) + uint64(big-n) // each size ends where the next begins: a stale byte shows
+				at := engine.AddrOf(tb) + uint64(top-n) // each size ends where the next begins: a stale byte shows
 				one := func(op engine.Op, local []byte) {
 					t.Helper()
 					b, err := dir.ini.Engine.AllocateBatch(1)
@@ -96,7 +100,7 @@ func TestMooncakeWire(t *testing.T) {
 					}
 				}
 				one(engine.Write, src)
-				if i := firstDiff(src, tb[big-n:big]); i >= 0 {
+				if i := firstDiff(src, tb[top-n:top]); i >= 0 {
 					t.Fatalf("WRITE of %d bytes: byte %d differs at the target", n, i)
 				}
 				clear(back)
@@ -122,21 +126,21 @@ func TestMooncakeWireAllocs(t *testing.T) {
 	if raceEnabled {
 		t.Skip("the race detector allocates on its own")
 	}
+	const tasks, blk = 64, 64 << 10
+	// The initiator's store fetches the target's descriptor every
+	// PollInterval to watch it (a JSON decode: hundreds of allocations a
+	// second, whatever the traffic); here it polls once, so the windows
+	// count the data path alone.
+	o := p2p.Options{PollInterval: time.Hour}
+	tgt := newMooncakeNode(t, names(topo.HostB), tasks*blk, o)
+	ini := newMooncakeNode(t, names(topo.HostA), tasks*blk, o)
+	ctx := context.Background()
+	seg, err := ini.Engine.OpenSegment(ctx, tgt.st.Name(), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
 	for _, op := range []engine.Op{engine.Write, engine.Read} {
 		t.Run(fmt.Sprint(op), func(t *testing.T) {
-			const tasks, blk = 64, 64 << 10
-			// The initiator's store fetches the target's descriptor every
-			// PollInterval to watch it (a JSON decode: hundreds of
-			// allocations a second, whatever the traffic); here it polls
-			// once, so the windows count the data path alone.
-			o := p2p.Options{PollInterval: time.Hour}
-			tgt := newMooncakeNode(t, names(topo.HostB), tasks*blk, o)
-			ini := newMooncakeNode(t, names(topo.HostA), tasks*blk, o)
-			ctx := context.Background()
-			seg, err := ini.Engine.OpenSegment(ctx, tgt.st.Name(), nil)
-			if err != nil {
-				t.Fatal(err)
-			}
 			reqs := make([]engine.Request, tasks)
 			for i := range reqs {
 				reqs[i] = engine.Request{Op: op, Local: ini.Mem.Bytes()[i*blk : (i+1)*blk], Target: seg, TargetAddr: engine.AddrOf(tgt.Mem.Bytes()) + uint64(i*blk)}

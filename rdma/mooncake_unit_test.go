@@ -284,3 +284,42 @@ func TestFakeMooncakeAllocs(t *testing.T) {
 		t.Fatalf("%v allocations per batch of %d", allocs, tasks)
 	}
 }
+
+// FuzzHandleConnection feeds the passive side of Mooncake's handshake any
+// record its socket would decode: it never panics, always answers with
+// the NIC paths swapped, grants QPs only with an empty reply_msg, and
+// stays within its QP bounds.
+func FuzzHandleConnection(f *testing.F) {
+	f.Add([]byte(`{"local_gid":"00:00:00:00:00:00:00:00:00:00:ff:ff:0a:00:01:01","local_lid":0,"local_nic_path":"10.0.1.1:15001@rxe0","payload":"","peer_nic_path":"x:1@b0","qp_num":[17,18],"ready_ack":false,"reply_msg":""}`))
+	f.Add([]byte(`{"local_gid":"fe80::1","local_nic_path":"a:1@d","peer_nic_path":"x:1@b1","qp_num":[1,2,3],"ready_ack":true}`))
+	f.Add([]byte(`{"local_nic_path":"a@d","peer_nic_path":"x@b9","qp_num":[]}`))
+	fab := newFabric()
+	tgt := newMooncakeNode(f, Config{MaxInitiatorQPs: 8, MaxTargetQPs: 12}, 1<<16, fab.dev("b0", -1), fab.dev("b1", -1))
+	from := []netip.Addr{netip.MustParseAddr("10.0.1.1"), netip.MustParseAddr("10.0.1.2")}
+	f.Fuzz(func(t *testing.T, b []byte) {
+		req, err := mooncake.DecodeHandshake(b)
+		if err != nil {
+			return
+		}
+		rep := tgt.tr.HandleConnection(context.Background(), from[len(b)%2], req)
+		if rep == nil || rep.LocalNICPath != req.PeerNICPath || rep.PeerNICPath != req.LocalNICPath {
+			t.Fatalf("reply %+v to %+v", rep, req)
+		}
+		if rep.ReplyMsg == "" && len(rep.QPNums) != len(req.QPNums) {
+			t.Fatalf("accepted %d QPs with %d", len(req.QPNums), len(rep.QPNums))
+		}
+		if rep.ReplyMsg != "" && len(rep.QPNums) != 0 {
+			t.Fatalf("refused (%q) with QPs %v", rep.ReplyMsg, rep.QPNums)
+		}
+		if _, err := rep.Encode(); err != nil {
+			t.Fatalf("reply does not encode: %v", err)
+		}
+		tgt.tr.mc.mu.Lock()
+		total, per := tgt.tr.mc.total, tgt.tr.mc.perSrc
+		over := total > 12 || per[from[0]] > 8 || per[from[1]] > 8
+		tgt.tr.mc.mu.Unlock()
+		if over {
+			t.Fatalf("bounds exceeded: %d QPs, per source %v", total, per)
+		}
+	})
+}

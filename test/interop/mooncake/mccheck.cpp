@@ -3,7 +3,11 @@
 // build tree with the compile and link lines of Mooncake's
 // transfer_engine_bench, so it runs the very library that the bench runs.
 //
-//   mccheck METADATA LOCAL_SERVER_NAME SEGMENT SIZE COUNT [PROTO]
+//   mccheck METADATA LOCAL_SERVER_NAME SEGMENT SIZE COUNT [PROTO [DEVICES]]
+//
+// PROTO rdma takes DEVICES, the RDMA devices (rxe0,rxe2), as the NIC
+// priority matrix {"cpu:0": [[DEVICES], []]}, as transfer_engine_bench
+// builds it from --device_name.
 //
 // Opens SEGMENT, then per round: fills COUNT blocks of SIZE bytes with a
 // pattern that differs per round and per block, WRITEs them to the
@@ -75,7 +79,7 @@ int main(int argc, char **argv) {
     if (argc < 6) {
         fprintf(stderr,
                 "usage: mccheck METADATA LOCAL_SERVER_NAME SEGMENT SIZE COUNT "
-                "[PROTO]\n");
+                "[PROTO [DEVICES]]\n");
         return 2;
     }
     std::string meta = argv[1], lsn = argv[2], segname = argv[3];
@@ -93,7 +97,27 @@ int main(int argc, char **argv) {
         fprintf(stderr, "mccheck: init %s failed\n", meta.c_str());
         return 1;
     }
-    if (!eng.installTransport(proto, nullptr)) {
+    std::string matrix;
+    void *targs[2] = {nullptr, nullptr};
+    if (proto == "rdma") {
+        std::string devs = argc > 7 ? argv[7] : "";
+        if (devs.empty()) {
+            fprintf(stderr, "mccheck: rdma needs DEVICES\n");
+            return 2;
+        }
+        std::string list;
+        size_t from = 0;
+        while (from <= devs.size()) {
+            size_t to = devs.find(',', from);
+            if (to == std::string::npos) to = devs.size();
+            if (!list.empty()) list += ",";
+            list += "\"" + devs.substr(from, to - from) + "\"";
+            from = to + 1;
+        }
+        matrix = "{\"cpu:0\": [[" + list + "], []]}";
+        targs[0] = const_cast<char *>(matrix.c_str());
+    }
+    if (!eng.installTransport(proto, proto == "rdma" ? targs : nullptr)) {
         fprintf(stderr, "mccheck: install %s failed\n", proto.c_str());
         return 1;
     }

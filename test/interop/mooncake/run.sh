@@ -1,7 +1,8 @@
 #!/bin/bash
 # test/interop/mooncake/run.sh - te against the real Mooncake Transfer Engine
-# (kvcache-ai/Mooncake, classic engine), over TCP on loopback. Outside CI:
-# Mooncake's source is on no package registry, so CI cannot build it.
+# (kvcache-ai/Mooncake, classic engine), over TCP on loopback, and over RDMA
+# in the Soft-RoCE guest. Outside CI: Mooncake's source is on no package
+# registry, so CI cannot build it.
 #
 #   test/interop/mooncake/run.sh build SRC_DIR BUILD_DIR
 #       builds Mooncake's transfer engine only (Release, CPU only, TCP and
@@ -9,6 +10,19 @@
 #       transfer_engine_bench (mccheck.cpp is compiled against it per run).
 #   test/interop/mooncake/run.sh BUILD_DIR [REPS] [SECONDS]
 #       the checks and the side-by-side table (default 3 reps of 5 s).
+#   test/interop/mooncake/run.sh rdma BUILD_DIR [REPS] [SECONDS]
+#       the same over RDMA, in test/softroce's guest (host A's rail 1
+#       device to host B's): guest-rdma.sh runs there with Mooncake's bench, mccheck and
+#       their shared libraries (the guest's own glibc and libibverbs with
+#       its rxe provider; Debian 12 on both sides). SR_* knobs pass on to
+#       test/softroce/run.sh (SR_KPKG, SR_MTU, SR_ACCEL...); the guest gets
+#       SR_MEM=3072 unless set. Not run yet against a Mooncake build (none
+#       was at hand when it was written): te to te over the same wire in
+#       the same guest is rdma's TestMooncakeWire and interop's
+#       TestTeBenchMooncakeRDMA. Mooncake's ACK timeout is fixed at 14
+#       (~67 ms), which on 6.1's rxe under TCG can trip rxe's retransmission
+#       race (WRs completing with "remote invalid request") in Mooncake's
+#       own QPs: a FAIL of a Mooncake initiator there says so in its log.
 #
 # Getting the source (tested: commit 777cc7782417b6e554cf7c2d53210d0d8f89f5cc,
 # with its submodules at their pinned commits, yalantinglibs 7801bc9a and
@@ -79,7 +93,13 @@ if [ "${1:-}" = build ]; then
 	exit 0
 fi
 
-[ $# -ge 1 ] || { sed -n '2,12p' "$0" >&2; exit 2; }
+[ $# -ge 1 ] || { sed -n '2,28p' "$0" >&2; exit 2; }
+mode=tcp
+if [ "$1" = rdma ]; then
+	mode=rdma
+	shift
+	[ $# -ge 1 ] || { echo "usage: $0 rdma BUILD_DIR [REPS] [SECONDS]" >&2; exit 2; }
+fi
 b=$(cd "$1" && pwd)
 reps=${2:-3}
 secs=${3:-5}
@@ -116,6 +136,36 @@ mccheck=$work/mccheck
 	link=${link//-o transfer_engine_bench /-o $mccheck }
 	eval "$link"
 ) >"$work/mccheck-build.log" 2>&1 || { cat "$work/mccheck-build.log"; echo "building mccheck failed" >&2; exit 1; }
+
+if [ "$mode" = rdma ]; then
+	# The guest payload: the two binaries, their shared libraries but
+	# glibc's and rdma-core's (the guest's own, with its rxe provider),
+	# the script, the run's knobs. test/softroce/run.sh builds te into the
+	# guest itself.
+	p=$work/payload
+	mkdir -p "$p/bin" "$p/lib"
+	cp "$bench" "$mccheck" "$p/bin/"
+	ldd "$bench" "$mccheck" | awk '$2 == "=>" && $3 ~ /^\// {print $3}' | sort -u | while read -r l; do
+		case "$(basename "$l")" in
+		ld-linux*|libc.so*|libm.so*|libpthread.so*|libdl.so*|librt.so*|libibverbs.so*|librdmacm.so*|libnl-3.so*|libnl-route-3.so*) ;;
+		*) cp -L "$l" "$p/lib/" ;;
+		esac
+	done
+	if ldd "$bench" "$mccheck" | grep -q 'not found'; then
+		ldd "$bench" "$mccheck" | grep 'not found' >&2
+		echo "unresolved libraries" >&2
+		exit 1
+	fi
+	cp "$here/guest-rdma.sh" "$p/run.sh"
+	chmod 755 "$p/run.sh"
+	echo "$reps" > "$p/REPS"
+	echo "$secs" > "$p/SECONDS"
+	echo "payload: $(du -sh "$p" | cut -f1) in $(ls "$p/lib" | wc -l) libraries" >&2
+	SR_PAYLOAD=$p SR_MEM=${SR_MEM:-3072} SR_TIMEOUT=${SR_TIMEOUT:-$((600 + reps * 16 * (secs + 15)))} \
+		bash "$root/test/softroce/run.sh" | tee "$work/guest.log"
+	grep -q '^all checks passed' "$work/guest.log"
+	exit $?
+fi
 
 # te, built from this tree.
 (cd "$root" && CGO_ENABLED=0 go build -o "$work/te" ./cmd/te)
