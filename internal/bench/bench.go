@@ -195,7 +195,8 @@ type Result struct {
 	Memcpy     *Ceiling `json:"memcpy,omitempty"`
 	VsMemcpy   float64  `json:"over_memcpy,omitempty"`
 	VsTCP      float64  `json:"over_tcp,omitempty"`
-	// Rails is what each RDMA rail of the initiator carried (rdma only).
+	// Rails is what each RDMA rail of the initiator carried (rdma and
+	// mooncake-rdma only).
 	Rails []Rail `json:"rails,omitempty"`
 }
 
@@ -372,7 +373,8 @@ func Run(ctx context.Context, env *Env, c Config) ([]*Result, error) {
 		if mc != nil && mc.GBps > 0 && proto == "shm" {
 			r.Memcpy, r.VsMemcpy = mc, r.GBps/mc.GBps
 		}
-		if proto == "rdma" && env.Rails != nil {
+		// rdma, and Mooncake's RDMA wire on the same transport.
+		if (proto == "rdma" || proto == "mooncake-rdma") && env.Rails != nil {
 			r.Rails = railDelta(railsBefore, env.Rails())
 		}
 		rs[pi] = r
