@@ -100,6 +100,15 @@ func TestCLIHelp(t *testing.T) {
 			t.Errorf("te %s --bogus-flag: exit %d, %d lines:\n%s", cmd, code, strings.Count(stderr, "\n"), stderr)
 		}
 	}
+	// te devices keeps ibv_devinfo's -d and -v, listed as spellings of
+	// its --flags, not as flags named --d and --v.
+	stdout, _, _ := runTE(t, "devices", "-h")
+	if !strings.Contains(stdout, "  --device NAME\n") || !strings.Contains(stdout, "  --verbose\n") || !strings.Contains(stdout, "-d (--device), -v (--verbose)") || strings.Contains(stdout, "--d ") {
+		t.Errorf("te devices -h:\n%s", stdout)
+	}
+	if _, stderr, code := runTE(t, "devices", "-d"); code != 2 || !strings.HasPrefix(stderr, "te devices: --device needs a value") {
+		t.Errorf("te devices -d: exit %d\n%s", code, stderr)
+	}
 	for _, args := range [][]string{{"-h"}, {"--help"}, {"help"}} {
 		if stdout, _, code := runTE(t, args...); code != 0 || !strings.Contains(stdout, "bench") || !strings.Contains(stdout, "version") {
 			t.Errorf("te %v: exit %d\n%s", args, code, stdout)

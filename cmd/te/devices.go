@@ -32,8 +32,10 @@ func runDevices(_ context.Context, args []string) error {
 		"Lists the RDMA devices that have a uverbs char device, from sysfs and the\n"+
 			"device's own answers to QUERY_DEVICE / QUERY_PORT / QUERY_GID_TABLE. With\n"+
 			"none, says why and what to run (te rxe add NETDEV makes a Soft-RoCE device).", os.Stdout)
-	verbose := fs.Bool("v", false, "also print device capabilities, every port and its GID table")
-	only := fs.String("d", "", "show only this device (e.g. rxe0, mlx5_0)")
+	verbose := fs.Bool("verbose", false, "also print device capabilities, every port and its GID table")
+	only := fs.String("device", "", "show only the device `NAME` (e.g. rxe0, mlx5_0)")
+	fs.Alias("verbose", "v") // ibv_devinfo's spellings
+	fs.Alias("device", "d")
 	if err := fs.Parse(args); err != nil {
 		return err
 	}

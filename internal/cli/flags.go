@@ -59,7 +59,8 @@ func NewFlagSet(cmd, use, about string, help io.Writer) *FlagSet {
 func (f *FlagSet) Cmd() string { return f.cmd }
 
 // Alias makes each of names (another tool's spelling, say Mooncake's
-// device_name) set the flag canonical. Help lists the aliases on one line.
+// device_name, or a one-letter habit such as ibv_devinfo's -d) set the
+// flag canonical. Help lists the aliases on one line.
 // Spellings that differ from a flag only by '_' for '-' need no alias:
 // Parse accepts them anyway.
 func (f *FlagSet) Alias(canonical string, names ...string) {
@@ -344,9 +345,13 @@ func (f *FlagSet) PrintHelp(w io.Writer) {
 			as := byFlag[c]
 			slices.Sort(as)
 			for _, a := range as {
-				parts = append(parts, "--"+a+" (--"+c+")")
+				dash := "--"
+				if len(a) == 1 {
+					dash = "-" // a tool's one-letter habit: -d, -v
+				}
+				parts = append(parts, dash+a+" (--"+c+")")
 			}
 		}
-		fmt.Fprintf(w, "\nother spellings accepted (Mooncake's): %s; and any flag with _ for -\n", strings.Join(parts, ", "))
+		fmt.Fprintf(w, "\nother spellings accepted: %s; and any flag with _ for -\n", strings.Join(parts, ", "))
 	}
 }
