@@ -3,9 +3,12 @@
 package rdma
 
 import (
+	"context"
+	"fmt"
 	"testing"
 
 	"github.com/rdmago/te/engine"
+	"github.com/rdmago/te/engine/enginetest"
 	"github.com/rdmago/te/engine/transporttest"
 	"github.com/rdmago/te/internal/mlx5sim"
 	"github.com/rdmago/te/mlx5"
@@ -36,4 +39,58 @@ func TestSimConformance(t *testing.T) {
 		},
 		SetLink: func(rail int, up bool) error { return f.SetPort(a[rail], up) },
 	}})
+}
+
+// TestSimSteadyStateAllocs: a batch of WRITEs or READs through the real
+// verbs path (the rail, uverbs, the mlx5 provider's rings and doorbells)
+// allocates nothing once endpoints and pools are warm, on simulated
+// ConnectX devices, on any host (TestSteadyStateAllocs is the same on
+// Soft-RoCE in the guest). The simulated HCA allocates nothing per work
+// request either: AllocsPerRun counts every goroutine.
+func TestSimSteadyStateAllocs(t *testing.T) {
+	if raceOn {
+		t.Skip("the race detector allocates on its own")
+	}
+	for _, c := range []struct {
+		op  engine.Op
+		blk int
+	}{{engine.Write, 4096}, {engine.Read, 4096}, {engine.Write, 64 << 10}, {engine.Read, 64 << 10}} {
+		t.Run(fmt.Sprintf("%v/%d", c.op, c.blk), func(t *testing.T) {
+			const tasks = 128
+			f := mlx5sim.NewFabric()
+			t.Cleanup(func() { f.Close() })
+			st := enginetest.NewMemStore()
+			t.Cleanup(func() { st.Close() })
+			tgt := newSimNode(t, st, "target", f, mlx5.Provider(), nil, tasks*c.blk)
+			ini := newSimNode(t, st, "initiator", f, mlx5.Provider(), nil, tasks*c.blk)
+			reqs := fakeRequests(c.op, ini, tgt, openSeg(t, ini, "target"), tasks, c.blk)
+			ctx := context.Background()
+			var failed error
+			run := func() {
+				b, err := ini.Engine.AllocateBatch(tasks)
+				if err == nil {
+					err = ini.Engine.Submit(b, reqs)
+				}
+				if err == nil {
+					err = ini.Engine.Wait(ctx, b)
+				}
+				if err == nil {
+					err = ini.Engine.FreeBatch(b)
+				}
+				if err != nil && failed == nil {
+					failed = err
+				}
+			}
+			for range 4 {
+				run() // warm up: endpoints, queues, the engine's pools, the HCA's scratch
+			}
+			allocs, all := enginetest.SteadyAllocs(8, 3, run)
+			if failed != nil {
+				t.Fatal(failed)
+			}
+			if allocs != 0 {
+				t.Fatalf("%v allocations per batch of %d (tries: %v)", allocs, tasks, all)
+			}
+		})
+	}
 }

@@ -29,6 +29,7 @@ type Fabric struct {
 	nextKey uint32
 	policy  func(WQE) Verdict
 	closed  bool
+	scratch []byte // gather's buffer
 
 	poke chan struct{}
 	stop chan struct{}
@@ -330,7 +331,8 @@ type cq struct {
 	armed     bool
 	armCI     uint32
 	solicited bool
-	solHit    bool // a solicited or error CQE landed since a solicited-only arm
+	solHit    bool    // a solicited or error CQE landed since a solicited-only arm
+	ev        [8]byte // the event record (no allocation per event)
 }
 
 // record reads a big-endian doorbell-record word.
@@ -381,9 +383,8 @@ func (c *cq) fire() bool {
 		return false
 	}
 	c.armed = false
-	var ev [8]byte
-	le.PutUint64(ev[:], c.uh)
-	unix.Write(c.chW, ev[:]) // a pipe of 64 KiB; a reader that went away is no error
+	le.PutUint64(c.ev[:], c.uh)
+	unix.Write(c.chW, c.ev[:]) // a pipe of 64 KiB; a reader that went away is no error
 	c.n.Events++
 	return true
 }
@@ -535,14 +536,16 @@ func (q *qp) segment(p int) []byte {
 }
 
 // gather collects the payload of a WQE's data segments (or its inline
-// data) from registered local memory; ok is false on a bad lkey or range.
+// data) from registered local memory into the fabric's scratch buffer
+// (valid until the next gather); ok is false on a bad lkey or range.
 func (f *Fabric) gather(q *qp, p, n int) (data []byte, ok bool) {
 	if n <= 0 {
 		return nil, true
 	}
+	data = f.scratch[:0]
+	defer func() { f.scratch = data[:0] }() // grown once, reused: the HCA allocates nothing per WQE
 	if hdr := be.Uint32(q.segment(p)); hdr&inlineBit != 0 {
 		length := int(hdr &^ inlineBit)
-		data = make([]byte, 0, length)
 		for off := 4; len(data) < length; off++ {
 			pos := (p + off) % len(q.sq)
 			data = append(data, q.sq[pos])
@@ -568,26 +571,28 @@ func (f *Fabric) gather(q *qp, p, n int) (data []byte, ok bool) {
 // scatterLocal writes data into a WQE's data segments (an RDMA READ's
 // destination); ok is false on a bad lkey, range or missing local write.
 func (f *Fabric) scatterLocal(q *qp, p, n int, data []byte) bool {
-	var dst [][]byte
-	total := 0
-	for i := range n {
+	seg := func(i int) ([]byte, bool) {
 		s := q.segment(p + i*dsSize)
 		length, lkey, addr := be.Uint32(s), be.Uint32(s[4:]), be.Uint64(s[8:])
 		m := f.mrs[lkey]
 		if m == nil || m.k != q.k || m.pd != q.pd {
-			return false
+			return nil, false
 		}
-		b, ok := m.bytes(addr, length, accessLocalWrite)
+		return m.bytes(addr, length, accessLocalWrite)
+	}
+	total := 0
+	for i := range n { // check every segment before writing any
+		b, ok := seg(i)
 		if !ok {
 			return false
 		}
-		dst = append(dst, b)
 		total += len(b)
 	}
 	if total < len(data) {
 		return false
 	}
-	for _, b := range dst {
+	for i := range n {
+		b, _ := seg(i)
 		data = data[copy(b, data):]
 	}
 	return true
