@@ -15,11 +15,14 @@
 // parses the WQEs (control, remote-address, data and inline segments),
 // checks lkeys and rkeys against registered MRs (range, access, PD),
 // moves the bytes between the QPs' contexts (RDMA WRITE, READ, SEND,
-// SEND and WRITE with immediate into the peer's receive queue), writes
-// CQE64s with the owner bit on each side's CQ, flushes a QP in the error
-// state, and raises a completion event on a CQ's channel when the CQ was
-// armed (by its arm doorbell) and a CQE lands. It never touches the
-// provider's Go state: only the mmap'd rings, records and UAR page.
+// SEND and WRITE with immediate into the peer's receive queue, and the
+// two atomics on host-order words), refuses a SEND with no receive
+// posted until the QP's RNR retries run out, writes CQE64s with the owner
+// bit on each side's CQ, flushes a QP in the error state, and raises a
+// completion event on a CQ's channel when the CQ was armed (by its arm
+// doorbell) and a CQE lands. It never touches the provider's Go state:
+// only the mmap'd rings, records and UAR page. It allocates nothing per
+// work request.
 //
 // Loopback is the same HCA reduced to one QP connected to itself over
 // rings a test built without a kernel (package mlx5's ring tests): it
@@ -34,7 +37,7 @@
 //
 // A policy may hold work requests in flight (Fabric.SetPolicy,
 // Fabric.Release), which is how tests place a completion at a chosen
-// moment. What it does not model: atomics, SRQs, UD, inline receives,
+// moment. What it does not model: SRQs, UD, inline receives,
 // packets and their timing (data moves at once, whole), and arm requests
 // of two CQs of one context between two HCA passes (a rail has one CQ per
 // context).

@@ -82,6 +82,9 @@ func NewFabric() *Fabric {
 	return f
 }
 
+// GIDIndex is the index of each simulated port's one GID (RoCE v2).
+const GIDIndex = 3
+
 // AddDevice adds a device named name (its port's RoCE v2 GID maps
 // 127.77.0.N, N its number: a loopback address, so a control port
 // bound to it is reachable on any host) and returns it as uverbs lists devices: driver
@@ -413,7 +416,14 @@ type qp struct {
 	// unanswered since, runs out.
 	retry  time.Duration
 	failAt time.Time
+	// rnrRetry is the QP's RNR retry count (7: for ever); rnrAt is when
+	// the head SEND, refused for want of a receive since, runs out.
+	rnrRetry uint8
+	rnrAt    time.Time
 }
+
+// rnrDelay is the simulated wait between two RNR retries.
+const rnrDelay = time.Millisecond
 
 // runQP executes the QP's announced WQEs in order (RTS), or flushes them
 // and its receives (ERR).
@@ -466,9 +476,22 @@ func (f *Fabric) runQP(q *qp) bool {
 			break
 		}
 		synd, length, wait := f.execute(q, ctrl, op, int(ds), be.Uint32(q.sq[ctrl+12:]), fm)
-		if wait { // RNR: the peer has no receive posted; try again later
-			break
+		if wait {
+			// RNR: the peer has no receive posted. Try again later, for
+			// ever with rnr_retry 7, else until the retries run out.
+			now := time.Now()
+			if q.rnrRetry == 7 {
+				break
+			}
+			if q.rnrAt.IsZero() {
+				q.rnrAt = now.Add(time.Duration(q.rnrRetry+1) * rnrDelay)
+			}
+			if now.Before(q.rnrAt) {
+				break
+			}
+			synd, wait = syndRNRRetryExceeded, false
 		}
+		q.rnrAt = time.Time{}
 		q.released = false
 		q.k.dev.n.WQEs++
 		moved = true
@@ -611,9 +634,11 @@ func (f *Fabric) execute(q *qp, ctrl int, op uint8, ds int, imm uint32, fm uint8
 		s := q.segment(p)
 		raddr, rkey = be.Uint64(s), be.Uint32(s[8:])
 		p, n = p+dsSize, n-1
+	case opAtomicCS, opAtomicFA:
+		return f.atomic(q, r, p, op)
 	case opSend, opSendImm:
 	default:
-		return syndRemoteInvalReq, 0, false // atomics and the rest: not modelled
+		return syndRemoteInvalReq, 0, false // not modelled
 	}
 	if op == opRDMARead {
 		var total uint32
@@ -668,6 +693,40 @@ func (f *Fabric) execute(q *qp, ctrl int, op uint8, ds int, imm uint32, fm uint8
 		return syndRemoteInvalReq, 0, false
 	}
 	return 0, uint32(len(data)), false
+}
+
+// atomic runs a compare-and-swap or fetch-and-add on the 8 aligned bytes
+// at the remote address, in host byte order (as the verbs conformance
+// suite reads them), and writes the old value into the local segment.
+func (f *Fabric) atomic(q, r *qp, p int, op uint8) (synd uint8, length uint32, wait bool) {
+	s, a, d := q.segment(p), q.segment(p+dsSize), q.segment(p+2*dsSize)
+	raddr, rkey := be.Uint64(s), be.Uint32(s[8:])
+	swapAdd, compare := be.Uint64(a), be.Uint64(a[8:])
+	m := f.mrs[rkey]
+	if m == nil || m.k != r.k || m.pd != r.pd || raddr%8 != 0 {
+		return syndRemoteAccess, 0, false
+	}
+	remote, ok := m.bytes(raddr, 8, accessRemoteAtomic)
+	if !ok {
+		return syndRemoteAccess, 0, false
+	}
+	lm := f.mrs[be.Uint32(d[4:])]
+	if lm == nil || lm.k != q.k || lm.pd != q.pd || be.Uint32(d) != 8 {
+		return syndLocalProt, 0, false
+	}
+	local, ok := lm.bytes(be.Uint64(d[8:]), 8, accessLocalWrite)
+	if !ok {
+		return syndLocalProt, 0, false
+	}
+	old := le.Uint64(remote)
+	switch {
+	case op == opAtomicFA:
+		le.PutUint64(remote, old+swapAdd)
+	case old == compare:
+		le.PutUint64(remote, swapAdd)
+	}
+	le.PutUint64(local, old)
+	return 0, 8, false
 }
 
 // canReceive reports whether r has a receive posted and room on its CQ.

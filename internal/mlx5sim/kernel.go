@@ -324,7 +324,7 @@ func (k *kctx) createQP(req, drvIn, resp, drvOut []byte) error {
 	buf := dma.At(d.BufAddr, rqBytes+int(d.SQWQECount)*wqebb)
 	x := &qp{k: k, handle: k.handle(), uidx: d.UIdx, pd: q.PDHandle, rq: buf[:rqBytes:rqBytes], sq: buf[rqBytes:],
 		sqCnt: d.SQWQECount, rqCnt: d.RQWQECount, rqShift: d.RQWQEShift, rec: dma.At(d.DBAddr, 8), scq: scq, rcq: rcq,
-		retry: uverbs.RetryBound(uverbs.HardwareRCDefaults.Timeout, uverbs.HardwareRCDefaults.RetryCnt)}
+		retry: uverbs.RetryBound(uverbs.HardwareRCDefaults.Timeout, uverbs.HardwareRCDefaults.RetryCnt), rnrRetry: 7}
 	f.nextQPN++
 	x.qpn = f.nextQPN
 	k.qps[x.handle] = x
@@ -369,8 +369,12 @@ func (k *kctx) modifyQP(req []byte) error {
 	switch to {
 	case stateReset:
 		x.sqPI, x.rqCI, x.held, x.released, x.remote = 0, 0, false, false, 0
+		x.failAt, x.rnrAt = time.Time{}, time.Time{}
 	case stateRTR:
 		x.remote = m.DestQPNum
+	}
+	if m.AttrMask&uapi.QPAttrRNRRetry != 0 {
+		x.rnrRetry = min(m.RNRRetry, 7)
 	}
 	if m.AttrMask&(uapi.QPAttrTimeout|uapi.QPAttrRetryCnt) == uapi.QPAttrTimeout|uapi.QPAttrRetryCnt {
 		x.retry = uverbs.RetryBound(m.Timeout, m.RetryCnt)
@@ -407,7 +411,7 @@ func (k *kctx) Ioctl(object, method uint16, build func(*ucmd.Builder), read func
 			num = b.Output(i)
 		}
 	}
-	e := uapi.GIDEntry{GIDIndex: 3, PortNum: 1, GIDType: uint32(uverbs.GIDTypeRoCEv2)}
+	e := uapi.GIDEntry{GIDIndex: GIDIndex, PortNum: 1, GIDType: uint32(uverbs.GIDTypeRoCEv2)}
 	eb := ucmd.Bytes(&e)
 	if esz < len(eb) || len(ents) < esz || len(num) != 8 {
 		return unix.EINVAL

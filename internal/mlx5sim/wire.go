@@ -54,12 +54,13 @@ const (
 
 // Error syndromes.
 const (
-	syndLocalLength    = 0x01
-	syndLocalProt      = 0x04
-	syndFlush          = 0x05
-	syndRemoteInvalReq = 0x12
-	syndRemoteAccess   = 0x13
-	syndRetryExceeded  = 0x15
+	syndLocalLength      = 0x01
+	syndLocalProt        = 0x04
+	syndFlush            = 0x05
+	syndRemoteInvalReq   = 0x12
+	syndRemoteAccess     = 0x13
+	syndRetryExceeded    = 0x15
+	syndRNRRetryExceeded = 0x16
 )
 
 // Doorbell records (big-endian words) and the UAR.
@@ -79,9 +80,10 @@ const (
 
 // IB access flags of an MR.
 const (
-	accessLocalWrite  = 1
-	accessRemoteWrite = 2
-	accessRemoteRead  = 4
+	accessLocalWrite   = 1
+	accessRemoteWrite  = 2
+	accessRemoteRead   = 4
+	accessRemoteAtomic = 8
 )
 
 // QP states (enum ib_qp_state).
