@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"runtime"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/rdmago/te/engine"
@@ -87,8 +88,10 @@ func remoteNotifies(d *segment.Descriptor) bool {
 // snote is the initiator's state of one note whose slices are being
 // copied.
 type snote struct {
-	p     *peer
-	n     *driver.Note
+	p *peer
+	n *driver.Note
+	// left counts the slices not yet done; the last copyDone sends.
+	left  atomic.Int64
 	mu    sync.Mutex
 	hard  error // a copy failed: not delivered
 	trans error // a copy failed transiently: the engine resends the note
@@ -162,11 +165,10 @@ func (p *peer) sendNoteLocked(n *driver.Note) {
 	if len(p.waiting) == 0 && p.roomLocked() {
 		bell := p.publishLocked(n)
 		p.noteMu.Unlock()
-		// The batch first: a waiter need not wait for the bell.
-		n.Done(nil)
 		if bell {
 			p.ringBell()
 		}
+		n.Done(nil)
 		return
 	}
 	p.waiting = append(p.waiting, waitNote{n, time.Now().Add(p.t.cfg.IOTimeout / 2)})
@@ -232,11 +234,11 @@ func (p *peer) flushNotes() {
 			again = p.roomLocked()
 		}
 		p.noteMu.Unlock()
-		for _, n := range sent[:k] {
-			n.Done(nil)
-		}
 		if bell {
 			p.ringBell()
+		}
+		for _, n := range sent[:k] {
+			n.Done(nil)
 		}
 		if !again {
 			return
@@ -249,10 +251,28 @@ func (p *peer) flushNotes() {
 	}
 }
 
-// ringBell wakes the target's reader.
+// ringBell wakes the target's reader: it asks the peer's bell
+// goroutine to, so the system call (and the wake-up it makes) is off the
+// completing batch's way.
 func (p *peer) ringBell() {
-	// A failed send needs no answer: the reader sees the connection end.
-	uds.Send(p.c, p.bell, nil)
+	select {
+	case p.bells <- struct{}{}:
+	default: // one is on its way
+	}
+}
+
+// ringer sends BELL for each ringBell until the peer goes down.
+func (p *peer) ringer() {
+	for {
+		select {
+		case <-p.bells:
+			// A failed send needs no answer: the reader sees the
+			// connection end.
+			uds.Send(p.c, p.bell, nil)
+		case <-p.gone:
+			return
+		}
+	}
 }
 
 // roomFreed answers ROOM (the reader calls it).

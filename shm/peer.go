@@ -46,6 +46,7 @@ type peer struct {
 	waiting []waitNote  // notes waiting for a slot, oldest first
 	expiry  *time.Timer // fails the waiting notes past their deadline
 	bell    []byte      // BELL, encoded once
+	bells   chan struct{}
 
 	gone     chan struct{} // closed when the peer goes down
 	done     chan struct{} // closed when the reader has exited
@@ -135,7 +136,7 @@ func dialPeer(ctx context.Context, t *Transport, d *segment.Descriptor, endpoint
 	}
 	p.ring = viewRing(p.ctl.Bytes(), ringOff)
 	p.head = p.ring.head.Load()
-	p.bell = proto.Append(nil, msgNoteBell, 0, nil)
+	p.bell, p.bells = proto.Append(nil, msgNoteBell, 0, nil), make(chan struct{}, 1)
 	for range w.maps {
 		h, pl, fds, err := pc.Recv(1)
 		if err != nil {
@@ -152,6 +153,7 @@ func dialPeer(ctx context.Context, t *Transport, d *segment.Descriptor, endpoint
 	c.SetDeadline(time.Time{})
 	ok = true
 	go p.read()
+	go p.ringer()
 	return p, nil
 }
 

@@ -240,7 +240,9 @@ type job struct {
 	refs atomic.Int32 // the submitter and each copier it handed the job to
 	free *jobList
 	// note, when set, follows the job's slices: it learns their failures
-	// and is sent once the last reference is dropped (every copy done).
+	// and is sent once the last of them is done (copyDone), not when the
+	// last reference is dropped: a copier handed the job late would hold
+	// the note back, not the data.
 	note *snote
 }
 
@@ -307,12 +309,14 @@ func copyDone(ss []*driver.Slice, res []result, posted bool, sn *snote) {
 	}
 	clear(res[:len(ss)])
 	cost.Complete.Since(c0)
+	if sn != nil && sn.left.Add(-int64(len(ss))) == 0 {
+		sn.copied()
+	}
 }
 
 // release drops one reference; the last one recycles the job.
 func (j *job) release() {
 	if j.refs.Add(-1) == 0 {
-		sn := j.note
 		clear(j.ss)
 		j.ss = j.ss[:0]
 		j.next.Store(0)
@@ -320,9 +324,6 @@ func (j *job) release() {
 		j.free.mu.Lock()
 		j.free.jobs = append(j.free.jobs, j)
 		j.free.mu.Unlock()
-		if sn != nil {
-			sn.copied()
-		}
 	}
 }
 
@@ -578,6 +579,9 @@ func (t *Transport) submit(ss []*driver.Slice, sn *snote) {
 		}
 		return
 	}
+	if sn != nil {
+		sn.left.Store(int64(len(ss)))
+	}
 	if len(t.copiers) > 0 && len(ss) > 1 {
 		var total uint64
 		for _, s := range ss {
@@ -609,9 +613,6 @@ func (t *Transport) submit(ss []*driver.Slice, sn *snote) {
 		k := min(len(ss), copyChunk)
 		copyDone(ss[:k], res[:], false, sn)
 		ss = ss[k:]
-	}
-	if sn != nil {
-		sn.copied()
 	}
 }
 
