@@ -95,7 +95,9 @@ type Config struct {
 	// handshake socket (package mooncake/p2p), whose Connection messages
 	// this transport answers once given to p2p.Store.HandleConnections,
 	// and QPs are connected as Mooncake connects its own. No control
-	// listener is opened and no notification is carried. The wire has no
+	// listener is opened; notifications go as Notify messages to the
+	// peer's handshake socket once their data has landed, as Mooncake
+	// sends them (NotifyMarkers is off). The wire has no
 	// authentication: Auth must be nil. The segment's name is the server
 	// part of its NIC paths.
 	Mooncake bool
@@ -152,6 +154,11 @@ func (c *Config) defaults() {
 	}
 	if c.NotifyBuffers <= 0 {
 		c.NotifyBuffers = 4096
+	}
+	if c.Mooncake {
+		// Notifications travel on Mooncake's handshake socket, after the
+		// data: no markers on the QPs.
+		c.NotifyMarkers = false
 	}
 	if c.SpinPolls <= 0 {
 		c.SpinPolls = 64

@@ -433,13 +433,46 @@ func (t *Transport) checkMooncake() error {
 	return nil
 }
 
-// mcDrv is a Mooncake-mode transport behind the driver contract: drv
-// without Notifier (notifications over Mooncake's RDMA wire travel on its
-// handshake socket, which this transport does not send on yet), so the
-// engine refuses a notified submission up front.
+// mcSendNote sends n as Mooncake's Notify message to its peer's handshake
+// socket (its submission's slices have all completed), off the caller's
+// goroutine. Mooncake's Notify has no ID to drop a second copy by, so a
+// failed send is not retried: it may have arrived; its error is not
+// transient.
+func (t *Transport) mcSendNote(n *outNote) {
+	p := n.p
+	p.goMu.Lock()
+	if p.closed.Load() || p.waiting {
+		p.goMu.Unlock()
+		n.finish(fmt.Errorf("rdma: peer %s closed: %w", p.name, driver.ErrPeerReset))
+		return
+	}
+	p.wg.Add(1)
+	p.goMu.Unlock()
+	rec := p2p.NotifyRecord{Name: n.name, NotifyMsg: string(n.msg)}
+	go func() {
+		defer p.wg.Done()
+		ctx, cancel := context.WithTimeout(p.ctx, t.cfg.HandshakeTimeout)
+		defer cancel()
+		err := p2p.SendNotify(ctx, p.addr, rec, t.cfg.HandshakeTimeout)
+		if err != nil {
+			err = fmt.Errorf("rdma: notification to %s (%s): %w", p.name, p.addr, err)
+		}
+		n.finish(err)
+	}()
+}
+
+// mcDrv is a Mooncake-mode transport behind the driver contract.
 type mcDrv struct{ t *Transport }
 
-var _ driver.Transport = mcDrv{}
+var (
+	_ driver.Transport = mcDrv{}
+	_ driver.Notifier  = mcDrv{}
+)
+
+// SubmitNotify implements driver.Notifier: ss start at once; the
+// notification follows as a Notify message on the peer's handshake
+// socket once every one of them has completed (mcSendNote).
+func (d mcDrv) SubmitNotify(ss []*driver.Slice, n *driver.Note) { drv(d).SubmitNotify(ss, n) }
 
 func (d mcDrv) Name() string                         { return d.t.proto() }
 func (d mcDrv) Install(h driver.Host) error          { return d.t.install(h) }

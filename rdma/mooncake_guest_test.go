@@ -44,7 +44,9 @@ func newMooncakeNode(t testing.TB, devs []string, size int, o p2p.Options) *mcNo
 // descriptors from the P2PHANDSHAKE socket in Mooncake's RDMA form,
 // endpoints from Mooncake's Connection messages, WRITEs and READs over
 // both rails, every byte compared: 1 B to 64 MiB from A to B, 1 B to
-// 1 MiB back from B to A (while A's endpoints to B stay up).
+// 1 MiB back from B to A (while A's endpoints to B stay up); then a
+// notified WRITE each way, its note on the handshake socket after the
+// data.
 func TestMooncakeWire(t *testing.T) {
 	topo := srenv.Require(t)
 	const big = 64 << 20
@@ -115,6 +117,31 @@ func TestMooncakeWire(t *testing.T) {
 					t.Errorf("rail %s carried nothing", s.Device)
 				}
 			}
+			// A notified WRITE: the note reaches the target's handshake
+			// socket once the bytes are in its memory.
+			rand.Read(ib[:4096])
+			b, err := dir.ini.Engine.AllocateBatch(1)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if err := dir.ini.Engine.SubmitNotify(b, []engine.Request{{Op: engine.Write, Local: ib[:4096], Target: seg, TargetAddr: engine.AddrOf(tb)}},
+				engine.Notify{Name: dir.name, Msg: []byte("done")}); err != nil {
+				t.Fatal(err)
+			}
+			select {
+			case n := <-dir.tgt.Engine.Notifications():
+				if n.Name != dir.name || string(n.Msg) != "done" || !bytes.Equal(tb[:4096], ib[:4096]) {
+					t.Fatalf("notification %+v; data in place: %v", n, bytes.Equal(tb[:4096], ib[:4096]))
+				}
+			case <-time.After(60 * time.Second):
+				t.Fatal("no notification after 60 s")
+			}
+			wctx, wcancel := context.WithTimeout(context.Background(), 60*time.Second)
+			defer wcancel()
+			if err := dir.ini.Engine.Wait(wctx, b); err != nil {
+				t.Fatal(err)
+			}
+			dir.ini.Engine.FreeBatch(b)
 		})
 	}
 }

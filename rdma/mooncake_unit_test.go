@@ -4,7 +4,6 @@ import (
 	"bytes"
 	"context"
 	"crypto/rand"
-	"errors"
 	"fmt"
 	"net/netip"
 	"slices"
@@ -140,11 +139,27 @@ func TestFakeMooncakeWire(t *testing.T) {
 	if connected != 8 {
 		t.Fatalf("%d QPs connected, want 8 (2 endpoints × 2 QPs, both sides)", connected)
 	}
-	// A notified submission is refused up front: notifications do not
-	// ride Mooncake's RDMA wire yet.
-	b, _ := ini.Engine.AllocateBatch(1)
-	if err := ini.Engine.SubmitNotify(b, reqs[:1], engine.Notify{Name: "n"}); !errors.Is(err, engine.ErrNotifyUnsupported) {
-		t.Fatalf("notified submission: %v", err)
+	// A notified submission: the note arrives on the target's handshake
+	// socket, after its data.
+	for i := range reqs {
+		reqs[i].Op = engine.Write
+	}
+	b, _ := ini.Engine.AllocateBatch(len(reqs))
+	if err := ini.Engine.SubmitNotify(b, reqs, engine.Notify{Name: "kv", Msg: []byte("layer 7")}); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case n := <-tgt.Engine.Notifications():
+		if n.Name != "kv" || string(n.Msg) != "layer 7" || n.From != p2p.NotifySender(netip.MustParseAddr("127.0.0.1")) {
+			t.Fatalf("notification %+v", n)
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatal("no notification after 10 s")
+	}
+	wctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+	defer cancel()
+	if err := ini.Engine.Wait(wctx, b); err != nil {
+		t.Fatal(err)
 	}
 	ini.Engine.FreeBatch(b)
 }

@@ -66,6 +66,10 @@ func (t *Transport) sendNote(n *outNote) {
 		n.finish(fmt.Errorf("rdma: peer %s closed: %w", p.name, driver.ErrPeerReset))
 		return
 	}
+	if p.mc != nil {
+		t.mcSendNote(n)
+		return
+	}
 	r := t.pickRail(0, p.usable(len(t.rails)), 0, n.attempt)
 	if r == nil {
 		n.finish(fmt.Errorf("rdma: no rail is up (%d rails)", len(t.rails)))

@@ -48,12 +48,14 @@ stop() {
 	kill "$1" 2> /dev/null
 	wait "$1" 2> /dev/null
 }
-# te_target LOG: te serve over Mooncake's RDMA wire on host B; sets tpid, tseg.
+# te_target LOG [ARGS]: te serve over Mooncake's RDMA wire on host B; sets tpid, tseg.
 te_target() {
-	te serve --mooncake --protocol rdma --devices "$B" --buffer-size 256MiB > "$1.out" 2> "$1" &
+	log=$1
+	shift
+	te serve --mooncake --protocol rdma --devices "$B" --buffer-size 256MiB "$@" > "$log.out" 2> "$log" &
 	tpid=$!
-	tseg=$(waitfor "$1.out" '^segment .*' | cut -d' ' -f2) || {
-		cat "$1"
+	tseg=$(waitfor "$log.out" '^segment .*' | cut -d' ' -f2) || {
+		cat "$log"
 		return 1
 	}
 }
@@ -122,6 +124,43 @@ if mc_target "$w/mc1.log"; then
 	stop "$tpid"
 else
 	fail "Mooncake's bench target over rdma did not start"
+fi
+
+# 3. Notifications both ways, with Mooncake's transfer_engine_bench_with_notify
+# (when run.sh found it): they travel on the handshake socket after the data.
+nb=$here/bin/transfer_engine_bench_with_notify
+if [ -x "$nb" ]; then
+	"$nb" --mode=target --metadata_server=P2PHANDSHAKE --protocol=rdma --device_name="$B" --local_server_name=127.0.0.1 \
+		--buffer_size=268435456 > "$w/nt.log" 2>&1 &
+	tpid=$!
+	if l=$(waitfor "$w/nt.log" 'listening on [^ ]+:[0-9]+'); then
+		sleep 1
+		te bench --mooncake --metadata P2PHANDSHAKE --protocol rdma --devices "$A" --segment "${l#listening on }" \
+			--operation write --block-size 64KiB --batch-size 16 --duration 1 --notify --quiet > "$w/nb.out" 2>&1
+		sleep 2
+	fi
+	stop "$tpid"
+	n=$(grep -a -c '\] te-bench' "$w/nt.log")
+	if [ "${n:-0}" -gt 0 ]; then
+		pass "te bench --mooncake --protocol rdma --notify -> Mooncake's target: its getNotifies returned $n notes"
+	else
+		fail "te bench --notify over rdma -> Mooncake: no note arrived: $(tail -3 "$w/nb.out")"
+	fi
+	if te_target "$w/te3.log" --print-notifies; then
+		timeout 60 "$nb" --mode=initiator --metadata_server=P2PHANDSHAKE --protocol=rdma --device_name="$A" \
+			--local_server_name=127.0.0.1 --segment_id="$tseg" --operation=write --block_size=65536 --batch_size=16 \
+			--threads=1 --duration=1 --buffer_size=268435456 > "$w/ni.log" 2>&1
+		sleep 1
+		stop "$tpid"
+	fi
+	n=$(grep -c '^notify from mooncake@127.0.0.1 .* name "agent1" .* msg "notification' "$w/te3.log.out")
+	if [ "${n:-0}" -gt 0 ]; then
+		pass "Mooncake's initiator (submitTransferWithNotify) over rdma -> te serve --mooncake --print-notifies: $n notes"
+	else
+		fail "Mooncake notify over rdma -> te serve: none printed: $(tail -3 "$w/ni.log")"
+	fi
+else
+	echo "SKIP notifications: no transfer_engine_bench_with_notify in the build"
 fi
 
 echo "== side by side: RDMA over rail 1 ($A -> $B), batch 32, 1 thread, ${secs} s, $reps reps, MB/s (1e6 B/s): median (min-max)"

@@ -144,15 +144,18 @@ if [ "$mode" = rdma ]; then
 	# guest itself.
 	p=$work/payload
 	mkdir -p "$p/bin" "$p/lib"
-	cp "$bench" "$mccheck" "$p/bin/"
-	ldd "$bench" "$mccheck" | awk '$2 == "=>" && $3 ~ /^\// {print $3}' | sort -u | while read -r l; do
+	bins=("$bench" "$mccheck")
+	nb=$mc/example/transfer_engine_bench_with_notify
+	[ -x "$nb" ] && bins+=("$nb")
+	cp "${bins[@]}" "$p/bin/"
+	ldd "${bins[@]}" | awk '$2 == "=>" && $3 ~ /^\// {print $3}' | sort -u | while read -r l; do
 		case "$(basename "$l")" in
 		ld-linux*|libc.so*|libm.so*|libpthread.so*|libdl.so*|librt.so*|libibverbs.so*|librdmacm.so*|libnl-3.so*|libnl-route-3.so*) ;;
 		*) cp -L "$l" "$p/lib/" ;;
 		esac
 	done
-	if ldd "$bench" "$mccheck" | grep -q 'not found'; then
-		ldd "$bench" "$mccheck" | grep 'not found' >&2
+	if ldd "${bins[@]}" | grep -q 'not found'; then
+		ldd "${bins[@]}" | grep 'not found' >&2
 		echo "unresolved libraries" >&2
 		exit 1
 	fi
