@@ -119,11 +119,14 @@ func openNode(ctx context.Context, cfg nodeConfig) (_ *node, err error) {
 		// Mooncake's RDMA endpoint handshakes arrive on its handshake
 		// socket, the P2PHANDSHAKE store.
 		if rt, ok := tr.(*rdma.Transport); ok && p == mooncake.TEProtoRDMA {
-			st, ok := n.store.(*mcp2p.Store)
-			if !ok {
-				return nil, fmt.Errorf("--protocol mooncake-rdma needs Mooncake's P2PHANDSHAKE metadata (--metadata p2p with --mooncake): its endpoints are set up on that socket")
+			switch st, ok := n.store.(*mcp2p.Store); {
+			case ok:
+				st.HandleConnections(rt)
+			case !cfg.initiator:
+				// An initiator dials its targets' handshake sockets and
+				// needs none of its own; a target does.
+				return nil, fmt.Errorf("--protocol mooncake-rdma serves only with Mooncake's P2PHANDSHAKE metadata (--metadata p2p with --mooncake): Mooncake initiators set up endpoints on its socket")
 			}
-			st.HandleConnections(rt)
 		}
 	}
 	// Memory the shm transport can hand to a peer on this host; the other
