@@ -330,7 +330,8 @@ type cq struct {
 	nqps   int
 	n      *Counters // of the device
 
-	lastArm   uint32 // the arm record as last seen
+	lastArm   uint32 // the arm request last acted on (record or doorbell)
+	armedOnce bool
 	armed     bool
 	armCI     uint32
 	solicited bool
@@ -374,7 +375,7 @@ func (c *cq) checkArm() {
 }
 
 func (c *cq) arm(v uint32) {
-	c.lastArm = v
+	c.lastArm, c.armedOnce = v, true
 	c.armed, c.armCI, c.solicited, c.solHit = true, v&0xffffff, v&armSolicited != 0, false
 }
 

@@ -93,7 +93,8 @@ func (k *kctx) readArmDoorbell() {
 		return
 	}
 	v = bits.ReverseBytes64(v)
-	if c := k.f.cqs[uint32(v)]; c != nil && c.k == k {
+	// The same request shows in the arm record too: act on it once.
+	if c := k.f.cqs[uint32(v)]; c != nil && c.k == k && (!c.armedOnce || uint32(v>>32) != c.lastArm) {
 		c.arm(uint32(v >> 32))
 	}
 }
