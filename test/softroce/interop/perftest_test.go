@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"fmt"
+	"io"
 	"os/exec"
 	"regexp"
 	"strconv"
@@ -11,12 +12,13 @@ import (
 	"testing"
 	"time"
 
+	"github.com/rdmago/te/internal/testenv"
 	"github.com/rdmago/te/test/softroce/srenv"
 )
 
 // startBG starts a command whose output is kept for later: stdout and
 // stderr together, or stdout alone when stderr is given.
-func startBG(t *testing.T, stderr *bytes.Buffer, name string, args ...string) (*exec.Cmd, *bytes.Buffer) {
+func startBG(t *testing.T, stderr io.Writer, name string, args ...string) (*exec.Cmd, *bytes.Buffer) {
 	t.Helper()
 	cmd := exec.Command(name, args...)
 	var out bytes.Buffer
@@ -34,6 +36,20 @@ func startBG(t *testing.T, stderr *bytes.Buffer, name string, args ...string) (*
 		}
 	})
 	return cmd, &out
+}
+
+// listening waits until a te perf server says it listens (on its
+// stderr): a perftest client does not retry its connect, and a fixed
+// pause was too short for a te started in a loaded guest.
+func listening(t *testing.T, serr *testenv.Buffer) {
+	t.Helper()
+	deadline := time.Now().Add(60 * time.Second)
+	for !strings.Contains(serr.String(), " waiting on ") {
+		if time.Now().After(deadline) {
+			t.Fatalf("te perf server not listening after 60s:\n%s", serr)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
 }
 
 // TestTePerfWithPerftest runs te perf with perftest's flags against
@@ -96,9 +112,9 @@ func TestTePerfWithPerftest(t *testing.T) {
 		t.Run(ptool+"-client-te-server", func(t *testing.T) {
 			port++
 			p := strconv.Itoa(port)
-			var serr bytes.Buffer
-			srv, sout := startBG(t, &serr, "te", append(append([]string{"perf", "--json", "--timeout", "140s", "--op", op}, common(b)...), "-p", p)...)
-			time.Sleep(300 * time.Millisecond)
+			serr := &testenv.Buffer{}
+			srv, sout := startBG(t, serr, "te", append(append([]string{"perf", "--json", "--timeout", "140s", "--op", op}, common(b)...), "-p", p)...)
+			listening(t, serr)
 			args := append(common(a), "-p", p, b.IP.String())
 			var out []byte
 			var err error
@@ -108,13 +124,13 @@ func TestTePerfWithPerftest(t *testing.T) {
 				}
 				t.Logf("%s: clock calibration failed, once more", ptool)
 				srv.Wait()
-				serr.Reset()
-				srv, sout = startBG(t, &serr, "te", append(append([]string{"perf", "--json", "--timeout", "140s", "--op", op}, common(b)...), "-p", p)...)
-				time.Sleep(300 * time.Millisecond)
+				serr = &testenv.Buffer{}
+				srv, sout = startBG(t, serr, "te", append(append([]string{"perf", "--json", "--timeout", "140s", "--op", op}, common(b)...), "-p", p)...)
+				listening(t, serr)
 			}
 			werr := srv.Wait()
 			if err != nil || werr != nil {
-				t.Fatalf("%s %v: %v\n%s\nte server: %v\n%s%s", ptool, args, err, out, werr, sout, serr.Bytes())
+				t.Fatalf("%s %v: %v\n%s\nte server: %v\n%s%s", ptool, args, err, out, werr, sout, serr)
 			}
 			m := line.FindStringSubmatch(string(out))
 			if m == nil {
