@@ -158,7 +158,9 @@ func (t *task) finish() {
 		t.stats.tasks.Add(1)
 	}
 	t.b.transferred.Add(t.transferred.Load())
-	t.publish()
+	if n := t.publish(); n != nil {
+		n.steps(1)
+	}
 	t.b.done(1)
 }
 
@@ -257,8 +259,23 @@ func finishAll(ts []*task) {
 	}
 	b = nil
 	var bn int64
+	// A submission's notification is stepped once per run of its tasks
+	// (its count is shared by the goroutines completing them).
+	var (
+		nt *note
+		nn int64
+	)
 	for _, t := range ts {
-		t.publish()
+		n := t.publish()
+		if n != nt {
+			if nn != 0 {
+				nt.steps(nn)
+			}
+			nt, nn = n, 0
+		}
+		if n != nil {
+			nn++
+		}
 		if t.b != b {
 			if bn != 0 {
 				b.done(bn)
@@ -267,13 +284,17 @@ func finishAll(ts []*task) {
 		}
 		bn++
 	}
+	if nn != 0 {
+		nt.steps(nn)
+	}
 	if bn != 0 {
 		b.done(bn)
 	}
 }
 
-// publish stores the finished task's state and steps its notification.
-func (t *task) publish() {
+// publish stores the finished task's state and returns its notification
+// (nil: none), which the caller steps.
+func (t *task) publish() *note {
 	st := StateCompleted
 	if t.failed.Load() {
 		st = StateFailed
@@ -287,12 +308,11 @@ func (t *task) publish() {
 		t.b.bad.Store(true)
 	}
 	t.state.Store(uint32(st))
-	if n := t.note; n != nil {
-		if st != StateCompleted {
-			n.bad.Store(true)
-		}
-		n.step()
+	n := t.note
+	if n != nil && st != StateCompleted {
+		n.bad.Store(true)
 	}
+	return n
 }
 
 // done counts n finished tasks or notes down.

@@ -71,13 +71,13 @@ func (n *note) CompleteNote(err error) {
 	} else {
 		n.first = err
 	}
-	n.step()
+	n.steps(1)
 }
 
-// step counts one of the note's waits down; the last settles it: resend
+// steps counts k of the note's waits down; the last settles it: resend
 // it alone once its data is known to be in place, or end it.
-func (n *note) step() {
-	if n.wait.Add(-1) != 0 {
+func (n *note) steps(k int64) {
+	if n.wait.Add(-k) != 0 {
 		return
 	}
 	if !n.resend.Load() {
