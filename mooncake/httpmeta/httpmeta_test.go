@@ -290,3 +290,38 @@ func TestNilClose(t *testing.T) {
 		t.Fatal("nil Close failed")
 	}
 }
+
+// TestReadMooncakeRDMASegment: an RDMA descriptor and rpc_meta as a
+// Mooncake RDMA target writes them through HTTP metadata: te's entry is
+// mooncake-rdma, its endpoint the handshake socket from rpc_meta, its NIC
+// paths' server the segment's name, one key per device.
+func TestReadMooncakeRDMASegment(t *testing.T) {
+	srv := serve(t, ServerOptions{})
+	ctx := context.Background()
+	c, err := NewClient(srv.URL(""))
+	if err != nil {
+		t.Fatal(err)
+	}
+	desc := `{"buffers":[{"addr":140547117285376,"length":1073741824,"lkey":[11,12],"name":"cpu:0","rkey":[21,22]}],"devices":[{"gid":"00:00:00:00:00:00:00:00:00:00:ff:ff:0a:00:01:02","lid":0,"name":"mlx5_0"},{"gid":"00:00:00:00:00:00:00:00:00:00:ff:ff:0a:00:02:02","lid":0,"name":"mlx5_1"}],"name":"mc_target","priority_matrix":{"cpu:0":[["mlx5_0","mlx5_1"],[]]},"protocol":"rdma","tcp_data_port":0,"timestamp":"2026-12-02 00:54:14.585488"}`
+	if err := c.Put(ctx, "mooncake/ram/mc_target", []byte(desc)); err != nil {
+		t.Fatal(err)
+	}
+	if err := c.Put(ctx, "mooncake/rpc_meta/mc_target", []byte(`{"ip_or_host_name":"192.0.2.2","rpc_port":15123}`)); err != nil {
+		t.Fatal(err)
+	}
+	st, _ := New(ctx, Options{URL: srv.URL("")})
+	defer st.Close()
+	d, err := st.Get(ctx, "mc_target")
+	if err != nil {
+		t.Fatal(err)
+	}
+	p, ok := d.Protocol(mooncake.TEProtoRDMA)
+	if !ok || p.Endpoint != "192.0.2.2:15123" || mooncake.NICServer(p, d.Name) != "mc_target" || p.RDMA == nil ||
+		len(p.RDMA.Devices) != 2 || p.RDMA.Devices[1].Name != "mlx5_1" || p.RDMA.Devices[1].GID != "::ffff:10.0.2.2" ||
+		len(p.RDMA.Keys(0)) != 2 || p.RDMA.Keys(0)[1] != 22 {
+		t.Fatalf("te entry %+v (rdma %+v)", p, p.RDMA)
+	}
+	if _, ok := d.Protocol(mooncake.TEProtoTCP); ok {
+		t.Fatalf("an RDMA segment with no tcp_data_port offers tcp: %+v", d.Protocols)
+	}
+}
