@@ -8,16 +8,19 @@
 // engine's slices of one submission are spread over the lanes in
 // contiguous runs. Each lane has one writer goroutine, which gathers all
 // queued frames into one writev (headers from a per-lane arena, payloads
-// straight from registered memory), and one reader goroutine, which
-// matches replies to requests by id (replies come back in request order)
-// and completes the slices. READ payloads are read straight into the local
-// registered memory. Nothing is allocated per slice in steady state.
+// straight from registered memory; a run of small slices of one op goes
+// as one vector frame), and one reader goroutine, which matches replies
+// to requests by id (replies come back in request order) and completes
+// the slices, a vector's together. Large READ payloads and a vector's are
+// read straight into the local registered memory (readv). Nothing is
+// allocated per slice in steady state.
 //
 // Target side: a listener (its address is the tcp Protocol Endpoint of the
 // local descriptor) and one goroutine per accepted connection, which
 // serves requests in order, checks each range with driver.Host.AcquireLocal
-// (pinning the region while it copies), and batches its replies into one
-// write whenever it has no further request buffered.
+// (pinning the region while it copies; a vector's entries one by one, its
+// payloads then read straight into memory with readv), and batches its
+// replies into one write whenever it has no further request buffered.
 //
 // Handshake: every connection opens with te's handshake (internal/control:
 // hello, challenge, answer, verdict): the initiator names the target's segment

@@ -13,6 +13,9 @@ func TestHeaderRoundTrip(t *testing.T) {
 		{op: opRead, id: 1<<64 - 1, addr: 42, length: maxPayload},
 		{op: opWrite | opReply, status: statusOutOfRange, id: 3},
 		{op: opRead | opReply, id: 9, length: 17},
+		{legacy: true, op: opWrite, id: 4, addr: 5, length: 6},
+		{op: opWriteV, flags: flagMore, id: 10, addr: maxVec, length: 1 << 20},
+		{op: opReadV | opReply, status: statusVec, id: 10, addr: 1, length: 0},
 	} {
 		var b [headerLen]byte
 		h.encode(b[:])
@@ -45,11 +48,38 @@ func TestHeaderRejects(t *testing.T) {
 		{"status in request", func(b []byte) []byte { b[4] = 1; return b }, errStatus},
 		{"length", func(b []byte) []byte { b[24+4] = 0x40; return b }, errLength},
 		{"old hello op", func(b []byte) []byte { b[3] = 1; return b }, errOp},
+		{"vector in version 2", func(b []byte) []byte { b[2], b[3] = wireLegacy, byte(opWriteV); b[16] = 1; return b }, errOp},
+		{"vector of 0", func(b []byte) []byte { b[3] = byte(opReadV); b[16] = 0; return b }, errVec},
+		{"vector too long", func(b []byte) []byte { b[3] = byte(opWriteV); b[16], b[17] = 1, 1; return b }, errVec},
 	}
 	for _, c := range cases {
 		if _, err := decodeHeader(c.mut(good())); !errors.Is(err, c.want) {
 			t.Errorf("%s: got %v, want %v", c.name, err, c.want)
 		}
+	}
+}
+
+func TestCheckEntries(t *testing.T) {
+	b := make([]byte, 3*entryLen)
+	for i, l := range []uint64{4096, 0, 1 << 20} {
+		putEntry(b[i*entryLen:], uint64(i)<<40, l)
+	}
+	if a, l := entry(b, 2); a != 2<<40 || l != 1<<20 {
+		t.Fatalf("entry 2: %#x %d", a, l)
+	}
+	if err := checkEntries(b, 3, 4096+1<<20); err != nil {
+		t.Fatal(err)
+	}
+	for _, total := range []uint64{4096 + 1<<20 - 1, 4096 + 1<<20 + 1, 0} {
+		if err := checkEntries(b, 3, total); !errors.Is(err, errVecSum) {
+			t.Errorf("total %d: %v", total, err)
+		}
+	}
+	// Entries whose sum wraps around 64 bits do not add up.
+	putEntry(b, 0, 1<<64-1)
+	putEntry(b[entryLen:], 0, 2)
+	if err := checkEntries(b, 2, 1); !errors.Is(err, errVecSum) {
+		t.Errorf("wrapped sum: %v", err)
 	}
 }
 
@@ -68,6 +98,8 @@ func FuzzDecodeHeader(f *testing.F) {
 		{op: opWrite | opReply, status: statusOutOfRange, id: 7},
 		{op: opWrite, id: 1, addr: 1 << 40, length: 4096},
 		{op: opRead | opReply, status: statusBusy, id: 2},
+		{op: opWriteV, id: 3, addr: 2, length: 8192},
+		{legacy: true, op: opRead, id: 4, length: 1},
 	} {
 		var b [headerLen]byte
 		h.encode(b[:])
@@ -87,6 +119,9 @@ func FuzzDecodeHeader(f *testing.F) {
 		}
 		if h.op&opReply == 0 && h.status != statusOK {
 			t.Fatalf("accepted a request with status %d", h.status)
+		}
+		if h.vector() && (h.legacy || h.addr == 0 || h.addr > maxVec) {
+			t.Fatalf("accepted vector %v", h)
 		}
 		var out [headerLen]byte
 		h.encode(out[:])

@@ -63,6 +63,20 @@ func FuzzServerStream(f *testing.F) {
 	f.Add(frameBytes(header{op: opRead, id: 2, addr: base + 100, length: 16}, nil))
 	f.Add(frameBytes(header{op: opWrite, id: 3, addr: base + 1<<16 - 2, length: 4}, []byte("wxyz")))
 	f.Add(append(frameBytes(header{op: opWrite, flags: flagMore, id: 4, addr: 8, length: 3}, []byte("abc")), 'T', 'E'))
+	vec := func(h header, ents [][2]uint64, payload []byte) []byte {
+		b := frameBytes(h, nil)
+		for _, e := range ents {
+			b = binary.LittleEndian.AppendUint64(b, e[0])
+			b = binary.LittleEndian.AppendUint64(b, e[1])
+		}
+		return append(b, payload...)
+	}
+	// Vectors: in range, one entry refused (its payload discarded), a
+	// READV with a refused entry, entries that do not add up.
+	f.Add(vec(header{op: opWriteV, id: 5, addr: 2, length: 6}, [][2]uint64{{base, 2}, {base + 10, 4}}, []byte("abcdef")))
+	f.Add(vec(header{op: opWriteV, flags: flagMore, id: 6, addr: 2, length: 6}, [][2]uint64{{base, 2}, {8, 4}}, []byte("abcdef")))
+	f.Add(vec(header{op: opReadV, id: 7, addr: 3, length: 48}, [][2]uint64{{base, 16}, {8, 16}, {base + 100, 16}}, nil))
+	f.Add(vec(header{op: opReadV, id: 8, addr: 2, length: 10}, [][2]uint64{{base, 16}, {base, 16}}, nil))
 	f.Fuzz(func(t *testing.T, stream []byte) {
 		tg := targets[0]
 		if len(stream) > 0 && stream[0]&2 != 0 {
@@ -97,13 +111,17 @@ func FuzzServerStream(f *testing.F) {
 				t.Fatal("memory next to a registered region changed")
 			}
 		}
-		// Every reply is a well-formed header (plus READ payload).
+		// Every reply is a well-formed header (plus a vector's statuses,
+		// plus READ payload).
 		for off := 0; off+headerLen <= len(replies); {
 			h, err := decodeHeader(replies[off:])
 			if err != nil || h.op&opReply == 0 {
 				t.Fatalf("malformed reply at %d: %v %v", off, h, err)
 			}
 			off += headerLen + int(h.length)
+			if h.vector() && h.status == statusVec {
+				off += int(h.addr)
+			}
 		}
 	})
 }

@@ -26,8 +26,9 @@ import (
 
 // TestStallsAreBounded: after its handshake, a connection that sends half
 // a frame header, or an out-of-range WRITE header whose payload never
-// comes (the read-and-discard path), is closed after IOTimeout; it does
-// not hold its slot for ever. With and without a cluster secret.
+// comes (the read-and-discard path), or a vector cut short, is closed
+// after IOTimeout; it does not hold its slot for ever. With and without
+// a cluster secret.
 func TestStallsAreBounded(t *testing.T) {
 	for _, on := range []bool{false, true} {
 		t.Run(fmt.Sprint("auth=", on), func(t *testing.T) {
@@ -47,6 +48,10 @@ func TestStallsAreBounded(t *testing.T) {
 				"out-of-range WRITE, no bytes": out[:],
 				"out-of-range WRITE, some":     append(out[:], make([]byte, 1000)...),
 				"in-range WRITE, half payload": append(hb[:], make([]byte, 32)...),
+				"WRITEV, half its entries": vecFrame(header{op: opWriteV, id: 3, addr: 2, length: 128},
+					[][2]uint64{{n.base(), 64}}, nil),
+				"WRITEV, half payload": vecFrame(header{op: opWriteV, id: 3, addr: 2, length: 128},
+					[][2]uint64{{n.base(), 64}, {8, 64}}, make([]byte, 32)),
 			} {
 				r := dialRaw(t, n, n.e.Epoch(), true)
 				if _, err := r.c.Write(send); err != nil {

@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/rdmago/te/engine/driver"
+	"github.com/rdmago/te/internal/sock"
 )
 
 // directRead is the payload size above which payload bytes bypass the
@@ -23,7 +24,8 @@ const directRead = 16 << 10
 type frameReader struct {
 	br     *bufio.Reader
 	c      *net.TCPConn
-	direct bool // the last payload was large
+	vr     *sock.VecReader // made for the first vector
+	direct bool            // the last payload was large
 	// timeout, when set, bounds reading the rest of a frame once it has
 	// begun (header, payload, discarded payload): a sender that stalls
 	// mid-frame must not hold the connection, or keep the destination
@@ -120,6 +122,63 @@ func (r *frameReader) payload(dst []byte) error {
 	return nil
 }
 
+// readv fills the buffers of dsts in order (a vector's payloads): what
+// is buffered is copied, the rest read by the kernel straight into them,
+// as many as one readv takes at a time. It consumes dsts (the caller's
+// scratch).
+func (r *frameReader) readv(dsts [][]byte) error {
+	total := 0
+	for _, d := range dsts {
+		total += len(d)
+	}
+	if total == 0 {
+		return nil
+	}
+	if r.timeout > 0 && r.br.Buffered() < total {
+		r.c.SetReadDeadline(time.Now().Add(r.timeout))
+		defer r.c.SetReadDeadline(time.Time{})
+	}
+	r.direct = false
+	i := 0
+	for i < len(dsts) && r.br.Buffered() > 0 {
+		n, _ := r.br.Read(dsts[i]) // buffered bytes only: no system call
+		dsts[i] = dsts[i][n:]
+		if len(dsts[i]) == 0 {
+			i++
+		}
+	}
+	for ; i < len(dsts) && len(dsts[i]) == 0; i++ {
+	}
+	if i == len(dsts) {
+		return nil
+	}
+	if r.vr == nil {
+		vr, err := sock.NewVecReader(r.c, maxVec)
+		if err != nil {
+			return err
+		}
+		r.vr = vr
+	}
+	for i < len(dsts) {
+		n, err := r.vr.Read(dsts[i:])
+		if err != nil {
+			if err == io.EOF {
+				err = io.ErrUnexpectedEOF
+			}
+			return err
+		}
+		for n > 0 {
+			k := min(n, len(dsts[i]))
+			dsts[i] = dsts[i][k:]
+			n -= k
+			for i < len(dsts) && len(dsts[i]) == 0 {
+				i++
+			}
+		}
+	}
+	return nil
+}
+
 // discard drops n payload bytes, within the timeout.
 func (r *frameReader) discard(n int) error {
 	if r.timeout > 0 && r.br.Buffered() < n {
@@ -130,12 +189,15 @@ func (r *frameReader) discard(n int) error {
 	return err
 }
 
-// gather collects frames for one writev: headers in a fixed arena (runs of
-// adjacent headers become one iovec) and payloads straight from
-// registered memory, with the regions to release once written.
+// gather collects frames for one writev: headers (and a vector's entries
+// or statuses) in a fixed arena, payloads straight from registered
+// memory, with the regions to release once written. Buffers adjacent in
+// memory (a run of headers, the payloads of consecutive requests) become
+// one iovec.
 type gather struct {
 	hdrs  []byte
-	nh    int
+	used  int // arena bytes
+	nh    int // frames
 	iov   [][]byte
 	bufs  net.Buffers
 	pins  []driver.Region
@@ -150,28 +212,51 @@ func newGather(frames int) *gather {
 	}
 }
 
-// full reports whether no further frame fits.
-func (g *gather) full() bool { return g.nh*headerLen == len(g.hdrs) }
+// full reports whether no further plain frame fits.
+func (g *gather) full() bool { return !g.room(headerLen, 2, 1) }
 
-// add appends a frame; pin (may be nil) is released after the write.
-func (g *gather) add(h *header, payload []byte, pin driver.Region) {
-	hb := g.hdrs[g.nh*headerLen : (g.nh+1)*headerLen : (g.nh+1)*headerLen]
-	h.encode(hb)
-	if k := len(g.iov); k > 0 && g.nh > 0 && len(g.iov[k-1]) > 0 &&
-		&g.iov[k-1][len(g.iov[k-1])-1] == &g.hdrs[g.nh*headerLen-1] {
-		// Extends the previous header run.
-		g.iov[k-1] = g.hdrs[(g.nh*headerLen)-len(g.iov[k-1]) : (g.nh+1)*headerLen]
-	} else {
-		g.iov = append(g.iov, hb)
-	}
+// room reports whether a frame of arena bytes in the arena, iovs buffers
+// and pins regions fits.
+func (g *gather) room(arena, iovs, pins int) bool {
+	return g.used+arena <= len(g.hdrs) && len(g.iov)+iovs <= cap(g.iov) && len(g.pins)+pins <= cap(g.pins)
+}
+
+// frame starts a frame of n bytes in the arena (a header, and a vector's
+// entries or statuses) and returns them to be filled; room must have said
+// it fits.
+func (g *gather) frame(n int) []byte {
+	b := g.hdrs[g.used : g.used+n] // its capacity lets the next frame extend its iovec
+	g.used += n
 	g.nh++
-	g.bytes += headerLen
-	if len(payload) > 0 {
-		g.iov = append(g.iov, payload)
-		g.bytes += len(payload)
+	g.data(b)
+	return b
+}
+
+// data appends buf to the frames.
+func (g *gather) data(buf []byte) {
+	if len(buf) == 0 {
+		return
 	}
+	g.bytes += len(buf)
+	if k := len(g.iov); k > 0 {
+		if q := g.iov[k-1]; cap(q) > len(q) && &q[:len(q)+1][len(q)] == &buf[0] {
+			g.iov[k-1] = q[:len(q)+len(buf)] // adjacent in memory
+			return
+		}
+	}
+	g.iov = append(g.iov, buf)
+}
+
+// pin releases r after the write.
+func (g *gather) pin(r driver.Region) { g.pins = append(g.pins, r) }
+
+// add appends a plain frame; pin (may be nil) is released after the
+// write.
+func (g *gather) add(h *header, payload []byte, pin driver.Region) {
+	h.encode(g.frame(headerLen))
+	g.data(payload)
 	if pin != nil {
-		g.pins = append(g.pins, pin)
+		g.pin(pin)
 	}
 }
 
@@ -198,5 +283,5 @@ func (g *gather) reset() {
 	clear(g.iov)
 	g.iov = g.iov[:0]
 	g.bufs = nil
-	g.nh, g.bytes = 0, 0
+	g.nh, g.used, g.bytes = 0, 0, 0
 }

@@ -25,9 +25,11 @@ type peer struct {
 	name  string
 	addr  string
 	epoch uint64
-	lanes []*lane
-	rr    atomic.Uint32
-	gens  atomic.Uint64 // connections made
+	// legacy: the target speaks wire version 2 (no vectors).
+	legacy bool
+	lanes  []*lane
+	rr     atomic.Uint32
+	gens   atomic.Uint64 // connections made
 
 	nmu   sync.Mutex // guards nfree
 	nfree []*tnote   // notes' states, reused
@@ -36,8 +38,8 @@ type peer struct {
 	wg        sync.WaitGroup // lane goroutines
 }
 
-func newPeer(t *Transport, name, addr string, epoch uint64) *peer {
-	p := &peer{t: t, name: name, addr: addr, epoch: epoch}
+func newPeer(t *Transport, name, addr string, epoch uint64, legacy bool) *peer {
+	p := &peer{t: t, name: name, addr: addr, epoch: epoch, legacy: legacy}
 	p.lanes = make([]*lane, t.cfg.Lanes)
 	for i := range p.lanes {
 		p.lanes[i] = &lane{
@@ -146,6 +148,9 @@ func (r *ring) peek() (inflight, bool) {
 	return r.buf[r.head], true
 }
 
+// at returns the k-th oldest request; k < r.n.
+func (r *ring) at(k int) *inflight { return &r.buf[(r.head+k)%len(r.buf)] }
+
 func (r *ring) pop() {
 	r.buf[r.head] = inflight{}
 	r.head = (r.head + 1) % len(r.buf)
@@ -192,6 +197,12 @@ type lane struct {
 	// writer-only
 	spare []item
 	g     *gather
+
+	// reader-only scratch for a vector reply
+	vits  []item
+	vst   []byte
+	vdst  [][]byte
+	vdone []*driver.Slice
 }
 
 // enqueue queues ss, followed by m when not nil (a run and its mark are
@@ -365,20 +376,26 @@ func (l *lane) send(conn *net.TCPConn, batch []item) {
 		for last > 0 && chunk[last].s == nil && chunk[last].m == nil {
 			last--
 		}
-		for i, it := range chunk {
+		for i := 0; i < len(chunk); i++ {
+			it := chunk[i]
 			if it.s == nil && it.m == nil {
 				continue // a cancelled slice, already completed
 			}
+			if j := l.vectorEnd(chunk, i); j > i {
+				l.addVector(chunk[i:j+1], j < last)
+				i = j
+				continue
+			}
 			id := l.nextID
 			l.nextID++
-			var h header
+			h := header{legacy: l.p.legacy, id: id}
 			switch s := it.s; {
 			case it.m != nil:
-				h = header{op: opMark, id: id, addr: it.m.tn.n.ID, length: uint64(len(it.m.buf))}
+				h.op, h.addr, h.length = opMark, it.m.tn.n.ID, uint64(len(it.m.buf))
 			case s.Op == driver.Write:
-				h = header{op: opWrite, id: id, addr: s.RemoteAddr, length: uint64(len(s.Local))}
+				h.op, h.addr, h.length = opWrite, s.RemoteAddr, uint64(len(s.Local))
 			default:
-				h = header{op: opRead, id: id, addr: s.RemoteAddr, length: uint64(len(s.Local))}
+				h.op, h.addr, h.length = opRead, s.RemoteAddr, uint64(len(s.Local))
 			}
 			if i < last {
 				h.flags = flagMore
@@ -418,6 +435,57 @@ func (l *lane) send(conn *net.TCPConn, batch []item) {
 	}
 }
 
+// vecMaxSlice is the largest slice sent in a vector: a larger one's
+// header costs little against its bytes.
+const vecMaxSlice = 64 << 10
+
+// vectorEnd returns the index of the last item of the vector that starts
+// at chunk[i] (slices of one op, each at most vecMaxSlice, at most maxVec
+// of them), or i when the item goes alone (a mark, a large slice, a
+// version-2 target).
+func (l *lane) vectorEnd(chunk []item, i int) int {
+	s := chunk[i].s
+	if l.p.legacy || s == nil || len(s.Local) > vecMaxSlice {
+		return i
+	}
+	j := i
+	for j+1 < len(chunk) && j+1-i < maxVec {
+		n := chunk[j+1].s
+		if n == nil || n.Op != s.Op || len(n.Local) > vecMaxSlice {
+			break
+		}
+		j++
+	}
+	return j
+}
+
+// addVector gathers the slices of its as one vector frame; l.mu is held.
+func (l *lane) addVector(its []item, more bool) {
+	n := len(its)
+	b := l.g.frame(headerLen + n*entryLen)
+	h := header{op: opWriteV, id: l.nextID, addr: uint64(n)}
+	if its[0].s.Op == driver.Read {
+		h.op = opReadV
+	}
+	if more {
+		h.flags = flagMore
+	}
+	for k, it := range its {
+		s := it.s
+		putEntry(b[headerLen+k*entryLen:], s.RemoteAddr, uint64(len(s.Local)))
+		h.length += uint64(len(s.Local))
+	}
+	h.encode(b)
+	for _, it := range its {
+		if h.op == opWriteV {
+			l.g.data(it.s.Local)
+		}
+		l.ring.push(inflight{item: it, id: l.nextID})
+		l.nextID++
+		it.s.Posted()
+	}
+}
+
 func (l *lane) readLoop(c *net.TCPConn) {
 	defer l.p.wg.Done()
 	err := l.readReplies(c)
@@ -440,6 +508,13 @@ func (l *lane) readReplies(c *net.TCPConn) error {
 		h, err := decodeHeader(hb[:])
 		if err != nil {
 			return fmt.Errorf("%w: from %s: %v", ErrProtocol, l.p.addr, err)
+		}
+		if h.vector() {
+			if err := l.readVector(c, fr, &h, connErr); err != nil {
+				return err
+			}
+			cost.Complete.Since(c0)
+			continue
 		}
 		l.mu.Lock()
 		if l.conn != c {
@@ -509,6 +584,117 @@ func (l *lane) readReplies(c *net.TCPConn) error {
 		}
 		cost.Complete.Since(c0)
 	}
+}
+
+// readVector completes the requests of a vector reply h; an error ends
+// the connection.
+func (l *lane) readVector(c *net.TCPConn, fr *frameReader, h *header, connErr func(error) error) error {
+	n := int(h.addr)
+	op := driver.Write
+	if h.op == opReadV|opReply {
+		op = driver.Read
+	}
+	l.mu.Lock()
+	if l.conn != c {
+		l.mu.Unlock()
+		return connErr(net.ErrClosed)
+	}
+	ok := l.ring.n >= n
+	for k := 0; ok && k < n; k++ {
+		e := l.ring.at(k)
+		ok = e.m == nil && e.s.Op == op && e.id == h.id+uint64(k)
+	}
+	if !ok {
+		l.mu.Unlock()
+		return fmt.Errorf("%w: unexpected reply (%v) from %s", ErrProtocol, *h, l.p.addr)
+	}
+	if l.vits == nil {
+		l.vits = make([]item, 0, maxVec)
+		l.vst = make([]byte, maxVec)
+		l.vdst = make([][]byte, 0, maxVec)
+		l.vdone = make([]*driver.Slice, 0, maxVec)
+	}
+	its := l.vits[:n]
+	for k := range its {
+		e, _ := l.ring.peek()
+		its[k] = e.item
+		l.ring.pop()
+	}
+	l.reading = true
+	l.mu.Unlock()
+
+	rerr := l.readVectorData(fr, h, its, connErr)
+	l.mu.Lock()
+	l.reading = false
+	l.done += uint64(n)
+	l.mu.Unlock()
+	if rerr != nil {
+		l.fail(c, rerr) // first, as for a plain reply
+		l.ctr.failures.Add(uint64(n))
+		doneItems(its, rerr)
+		clear(its)
+		return rerr
+	}
+	done := l.vdone[:0]
+	var bytes uint64
+	for k, it := range its {
+		if serr := statusErr(status(l.vst[k])); serr != nil {
+			l.ctr.failures.Add(1)
+			it.s.Done(0, serr)
+			continue
+		}
+		bytes += uint64(len(it.s.Local))
+		done = append(done, it.s)
+	}
+	if len(done) > 0 {
+		l.ctr.bytes[op%3].Add(bytes)
+		l.ctr.slices[op%3].Add(uint64(len(done)))
+		driver.DoneAll(done)
+	}
+	clear(done)
+	clear(its)
+	return nil
+}
+
+// readVectorData reads a vector reply's statuses (into l.vst) and READ
+// payloads.
+func (l *lane) readVectorData(fr *frameReader, h *header, its []item, connErr func(error) error) error {
+	n := len(its)
+	st := l.vst[:n]
+	switch h.status {
+	case statusOK:
+		clear(st)
+	case statusVec:
+		if err := fr.payload(st); err != nil {
+			return connErr(err)
+		}
+	default:
+		return fmt.Errorf("%w: vector reply (%v) from %s", ErrProtocol, *h, l.p.addr)
+	}
+	if h.op == opWriteV|opReply {
+		if h.length != 0 {
+			return fmt.Errorf("%w: reply with %d bytes of payload from %s", ErrProtocol, h.length, l.p.addr)
+		}
+		return nil
+	}
+	dst := l.vdst[:0]
+	var want uint64
+	for k, it := range its {
+		if st[k] == byte(statusOK) {
+			dst = append(dst, it.s.Local)
+			want += uint64(len(it.s.Local))
+		}
+	}
+	if h.length != want {
+		clear(dst)
+		return fmt.Errorf("%w: READ reply of %d bytes for %d from %s", ErrProtocol, h.length, want, l.p.addr)
+	}
+	err := fr.readv(dst)
+	clear(dst)
+	if err != nil {
+		return connErr(err)
+	}
+	return nil
 }
 
 // cause returns why c (nil: the lane's last connection) was failed, or

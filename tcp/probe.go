@@ -184,8 +184,9 @@ type prober struct {
 }
 
 func (p *prober) roundTrip(o op, addr uint64, payload []byte, n int) (header, error) {
+	// Version 2 framing: every target since version 2 serves it.
 	p.id++
-	h := header{op: o, id: p.id, addr: addr, length: uint64(n)}
+	h := header{legacy: true, op: o, id: p.id, addr: addr, length: uint64(n)}
 	h.encode(p.hb[:])
 	p.c.SetDeadline(time.Now().Add(p.timeout))
 	msg := append(p.hb[:], payload...)

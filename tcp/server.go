@@ -178,6 +178,7 @@ func (t *Transport) serveConn(sc *sconn) error {
 	// last one that failed: a mark checks its run against them.
 	var served, lastBad uint64
 	var markBuf []byte
+	var vec *vecState
 	fr := newFrameReader(c)
 	fr.timeout = t.cfg.IOTimeout
 	g := newGather(maxFramesPerWrite)
@@ -224,7 +225,7 @@ func (t *Transport) serveConn(sc *sconn) error {
 		switch h.op {
 		case opWrite:
 			served++
-			reply = header{op: opWrite | opReply, id: h.id, addr: h.addr}
+			reply = header{legacy: h.legacy, op: opWrite | opReply, id: h.id, addr: h.addr}
 			mem, r, aerr := t.host.AcquireLocal(h.addr, h.length)
 			if aerr != nil {
 				lastBad = served
@@ -252,7 +253,7 @@ func (t *Transport) serveConn(sc *sconn) error {
 			g.add(&reply, nil, nil)
 		case opRead:
 			served++
-			reply = header{op: opRead | opReply, id: h.id, addr: h.addr}
+			reply = header{legacy: h.legacy, op: opRead | opReply, id: h.id, addr: h.addr}
 			mem, r, aerr := t.host.AcquireLocal(h.addr, h.length)
 			if aerr != nil {
 				lastBad = served
@@ -278,7 +279,7 @@ func (t *Transport) serveConn(sc *sconn) error {
 			if err != nil {
 				return err
 			}
-			reply = header{op: opMark | opReply, id: h.id, addr: h.addr}
+			reply = header{legacy: h.legacy, op: opMark | opReply, id: h.id, addr: h.addr}
 			mi, merr := decodeMark(markBuf[:h.length])
 			if merr != nil {
 				reply.status = statusBadRequest
@@ -286,11 +287,168 @@ func (t *Transport) serveConn(sc *sconn) error {
 				reply.status = t.serveMark(sc, g, driver.Sender{Name: from.Name, Epoch: from.Epoch}, h.addr, &mi, served, lastBad)
 			}
 			g.add(&reply, nil, nil)
+		case opWriteV, opReadV:
+			if vec == nil {
+				vec = newVecState()
+			}
+			n, bad, err := t.serveVector(sc, fr, g, vec, &h)
+			if err != nil {
+				return err
+			}
+			if bad > 0 {
+				lastBad = served + uint64(bad)
+			}
+			served += uint64(n)
 		default:
 			return errProtocolOp
 		}
 		cost.Serve.Since(c0)
 	}
+}
+
+// vecState is a connection's scratch for vectors, made at its first.
+type vecState struct {
+	ents []byte          // entries
+	st   []byte          // their statuses
+	mem  [][]byte        // their memory (nil: refused)
+	pins []driver.Region // their pins
+	dst  [][]byte        // a run of payloads to read
+}
+
+func newVecState() *vecState {
+	return &vecState{
+		ents: make([]byte, maxVec*entryLen),
+		st:   make([]byte, maxVec),
+		mem:  make([][]byte, maxVec),
+		pins: make([]driver.Region, maxVec),
+		dst:  make([][]byte, 0, maxVec),
+	}
+}
+
+// serveVector serves a vector request h: it checks and pins every entry,
+// reads a WRITEV's payloads straight into memory (a refused entry's are
+// discarded) and gathers the reply. It returns the entries served and the
+// number (from 1) of the last refused one, 0 if none; an error ends the
+// connection.
+func (t *Transport) serveVector(sc *sconn, fr *frameReader, g *gather, v *vecState, h *header) (n, bad int, err error) {
+	n = int(h.addr)
+	ents := v.ents[:n*entryLen]
+	if fr.br.Buffered() < len(ents) {
+		sc.wait()
+	}
+	err = fr.payload(ents)
+	sc.work()
+	if err != nil {
+		return 0, 0, err
+	}
+	if err := checkEntries(ents, n, h.length); err != nil {
+		return 0, 0, err // framing cannot be trusted
+	}
+	var okBytes uint64
+	for k := range n {
+		addr, length := entry(ents, k)
+		mem, r, aerr := t.host.AcquireLocal(addr, length)
+		if aerr != nil {
+			v.st[k], v.mem[k], v.pins[k] = byte(acquireStatus(aerr)), nil, nil
+			bad = k + 1
+			continue
+		}
+		v.st[k], v.mem[k], v.pins[k] = byte(statusOK), mem, r
+		okBytes += length
+	}
+	op := driver.Read
+	if h.op == opWriteV {
+		op = driver.Write
+		sc.wait()
+		err = t.readVector(fr, v, n)
+		sc.work()
+		for k := range n {
+			if v.pins[k] != nil {
+				v.pins[k].Release()
+			}
+		}
+		if err != nil {
+			clear(v.mem[:n])
+			clear(v.pins[:n])
+			return 0, 0, err
+		}
+	}
+	reply := header{op: h.op | opReply, id: h.id, addr: h.addr}
+	arena := headerLen
+	if bad > 0 {
+		reply.status = statusVec
+		arena += n
+	}
+	iovs := 1
+	if op == driver.Read {
+		reply.length = okBytes
+		iovs += n
+	}
+	if !g.room(arena, iovs, n) {
+		if err := t.flush(sc, g); err != nil {
+			if op == driver.Read {
+				for k := range n {
+					if v.pins[k] != nil {
+						v.pins[k].Release()
+					}
+				}
+			}
+			clear(v.mem[:n])
+			clear(v.pins[:n])
+			return 0, 0, err
+		}
+	}
+	b := g.frame(arena)
+	reply.encode(b)
+	if bad > 0 {
+		copy(b[headerLen:], v.st[:n])
+	}
+	if op == driver.Read {
+		for k := range n {
+			if v.mem[k] != nil {
+				g.data(v.mem[k])
+				g.pin(v.pins[k]) // released once written
+			}
+		}
+	}
+	served := n
+	if bad > 0 {
+		failed := 0
+		for k := range n {
+			if v.mem[k] == nil {
+				failed++
+			}
+		}
+		sc.ctr.failures.Add(uint64(failed))
+		served -= failed
+	}
+	sc.ctr.bytes[op].Add(okBytes)
+	sc.ctr.slices[op].Add(uint64(served))
+	clear(v.mem[:n])
+	clear(v.pins[:n])
+	return n, bad, nil
+}
+
+// readVector reads a WRITEV's n payloads in order: runs of accepted
+// entries with readv straight into their memory, refused ones discarded.
+func (t *Transport) readVector(fr *frameReader, v *vecState, n int) error {
+	dst := v.dst[:0]
+	defer clear(v.dst[:cap(v.dst)])
+	for k := range n {
+		if v.mem[k] != nil {
+			dst = append(dst, v.mem[k])
+			continue
+		}
+		if err := fr.readv(dst); err != nil {
+			return err
+		}
+		dst = dst[:0]
+		_, length := entry(v.ents, k)
+		if err := fr.discard(int(length)); err != nil {
+			return err
+		}
+	}
+	return fr.readv(dst)
 }
 
 // flush writes the gathered replies within IOTimeout: an initiator that

@@ -290,8 +290,17 @@ func (t *Transport) connect(ctx context.Context, remote *segment.Descriptor) (dr
 	if !ok || pr.Endpoint == "" {
 		return nil, fmt.Errorf("%w: %s", ErrNoEndpoint, remote.Name)
 	}
-	if pr.TCP != nil && pr.TCP.Wire != 0 && pr.TCP.Wire != wireVersion {
-		return nil, fmt.Errorf("%w: %s speaks tcp wire version %d, want %d", ErrProtocol, remote.Name, pr.TCP.Wire, wireVersion)
+	// Speak the target's version: 3, or 2 (no vectors) with a target that
+	// advertises 2 or no version.
+	legacy := true
+	if pr.TCP != nil {
+		switch pr.TCP.Wire {
+		case 0, wireLegacy:
+		case wireVersion:
+			legacy = false
+		default:
+			return nil, fmt.Errorf("%w: %s speaks tcp wire version %d, this process %d or %d", ErrProtocol, remote.Name, pr.TCP.Wire, wireLegacy, wireVersion)
+		}
 	}
 	t.mu.Lock()
 	closed, installed := t.closed, t.host != nil
@@ -302,7 +311,7 @@ func (t *Transport) connect(ctx context.Context, remote *segment.Descriptor) (dr
 	case !installed:
 		return nil, fmt.Errorf("tcp: connect %s: not installed", remote.Name)
 	}
-	p := newPeer(t, remote.Name, pr.Endpoint, remote.Epoch)
+	p := newPeer(t, remote.Name, pr.Endpoint, remote.Epoch, legacy)
 	t.mu.Lock()
 	if t.closed {
 		t.mu.Unlock()

@@ -675,3 +675,116 @@ func TestConnectBeforeInstall(t *testing.T) {
 		t.Fatal(err)
 	}
 }
+
+// vecFrame encodes a vector request: header, entries, payload.
+func vecFrame(h header, ents [][2]uint64, payload []byte) []byte {
+	b := frame(h, nil)
+	for _, e := range ents {
+		var eb [entryLen]byte
+		putEntry(eb[:], e[0], e[1])
+		b = append(b, eb[:]...)
+	}
+	return append(b, payload...)
+}
+
+// TestVectorServe: the target applies a WRITEV entry by entry (a refused
+// entry's payload is read and dropped, the others land), answers with
+// the entries' statuses, serves a READV's accepted entries back to back,
+// and closes a connection whose vector does not add up; a version-2
+// frame still gets a version-2 reply.
+func TestVectorServe(t *testing.T) {
+	n := newNode(t, nil, "tgt", 1<<16, Config{})
+	base := n.base()
+	clear(n.buf())
+	r := dialRaw(t, n, n.e.Epoch(), true)
+	ents := [][2]uint64{{base, 4}, {8, 3}, {base + 100, 2}} // the second is out of range
+	if _, err := r.c.Write(vecFrame(header{op: opWriteV, id: 7, addr: 3, length: 9}, ents, []byte("abcdXYZef"))); err != nil {
+		t.Fatal(err)
+	}
+	h := r.reply()
+	var st [3]byte
+	if _, err := io.ReadFull(r.br, st[:]); err != nil {
+		t.Fatal(err)
+	}
+	if h.op != opWriteV|opReply || h.id != 7 || h.addr != 3 || h.status != statusVec || h.length != 0 ||
+		st != [3]byte{0, byte(statusOutOfRange), 0} {
+		t.Fatalf("WRITEV reply %v, statuses %v", h, st)
+	}
+	if got := string(n.buf()[:4]) + string(n.buf()[100:102]); got != "abcdef" {
+		t.Fatalf("memory holds %q", got)
+	}
+	ents = [][2]uint64{{base + 100, 2}, {1 << 60, 5}, {base, 4}}
+	if _, err := r.c.Write(vecFrame(header{op: opReadV, id: 10, addr: 3, length: 11}, ents, nil)); err != nil {
+		t.Fatal(err)
+	}
+	h = r.reply()
+	if _, err := io.ReadFull(r.br, st[:]); err != nil {
+		t.Fatal(err)
+	}
+	data := make([]byte, h.length)
+	if _, err := io.ReadFull(r.br, data); err != nil {
+		t.Fatal(err)
+	}
+	if h.op != opReadV|opReply || h.id != 10 || h.status != statusVec || st != [3]byte{0, byte(statusOutOfRange), 0} || string(data) != "efabcd" {
+		t.Fatalf("READV reply %v, statuses %v, data %q", h, st, data)
+	}
+	// All accepted: no statuses.
+	if _, err := r.c.Write(vecFrame(header{op: opReadV, id: 13, addr: 2, length: 6}, [][2]uint64{{base, 2}, {base + 100, 4}}, nil)); err != nil {
+		t.Fatal(err)
+	}
+	h = r.reply()
+	data = make([]byte, h.length)
+	if _, err := io.ReadFull(r.br, data); err != nil {
+		t.Fatal(err)
+	}
+	if h.status != statusOK || string(data) != "abef\x00\x00" {
+		t.Fatalf("READV reply %v, data %q", h, data)
+	}
+	// Version 2 in, version 2 out.
+	r.send(header{legacy: true, op: opRead, id: 15, addr: base, length: 2}, nil)
+	if h = r.reply(); !h.legacy || h.status != statusOK || h.length != 2 {
+		t.Fatalf("version 2 reply %v", h)
+	}
+	io.ReadFull(r.br, data[:2])
+	// Entries that do not add up to the header's length end the
+	// connection.
+	if _, err := r.c.Write(vecFrame(header{op: opWriteV, id: 16, addr: 2, length: 3}, [][2]uint64{{base, 2}, {base, 2}}, []byte("abcd"))); err != nil {
+		t.Fatal(err)
+	}
+	r.closed()
+}
+
+// TestWireNegotiation: an initiator speaks version 2 frames to a target
+// that advertises version 2 or none, version 3 (vectors) to one that
+// advertises 3, and refuses another version saying which it speaks.
+func TestWireNegotiation(t *testing.T) {
+	tgt := newNode(t, nil, "tgt", 1<<16, Config{})
+	ini := newNode(t, nil, "ini", 1<<16, Config{})
+	desc := func(wire int) *segment.Descriptor {
+		d := tgt.e.LocalDescriptor()
+		for i := range d.Protocols {
+			if d.Protocols[i].Name == segment.ProtoTCP {
+				d.Protocols[i].TCP = &segment.TCP{Wire: wire}
+			}
+		}
+		return d
+	}
+	for _, c := range []struct {
+		wire   int
+		legacy bool
+	}{{0, true}, {wireLegacy, true}, {wireVersion, false}} {
+		dp, err := ini.tr.connect(context.Background(), desc(c.wire))
+		if err != nil {
+			t.Fatalf("wire %d: %v", c.wire, err)
+		}
+		p := dp.(*peer)
+		if p.legacy != c.legacy {
+			t.Errorf("wire %d: legacy %v", c.wire, p.legacy)
+		}
+		p.Close()
+	}
+	_, err := ini.tr.connect(context.Background(), desc(4))
+	if !errors.Is(err, ErrProtocol) || !strings.Contains(err.Error(), "speaks tcp wire version 4, this process 2 or 3") {
+		t.Fatalf("wire 4: %v", err)
+	}
+}
