@@ -348,10 +348,10 @@ func silent(t *testing.T, endpoint string, n int) {
 	}
 }
 
-// TestSHMLockout: five same-user processes hold 1280 connections to te
-// serve's shm socket past the handshake (256 each, its per-process
-// bound; 1024 in all is its total), so te serve holds 1024 shm
-// connections, and before each run the test adds 256 silent ones; yet
+// TestSHMLockout: five (or more) same-user processes hold 1280
+// connections to te serve's shm socket past the handshake (256 each, its
+// per-process bound; 1024 in all is its total), so te serve serves 1024
+// shm connections, and before each run the test adds 256 silent ones; yet
 // te bench --verify passes over shm, the default run (which says shm
 // carried bytes), --protocol shm and --protocol tcp,shm: the target
 // admits shm connections per process and evicts the longest-waiting.
@@ -363,8 +363,16 @@ func TestSHMLockout(t *testing.T) {
 	if !ok {
 		t.Fatalf("te serve offers no shm: %+v", d.Protocols)
 	}
-	const procs, each = 5, shm.DefaultMaxConnsPerSource
-	for range procs {
+	// Hostile processes of 256 connections each until te serve serves its
+	// limit: five at least (1280 connections), more if a loaded target
+	// dropped handshakes that ran past its timeout.
+	const each = shm.DefaultMaxConnsPerSource
+	procs, held := 0, 0
+	for held < shm.DefaultMaxConns {
+		if procs == 10 {
+			t.Fatalf("%d processes hold %d shm connections, te serve serves %d, want its limit %d: the test does not hold what it means to\nte serve:\n%s",
+				procs, procs*each, held, shm.DefaultMaxConns, stopped(srv, srvErr))
+		}
 		hold := exec.Command(os.Args[0])
 		hold.Env = append(os.Environ(), fmt.Sprintf("%s=%s,%s,%d,%d", shmHoldEnv, pr.Endpoint, d.Name, d.Epoch, each))
 		stdin, err := hold.StdinPipe()
@@ -386,19 +394,18 @@ func TestSHMLockout(t *testing.T) {
 		if line != fmt.Sprintf("held %d\n", each) {
 			t.Fatalf("hostile process: %q", line)
 		}
-	}
-	// Evicted connections close as the target gets to them.
-	var held int
-	for deadline := time.Now().Add(30 * time.Second); ; time.Sleep(50 * time.Millisecond) {
-		held = shmServed(t, srv.Process.Pid, pr.Endpoint)
-		if held >= shm.DefaultMaxConns || time.Now().After(deadline) {
-			break
+		if procs++; procs < 5 {
+			continue
+		}
+		// Evicted connections close as the target gets to them.
+		for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(50 * time.Millisecond) {
+			held = shmServed(t, srv.Process.Pid, pr.Endpoint)
+			if held >= shm.DefaultMaxConns || time.Now().After(deadline) {
+				break
+			}
 		}
 	}
 	t.Logf("%d processes hold %d shm connections; te serve serves %d", procs, procs*each, held)
-	if held < shm.DefaultMaxConns {
-		t.Fatalf("te serve holds %d shm connections, want its limit %d: the test does not hold what it means to", held, shm.DefaultMaxConns)
-	}
 	for _, args := range [][]string{
 		{"--json"},
 		{"--protocol", "shm"},
@@ -408,7 +415,7 @@ func TestSHMLockout(t *testing.T) {
 		silent(t, pr.Endpoint, shm.DefaultMaxConnsPerSource)
 		out, stderr, code := runTE(t, args...)
 		if code != 0 {
-			t.Fatalf("te %v with %d shm connections held: exit %d\n%s\nte serve:\n%s", args, procs*each, code, stderr, stopped(srv, srvErr))
+			t.Fatalf("te %v with %d shm connections served: exit %d\n%s\nte serve:\n%s", args, held, code, stderr, stopped(srv, srvErr))
 		}
 		if args[len(args)-1] != "--json" {
 			if !strings.Contains(out, "over shm:") || !strings.Contains(out, "verify: true") {
