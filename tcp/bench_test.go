@@ -11,6 +11,7 @@ import (
 	"github.com/rdmago/te/auth"
 	"github.com/rdmago/te/engine"
 	"github.com/rdmago/te/engine/enginetest"
+	"github.com/rdmago/te/internal/cost"
 )
 
 const benchBatch = 128
@@ -41,7 +42,7 @@ func benchEngine(b *testing.B, op engine.Op, size int, cfg Config) {
 		}
 	}
 	b.ResetTimer()
-	start := time.Now()
+	start, cpu := time.Now(), cost.ProcessCPU()
 	for b.Loop() {
 		bid, err := p.ini.e.AllocateBatch(benchBatch)
 		if err != nil {
@@ -57,9 +58,10 @@ func benchEngine(b *testing.B, op engine.Op, size int, cfg Config) {
 			b.Fatal(err)
 		}
 	}
-	el := time.Since(start).Seconds()
+	el, cpu := time.Since(start).Seconds(), cost.ProcessCPU()-cpu
 	b.ReportMetric(float64(b.N*benchBatch)/el, "req/s")
 	b.ReportMetric(float64(b.N*benchBatch*size)/el/1e9, "GB/s")
+	b.ReportMetric(float64(cpu)/float64(b.N*benchBatch), "proc-cpu-ns/req") // both sides: the target is in the process
 }
 
 // BenchmarkEngine: engine + tcp transport over loopback, default config,
