@@ -204,6 +204,10 @@ func testFakeNotifyBackPressure(t *testing.T, markers bool) {
 	// The inbox takes 3, the target holds what the credits let through,
 	// the rest waits at the initiator.
 	waitFor(t, "the credits used up", func() bool { return f.recvs.Load() == room+depth*qps })
+	// Each Notify that the target received returns; the goroutine that
+	// called it may be scheduled late on a busy machine, so wait for the
+	// count, then give any further (wrong) completion time to show.
+	waitFor(t, "the received notifications completed", func() bool { return done.Load() >= room+depth*qps })
 	time.Sleep(20 * time.Millisecond)
 	if got, q := f.recvs.Load(), tgt.Engine.NotifyStats().Queued; got != room+depth*qps || q != room {
 		t.Fatalf("%d notifications received, %d queued, with %d receives posted", got, q, depth*qps)
