@@ -631,7 +631,9 @@ func TestFakeNotifyConformance(t *testing.T) { bothModes(t, testFakeNotifyConfor
 
 func testFakeNotifyConformance(t *testing.T, markers bool) {
 	f := newFabric()
-	cfg := Config{NotifyDepth: 2, QPsPerPath: 2, SliceTimeout: time.Second, NotifyMarkers: markers}
+	// The slice timeout bounds the Flood case's wait for credits; it is
+	// long enough that a loaded host's slices do not hit it.
+	cfg := Config{NotifyDepth: 2, QPsPerPath: 2, SliceTimeout: 3 * time.Second, NotifyMarkers: markers}
 	var k atomic.Int64
 	factory := func(testing.TB) engine.Transport {
 		tr := New(cfg)
