@@ -26,6 +26,11 @@ type Config struct {
 	GIDIndex *int
 	// Listen is the control (handshake) address. Default: the first rail's
 	// IPv4 address (from its GID) on an ephemeral port, or 127.0.0.1:0.
+	// With Mooncake, an address here opens a handshake socket of the
+	// transport's own (package mooncake/p2p), for metadata stores that
+	// have none (Mooncake's HTTP metadata publishes it as rpc_meta); with
+	// none, the P2PHANDSHAKE store's socket is given the transport's
+	// handshakes (p2p.Store.HandleConnections).
 	Listen string
 	// Advertise is the control address published in the descriptor when it
 	// differs from the listener's.

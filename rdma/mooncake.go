@@ -419,6 +419,22 @@ func (m *mcTarget) count() (eps, qps int) {
 	return len(m.eps), m.total
 }
 
+// openHandshake opens the transport's own handshake socket on
+// Config.Listen: its Connection messages are this transport's endpoint
+// handshakes, its Notify messages go to the engine's inbox, and its
+// address is the descriptor entry's endpoint (Mooncake's rpc_meta where
+// the store publishes one).
+func (t *Transport) openHandshake(h driver.Host) error {
+	st, err := p2p.New(context.Background(), p2p.Options{Listen: t.cfg.Listen, Timeout: t.cfg.HandshakeTimeout, Logger: t.log})
+	if err != nil {
+		return fmt.Errorf("rdma: Mooncake handshake socket: %w", err)
+	}
+	st.HandleConnections(t)
+	st.ReceiveNotifications(h.Inbox())
+	t.hs, t.addr = st, st.Name()
+	return nil
+}
+
 // errMooncakeAuth: Mooncake's wire has no authentication.
 var errMooncakeAuth = errors.New("rdma: Mooncake's wire has no authentication; Config.Auth must be nil with Config.Mooncake")
 

@@ -5,6 +5,7 @@ import (
 	"context"
 	"crypto/rand"
 	"fmt"
+	"net"
 	"net/netip"
 	"slices"
 	"testing"
@@ -13,6 +14,7 @@ import (
 	"github.com/rdmago/te/engine"
 	"github.com/rdmago/te/engine/enginetest"
 	"github.com/rdmago/te/mooncake"
+	"github.com/rdmago/te/mooncake/httpmeta"
 	"github.com/rdmago/te/mooncake/p2p"
 	"github.com/rdmago/te/uverbs"
 )
@@ -162,6 +164,65 @@ func TestFakeMooncakeWire(t *testing.T) {
 		t.Fatal(err)
 	}
 	ini.Engine.FreeBatch(b)
+}
+
+// TestFakeMooncakeHTTPMetadata: through Mooncake's HTTP metadata (no
+// P2PHANDSHAKE socket), the target's transport opens a handshake socket of
+// its own (Config.Listen), published as its rpc_meta, where the
+// initiator sets up endpoints and sends its notification; the bytes
+// arrive.
+func TestFakeMooncakeHTTPMetadata(t *testing.T) {
+	ctx := context.Background()
+	srv, err := httpmeta.Serve(ctx, httpmeta.ServerOptions{Listen: "127.0.0.1:0"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { srv.Close() })
+	f := newFabric()
+	node := func(name string, cfg Config, devs ...*fakeDev) *fnode {
+		st, err := httpmeta.New(ctx, httpmeta.Options{URL: srv.URL("")})
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { st.Close() })
+		cfg.Mooncake = true
+		tr := New(cfg)
+		tr.open = opener(devs...)
+		return &fnode{Node: enginetest.NewNode(t, engine.Config{Name: name, Store: st, Retries: 3}, 1<<20, tr), tr: tr, devs: devs}
+	}
+	tgt := node("te_target", Config{Listen: "127.0.0.1:0"}, f.dev("b0", -1), f.dev("b1", -1))
+	ini := node("te_init", Config{}, f.dev("a0", -1), f.dev("a1", -1))
+	c, _ := httpmeta.NewClient(srv.URL(""))
+	meta, err := c.Get(ctx, httpmeta.RPCMetaKey("", "te_target"))
+	want := fmt.Sprintf(`{"ip_or_host_name":"127.0.0.1","rpc_port":%d}`, tgt.tr.hs.ListenAddr().(*net.TCPAddr).Port)
+	if err != nil || string(meta) != want {
+		t.Fatalf("rpc_meta %s (%v), want %s", meta, err, want)
+	}
+	seg := openSeg(t, ini, "te_target")
+	ib, tb := ini.Mem.Bytes(), tgt.Mem.Bytes()
+	rand.Read(ib)
+	reqs := fakeRequests(engine.Write, ini, tgt, seg, 16, 64<<10)
+	b, _ := ini.Engine.AllocateBatch(len(reqs))
+	if err := ini.Engine.SubmitNotify(b, reqs, engine.Notify{Name: "http", Msg: []byte("ok")}); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case n := <-tgt.Engine.Notifications():
+		if n.Name != "http" || !bytes.Equal(ib, tb) {
+			t.Fatalf("notification %+v; bytes in place: %v", n, bytes.Equal(ib, tb))
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatal("no notification after 10 s")
+	}
+	wctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+	defer cancel()
+	if err := ini.Engine.Wait(wctx, b); err != nil {
+		t.Fatal(err)
+	}
+	ini.Engine.FreeBatch(b)
+	if eps, _ := tgt.tr.mc.count(); eps != 2 {
+		t.Fatalf("target holds %d endpoints, want 2", eps)
+	}
 }
 
 // TestFakeMooncakeHandshake plays Mooncake's active side against the

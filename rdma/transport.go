@@ -17,6 +17,7 @@ import (
 	"github.com/rdmago/te/engine/driver"
 	"github.com/rdmago/te/internal/cost"
 	"github.com/rdmago/te/mooncake"
+	"github.com/rdmago/te/mooncake/p2p"
 	"github.com/rdmago/te/segment"
 	"github.com/rdmago/te/uverbs"
 )
@@ -53,8 +54,10 @@ type Transport struct {
 	trackMu sync.Mutex
 	tracks  []*noteTrack
 	tgt     targetState
-	// mc is the passive side of Mooncake's wire (Config.Mooncake).
+	// mc is the passive side of Mooncake's wire (Config.Mooncake); hs its
+	// own handshake socket, when Config.Listen asks for one.
 	mc mcTarget
+	hs *p2p.Store
 }
 
 // regKey is a region's registration on every rail.
@@ -115,6 +118,11 @@ func (t *Transport) install(h driver.Host) (err error) {
 		// (ip:port of that socket in P2PHANDSHAKE mode) is the server
 		// part of the NIC paths.
 		t.addr = h.LocalName()
+		if t.cfg.Listen != "" {
+			if err := t.openHandshake(h); err != nil {
+				return err
+			}
+		}
 		t.tgt.init(t)
 		for _, r := range t.rails {
 			r.start()
@@ -465,6 +473,9 @@ func (t *Transport) shutdown() error {
 	}
 	if t.ln != nil {
 		t.ln.Close()
+	}
+	if t.hs != nil {
+		t.hs.Close()
 	}
 	t.mu.Lock()
 	peers := make([]*peer, 0, len(t.peers))

@@ -107,7 +107,13 @@ func openNode(ctx context.Context, cfg nodeConfig) (_ *node, err error) {
 		return nil, err
 	}
 	for _, p := range cfg.protocols {
-		tr, err := newTransport(p, listen, cfg.auth, cfg.devices, cfg.initiator)
+		l := listen
+		if _, ok := n.store.(*mcp2p.Store); p == mooncake.TEProtoRDMA && (ok || cfg.initiator) {
+			// Mooncake's endpoint handshakes arrive on the P2PHANDSHAKE
+			// store's socket; an initiator needs none.
+			l = ""
+		}
+		tr, err := newTransport(p, l, cfg.auth, cfg.devices, cfg.initiator)
 		if err != nil {
 			return nil, err
 		}
@@ -119,13 +125,8 @@ func openNode(ctx context.Context, cfg nodeConfig) (_ *node, err error) {
 		// Mooncake's RDMA endpoint handshakes arrive on its handshake
 		// socket, the P2PHANDSHAKE store.
 		if rt, ok := tr.(*rdma.Transport); ok && p == mooncake.TEProtoRDMA {
-			switch st, ok := n.store.(*mcp2p.Store); {
-			case ok:
+			if st, ok := n.store.(*mcp2p.Store); ok {
 				st.HandleConnections(rt)
-			case !cfg.initiator:
-				// An initiator dials its targets' handshake sockets and
-				// needs none of its own; a target does.
-				return nil, fmt.Errorf("--protocol mooncake-rdma serves only with Mooncake's P2PHANDSHAKE metadata (--metadata p2p with --mooncake): Mooncake initiators set up endpoints on its socket")
 			}
 		}
 	}
@@ -209,12 +210,14 @@ func newTransport(protocol, listen string, secret *auth.Secret, devices []string
 		}
 		return mctcp.New(mctcp.Config{Listen: listen}), nil
 	case mooncake.TEProtoRDMA:
-		// Mooncake's RDMA wire: endpoints are set up on the store's
-		// handshake socket (openNode wires it), not on a listener.
+		// Mooncake's RDMA wire: endpoints are set up on the P2PHANDSHAKE
+		// store's socket (openNode wires it; listen is then empty) or,
+		// with other metadata (HTTP), on a handshake socket of the
+		// transport's own on listen, published as rpc_meta.
 		if secret != nil {
 			return nil, fmt.Errorf("--protocol mooncake-rdma: Mooncake's wire has no authentication; drop --auth-file (and $TE_AUTH_FILE) or use rdma")
 		}
-		return rdma.New(rdma.Config{Mooncake: true, Devices: devices, Options: verbsOptions}), nil
+		return rdma.New(rdma.Config{Mooncake: true, Devices: devices, Options: verbsOptions, Listen: listen}), nil
 	}
 	return nil, fmt.Errorf("--protocol %q: unknown (tcp, shm, rdma, mooncake or mooncake-rdma)", protocol)
 }

@@ -29,8 +29,9 @@ type Options struct {
 	// RPCHost and RPCPort are published as the local segment's rpc_meta:
 	// Mooncake initiators send TCP data to RPCHost (at the descriptor's
 	// tcp_data_port) and RDMA handshakes to RPCHost:RPCPort. Default host:
-	// that of the Mooncake TCP endpoint; default port 0 (no handshake
-	// socket).
+	// that of the Mooncake TCP endpoint; default port: that of the
+	// Mooncake RDMA transport's handshake socket (the endpoint of its
+	// mooncake-rdma entry, with its host), else 0 (no handshake socket).
 	RPCHost string
 	RPCPort uint16
 	// PollInterval, Grace and CacheTTL work as in the p2p stores: Watch
@@ -151,12 +152,24 @@ func (s *Store) Publish(ctx context.Context, d *segment.Descriptor) error {
 	if err != nil {
 		return fmt.Errorf("httpmeta: publish: %w", err)
 	}
-	host := s.opts.RPCHost
+	host, port := s.opts.RPCHost, s.opts.RPCPort
 	if host == "" {
 		p, _ := d.Protocol(mooncake.TEProtoTCP)
 		host, _, _ = net.SplitHostPort(p.Endpoint)
 	}
-	meta, _ := json.Marshal(RPCMeta{IPOrHostName: host, RPCPort: s.opts.RPCPort})
+	// The Mooncake RDMA transport's handshake socket, where it has one of
+	// its own, is the rpc_meta Mooncake initiators set up endpoints on.
+	if p, ok := d.Protocol(mooncake.TEProtoRDMA); ok && port == 0 {
+		if h, ps, err := net.SplitHostPort(p.Endpoint); err == nil {
+			if n, err := strconv.ParseUint(ps, 10, 16); err == nil && n != 0 {
+				port = uint16(n)
+				if s.opts.RPCHost == "" {
+					host = h
+				}
+			}
+		}
+	}
+	meta, _ := json.Marshal(RPCMeta{IPOrHostName: host, RPCPort: port})
 	if err := s.c.Put(ctx, SegmentKey(s.opts.ClusterID, d.Name), body); err != nil {
 		return err
 	}

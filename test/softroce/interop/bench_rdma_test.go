@@ -5,6 +5,7 @@ import (
 	"context"
 	"encoding/json"
 	"os/exec"
+	"regexp"
 	"strings"
 	"testing"
 	"time"
@@ -155,4 +156,32 @@ func TestTeBenchMooncakeRDMA(t *testing.T) {
 	if segs := runOut(t, "te", "segments", "--mooncake", "--metadata", "P2PHANDSHAKE", seg); !strings.Contains(segs, "mooncake-rdma") {
 		t.Errorf("te segments --mooncake shows no mooncake-rdma entry:\n%s", segs)
 	}
+
+	// Through Mooncake's HTTP metadata (te metadata serve): te serve's
+	// transport opens a handshake socket of its own, published as the
+	// segment's rpc_meta, where te bench sets up its endpoints.
+	ctx, cancel := context.WithCancel(context.Background())
+	meta := exec.CommandContext(ctx, "te", "metadata", "serve", "--listen", "127.0.0.1:0")
+	mout, err := meta.StdoutPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := meta.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { cancel(); meta.Wait() })
+	line, _ := bufio.NewReader(mout).ReadString('\n')
+	url := regexp.MustCompile(`http://[0-9.:]+/[a-z]+`).FindString(line)
+	if url == "" {
+		t.Fatalf("te metadata serve printed %q", line)
+	}
+	startServe(t, "--mooncake", "--protocol", "rdma", "--metadata", url, "--name", "te_target", "--listen", "127.0.0.1:0",
+		"--devices", strings.Join(b, ","), "--buffer-size", "16MiB")
+	out := runOut(t, "te", "bench", "--mooncake", "--metadata", url, "--segment", "te_target", "--protocol", "rdma",
+		"--devices", strings.Join(a, ","), "--operation", "write", "--block-size", "64KiB", "--batch-size", "16", "--duration", "1s",
+		"--verify", "--quiet")
+	if !strings.Contains(out, "verify: true") || !strings.Contains(out, "over mooncake-rdma") {
+		t.Fatalf("te bench --mooncake --metadata %s:\n%s", url, out)
+	}
+	t.Logf("through HTTP metadata: %s", strings.TrimSpace(out))
 }
