@@ -22,7 +22,7 @@ import (
 // Mooncake's RDMA wire (Config.Mooncake) on the scripted fabric: the
 // engines' metadata is Mooncake's P2PHANDSHAKE socket (package
 // mooncake/p2p), whose Connection messages the target's transport
-// answers. The same on Soft-RoCE is mooncake_guest_test.go's.
+// answers. The same on Soft-RoCE is mooncake/p2p's rdma_guest_test.go.
 
 // mcNode is a node whose segment is named by its handshake socket.
 type mcNode struct {

@@ -18,7 +18,7 @@
 #       test/softroce/run.sh (SR_KPKG, SR_MTU, SR_ACCEL...); the guest gets
 #       SR_MEM=3072 unless set. Not run yet against a Mooncake build (none
 #       was at hand when it was written): te to te over the same wire in
-#       the same guest is rdma's TestMooncakeWire and interop's
+#       the same guest is mooncake/p2p's TestMooncakeWire and interop's
 #       TestTeBenchMooncakeRDMA. Mooncake's ACK timeout is fixed at 14
 #       (~67 ms), which on 6.1's rxe under TCG can trip rxe's retransmission
 #       race (WRs completing with "remote invalid request") in Mooncake's
