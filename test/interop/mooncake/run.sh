@@ -139,7 +139,9 @@ mccheck=$work/mccheck
 
 if [ "$mode" = rdma ]; then
 	# The guest payload: the two binaries, their shared libraries but
-	# glibc's and rdma-core's (the guest's own, with its rxe provider),
+	# those the guest has (its loader, libc, libm, rdma-core's with its rxe
+	# provider, libnl); glibc's compatibility stubs (libpthread, libdl,
+	# librt) go along, since the guest's closure needs none of them,
 	# the script, the run's knobs. test/softroce/run.sh builds te into the
 	# guest itself.
 	p=$work/payload
@@ -150,7 +152,7 @@ if [ "$mode" = rdma ]; then
 	cp "${bins[@]}" "$p/bin/"
 	ldd "${bins[@]}" | awk '$2 == "=>" && $3 ~ /^\// {print $3}' | sort -u | while read -r l; do
 		case "$(basename "$l")" in
-		ld-linux*|libc.so*|libm.so*|libpthread.so*|libdl.so*|librt.so*|libibverbs.so*|librdmacm.so*|libnl-3.so*|libnl-route-3.so*) ;;
+		ld-linux*|libc.so*|libm.so*|libibverbs.so*|librdmacm.so*|libnl-3.so*|libnl-route-3.so*) ;;
 		*) cp -L "$l" "$p/lib/" ;;
 		esac
 	done
