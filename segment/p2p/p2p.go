@@ -41,6 +41,7 @@ import (
 	"net"
 	"net/netip"
 	"net/url"
+	"os"
 	"slices"
 	"strconv"
 	"strings"
@@ -70,9 +71,16 @@ type Options struct {
 	// PollInterval is how often Watch asks a peer for its descriptor.
 	// Default 1 s.
 	PollInterval time.Duration
-	// Grace is how long a peer may stay unreachable before Watch reports
-	// it gone (nil). Default 3 × PollInterval.
+	// Grace is how long a peer may stay unreachable (its connection
+	// refused or reset, or answering nonsense) before Watch reports it
+	// gone (nil). Default 3 × PollInterval.
 	Grace time.Duration
+	// SlowGrace is how long a peer may leave every poll unanswered
+	// within Timeout before Watch reports it gone: a busy host answers
+	// late but still serves its transfers, which a gone report would
+	// drop; a host that vanished without a reset is seen this way too.
+	// Default 1 min, at least Grace.
+	SlowGrace time.Duration
 	// CacheTTL is how long a fetched descriptor stays in List. Default 1 min.
 	CacheTTL time.Duration
 	// Timeout bounds one exchange with a peer when ctx has no earlier
@@ -111,6 +119,10 @@ func (o *Options) setDefaults() {
 	if o.Grace <= 0 {
 		o.Grace = 3 * o.PollInterval
 	}
+	if o.SlowGrace <= 0 {
+		o.SlowGrace = time.Minute
+	}
+	o.SlowGrace = max(o.SlowGrace, o.Grace)
 	if o.CacheTTL <= 0 {
 		o.CacheTTL = time.Minute
 	}
@@ -228,12 +240,14 @@ func ParseURI(u *url.URL) (Options, error) {
 			o.PollInterval, err = dur(key, v)
 		case "grace":
 			o.Grace, err = dur(key, v)
+		case "slowgrace":
+			o.SlowGrace, err = dur(key, v)
 		case "ttl":
 			o.CacheTTL, err = dur(key, v)
 		case "timeout":
 			o.Timeout, err = dur(key, v)
 		default:
-			return o, fmt.Errorf("p2p: metadata %q: unknown parameter %q (known: ports, advertise, poll, grace, ttl, timeout)", u.String(), key)
+			return o, fmt.Errorf("p2p: metadata %q: unknown parameter %q (known: ports, advertise, poll, grace, slowgrace, ttl, timeout)", u.String(), key)
 		}
 		if err != nil {
 			return o, err
@@ -586,8 +600,10 @@ func (s *Store) List(ctx context.Context) ([]*segment.Descriptor, error) {
 // Watch polls a segment every PollInterval (local segments are also seen at
 // once when published) and reports the descriptor whenever its Epoch or
 // Version differs from the last one reported, or nil once it is gone: at
-// once when its owner answers that it has no such segment, and after Grace
-// when the owner cannot be reached. The first report is the segment's state
+// once when its owner answers that it has no such segment, after Grace
+// when the owner cannot be reached (refused, reset, nonsense), and after
+// SlowGrace when it accepts but answers no poll within Timeout (a busy
+// host's late answers are no sign that it went away). The first report is the segment's state
 // when Watch starts. The channel is closed when ctx ends or the store is
 // closed.
 func (s *Store) Watch(ctx context.Context, name string) (<-chan *segment.Descriptor, error) {
@@ -609,7 +625,7 @@ func (s *Store) Watch(ctx context.Context, name string) (<-chan *segment.Descrip
 }
 
 func (s *Store) watch(ctx context.Context, name string, rep *segment.WatchReport) {
-	var downSince time.Time
+	var downSince, slowSince time.Time
 	ticker := time.NewTicker(s.opts.PollInterval)
 	defer ticker.Stop()
 	for {
@@ -624,13 +640,21 @@ func (s *Store) watch(ctx context.Context, name string, rep *segment.WatchReport
 		case ctx.Err() != nil || errors.Is(err, segment.ErrClosed):
 			return
 		case err == nil:
-			downSince = time.Time{}
+			downSince, slowSince = time.Time{}, time.Time{}
 			if !rep.Send(ctx, d) {
 				return
 			}
 		case errors.Is(err, segment.ErrNotFound):
-			downSince = time.Time{}
+			downSince, slowSince = time.Time{}, time.Time{}
 			if !rep.Send(ctx, nil) {
+				return
+			}
+		case timedOut(err): // no answer in time: busy, or silently gone
+			now := time.Now()
+			if slowSince.IsZero() {
+				slowSince = now
+			}
+			if now.Sub(slowSince) >= s.opts.SlowGrace && !rep.Send(ctx, nil) {
 				return
 			}
 		default: // unreachable or answering nonsense
@@ -649,6 +673,14 @@ func (s *Store) watch(ctx context.Context, name string, rep *segment.WatchReport
 		case <-changed:
 		}
 	}
+}
+
+// timedOut reports whether err is a poll that got no answer in time (a
+// dial, handshake or exchange past its deadline), not a refusal.
+func timedOut(err error) bool {
+	var ne net.Error
+	return errors.Is(err, context.DeadlineExceeded) || errors.Is(err, os.ErrDeadlineExceeded) ||
+		(errors.As(err, &ne) && ne.Timeout())
 }
 
 // Close stops the listener, drops every connection, ends every Watch and

@@ -744,3 +744,81 @@ func TestOpenFailureIsNil(t *testing.T) {
 		t.Fatalf("Open on a busy port = %#v, %v; want a nil Store and the cause", s, err)
 	}
 }
+
+// TestWatchSlowPeer: a peer that accepts but answers no poll in time (a
+// busy host) is not reported gone after Grace, which would drop its live
+// transfers, only after SlowGrace; once it refuses connections it is gone
+// after Grace.
+func TestWatchSlowPeer(t *testing.T) {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ln.Close()
+	var mu sync.Mutex
+	var held []net.Conn // accepted, never answered
+	defer func() {
+		mu.Lock()
+		defer mu.Unlock()
+		for _, c := range held {
+			c.Close()
+		}
+	}()
+	go func() {
+		for {
+			c, err := ln.Accept()
+			if err != nil {
+				return
+			}
+			mu.Lock()
+			held = append(held, c)
+			mu.Unlock()
+		}
+	}()
+	name := ln.Addr().String()
+	for _, tc := range []struct {
+		slowGrace, quiet time.Duration
+	}{
+		{time.Hour, time.Second}, // many Graces of unanswered polls
+		{400 * time.Millisecond, 300 * time.Millisecond},
+	} {
+		o := fast()
+		o.Timeout = 30 * time.Millisecond
+		o.SlowGrace = tc.slowGrace
+		b := newStore(t, o)
+		ctx, cancel := context.WithCancel(ctxT(t))
+		ch, err := b.Watch(ctx, name)
+		if err != nil {
+			t.Fatal(err)
+		}
+		start := time.Now()
+		select {
+		case d := <-ch:
+			t.Fatalf("a peer answering late reported %+v after %v (Grace %v, SlowGrace %v)", d, time.Since(start), o.Grace, o.SlowGrace)
+		case <-time.After(tc.quiet):
+		}
+		if tc.slowGrace < time.Hour {
+			expectNil(t, ch, 5*time.Second)
+			if d := time.Since(start); d < tc.slowGrace {
+				t.Fatalf("gone reported after %v, before SlowGrace %v", d, tc.slowGrace)
+			}
+		}
+		cancel()
+	}
+	// Refused from now on: gone after Grace.
+	o := fast()
+	o.Timeout, o.SlowGrace = 30*time.Millisecond, time.Hour
+	b := newStore(t, o)
+	ch, err := b.Watch(ctxT(t), name)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ln.Close()
+	mu.Lock()
+	for _, c := range held {
+		c.Close()
+	}
+	held = nil
+	mu.Unlock()
+	expectNil(t, ch, 5*time.Second)
+}
