@@ -489,3 +489,45 @@ func TestBenchStuckAfter(t *testing.T) {
 		}
 	}
 }
+
+// TestWarnOverrun: a configuration that measured well past --duration
+// says so, whether one protocol overran its share or each part overran a
+// little (tcp 0.9 s, shm 0.6 s and memcpy 0.7 s of a 1 s duration, as a
+// run at load measured, once went unsaid); one within bounds says
+// nothing.
+func TestWarnOverrun(t *testing.T) {
+	c, err := parseBench([]string{"--threads", "1000", "--duration", "1s", "--block-size", "4KiB", "--batch-size", "4"}, io.Discard)
+	if err != nil {
+		t.Fatal(err)
+	}
+	bc := bench.Config{Op: parseOp("write"), Block: 4096, Batch: 4, Threads: 1000, Duration: time.Second, Protocols: []string{"tcp", "shm"}, Memcpy: true}
+	res := func(tcp, shm, memcpy float64) []*benchResult {
+		return []*benchResult{{Protocol: "tcp", Seconds: tcp}, {Protocol: "shm", Seconds: shm, Memcpy: &bench.Ceiling{Seconds: memcpy}}}
+	}
+	for _, tc := range []struct {
+		name string
+		rs   []*benchResult
+		want []string // lines' substrings, in order; none: silent
+	}{
+		{"within", res(0.4, 0.4, 0.35), nil},
+		{"parts", res(0.9, 0.6, 0.68), []string{"write 4KiB measured 2.2s in all (tcp 0.9s, shm 0.6s, memcpy 0.7s), not its 1s"}},
+		{"one", res(1.5, 0.4, 0.35), []string{"write 4KiB over tcp measured 1.5s, not its 0.3s"}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			var w bytes.Buffer
+			warnOverrun(&w, c, &bc, "write 4KiB", tc.rs)
+			lines := strings.Split(strings.TrimSuffix(w.String(), "\n"), "\n")
+			if w.Len() == 0 {
+				lines = nil
+			}
+			if len(lines) != len(tc.want) {
+				t.Fatalf("said %q, want %d lines like %q", w.String(), len(tc.want), tc.want)
+			}
+			for i, l := range lines {
+				if !strings.Contains(l, tc.want[i]) || !strings.HasSuffix(l, "lower --threads, --batch-size or --block-size for a shorter run") {
+					t.Errorf("line %q, want %q and the advice", l, tc.want[i])
+				}
+			}
+		})
+	}
+}
