@@ -66,11 +66,27 @@ func runBench(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 		fmt.Fprintf(progress, "te bench: block × batch × threads = %s: the buffer is raised from --buffer-size %s to %s on each side\n",
 			c.size(footprint), c.size(c.BufferSize), c.size(bufSize))
 	}
+	// What to lower when the buffers do not fit: the footprint raised
+	// them, or --buffer-size is too large.
+	lower := "lower --buffer-size"
+	if bufSize > c.BufferSize || localSize > c.BufferSize {
+		lower = "lower --threads, --batch-size or --block-size"
+		if c.Verify {
+			lower += " (--verify doubles the initiator's)"
+		}
+	}
+	need, what := localSize, "the initiator's buffer"
+	if c.Segment == "" {
+		need, what = bufSize+localSize, "the initiator's and the in-process target's buffers"
+	}
+	if err := fitMemory(what, need, lower); err != nil {
+		return err
+	}
 	stages := cli.NewStages(progress, "te bench", time.Second)
 	env, err := setupBench(ctx, c, bufSize, localSize, stages.Stage)
 	stages.End(err)
 	if err != nil {
-		return err
+		return withAdvice(err, lower)
 	}
 	defer env.Close()
 	for _, u := range env.unreached {

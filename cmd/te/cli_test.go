@@ -461,3 +461,30 @@ func TestCLINoRDMADevice(t *testing.T) {
 		}
 	}
 }
+
+// TestCLIBufferTooLarge: buffers no host holds are refused before
+// anything is mapped, and a buffer the kernel will not map (here under
+// a small address-space limit) fails saying what to lower, not with a
+// bare "cannot allocate memory".
+func TestCLIBufferTooLarge(t *testing.T) {
+	for _, args := range [][]string{
+		{"bench", "--buffer-size", "100TiB", "--duration", "100ms"},
+		{"serve", "--buffer-size", "100TiB"},
+	} {
+		_, stderr, code := runTE(t, args...)
+		if code == 0 || !strings.Contains(stderr, "more than this host's memory") || !strings.Contains(stderr, "lower --buffer-size") {
+			t.Errorf("te %s: exit %d\n%s", strings.Join(args, " "), code, stderr)
+		}
+	}
+	for _, args := range []string{
+		"bench --buffer-size 4GiB --duration 100ms",
+		"serve --buffer-size 8GiB",
+	} {
+		ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+		out, err := exec.CommandContext(ctx, "sh", "-c", "ulimit -v 3000000 && exec "+teBinary(t)+" "+args).CombinedOutput()
+		cancel()
+		if err == nil || !strings.Contains(string(out), "lower --buffer-size") {
+			t.Errorf("te %s under ulimit -v 3000000: %v\n%s", args, err, out)
+		}
+	}
+}

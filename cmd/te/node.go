@@ -15,6 +15,7 @@ import (
 	"github.com/rdmago/te/auth"
 	"github.com/rdmago/te/engine"
 	"github.com/rdmago/te/internal/cli"
+	"github.com/rdmago/te/internal/dma"
 	"github.com/rdmago/te/mooncake"
 	"github.com/rdmago/te/mooncake/mctcp"
 	mcp2p "github.com/rdmago/te/mooncake/p2p"
@@ -138,12 +139,46 @@ func openNode(ctx context.Context, cfg nodeConfig) (_ *node, err error) {
 		n.mem, err = engine.Alloc(int(cfg.bufSize))
 	}
 	if err != nil {
-		return nil, err
+		return nil, &allocError{cfg.bufSize, err}
 	}
 	if err = n.eng.RegisterLocalMemory(n.mem.Bytes(), "cpu:0"); err != nil {
 		return nil, err
 	}
 	return n, nil
+}
+
+// allocError is a node's buffer that could not be mapped; the command
+// says what to lower.
+type allocError struct {
+	size int64
+	err  error
+}
+
+func (e *allocError) Error() string {
+	return fmt.Sprintf("map a buffer of %s: %v", cli.FormatSize(e.size), e.err)
+}
+
+func (e *allocError) Unwrap() error { return e.err }
+
+// withAdvice adds what to lower to a buffer that could not be mapped.
+func withAdvice(err error, advice string) error {
+	var ae *allocError
+	if errors.As(err, &ae) {
+		return fmt.Errorf("%w: %s", err, advice)
+	}
+	return err
+}
+
+// fitMemory refuses buffers of need bytes in all that this host cannot
+// hold (they are mapped lazily: the process would be killed once they are
+// touched); advice says what to lower.
+func fitMemory(what string, need int64, advice string) error {
+	have, err := dma.HostMemory()
+	if err != nil || need <= 0 || uint64(need) <= have {
+		return nil
+	}
+	return fmt.Errorf("%s: %s, more than this host's memory (%.1fGiB of RAM and swap): %s",
+		what, cli.FormatSize(need), float64(have)/(1<<30), advice)
 }
 
 // openStore opens a metadata store; the embedded p2p store gets the

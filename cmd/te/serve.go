@@ -75,6 +75,10 @@ func runServe(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	if bufSize.N <= 0 {
 		return fs.Usagef("--buffer-size must be positive")
 	}
+	const lower = "lower --buffer-size"
+	if err := fitMemory("--buffer-size", bufSize.N, lower); err != nil {
+		return err
+	}
 	secret, err := loadAuth(*authFile)
 	if err != nil {
 		return err
@@ -83,7 +87,7 @@ func runServe(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 		metadata: *metadata, auth: secret, name: *name, protocols: protocol.V, listen: *listen, devices: devices.V, bufSize: bufSize.N,
 	})
 	if err != nil {
-		return err
+		return withAdvice(err, lower)
 	}
 	defer n.Close()
 	defer serveLanes(n.laneLabels)() // for te trace

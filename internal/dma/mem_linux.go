@@ -122,6 +122,17 @@ func AllocShared(n int) (*Region, error) {
 	return r, nil
 }
 
+// HostMemory is the memory this host has for mappings: its RAM and swap,
+// in bytes. A buffer larger than that cannot be touched in full (it is
+// mapped lazily: the process would be killed once it is).
+func HostMemory() (uint64, error) {
+	var si unix.Sysinfo_t
+	if err := unix.Sysinfo(&si); err != nil {
+		return 0, fmt.Errorf("dma: sysinfo: %w", err)
+	}
+	return (uint64(si.Totalram) + uint64(si.Totalswap)) * uint64(si.Unit), nil
+}
+
 // closeFD is a cleanup: it closes a memory file its Region leaked.
 func closeFD(fd int) { unix.Close(fd) }
 

@@ -14,6 +14,7 @@ type (
 	Msghdr          = sys.Msghdr
 	SockaddrNetlink = sys.SockaddrNetlink
 	Stat_t          = sys.Stat_t
+	Sysinfo_t       = sys.Sysinfo_t
 	TCPInfo         = sys.TCPInfo
 	Timespec        = sys.Timespec
 	Ucred           = sys.Ucred
@@ -109,6 +110,7 @@ var (
 	Setns                     = sys.Setns
 	Socket                    = sys.Socket
 	Stat                      = sys.Stat
+	Sysinfo                   = sys.Sysinfo
 	Uname                     = sys.Uname
 	UnixRights                = sys.UnixRights
 )
