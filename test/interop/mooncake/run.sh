@@ -16,9 +16,9 @@
 #       their shared libraries (the guest's own glibc and libibverbs with
 #       its rxe provider; Debian 12 on both sides). SR_* knobs pass on to
 #       test/softroce/run.sh (SR_KPKG, SR_MTU, SR_ACCEL...); the guest gets
-#       SR_MEM=3072 unless set. Not run yet against a Mooncake build (none
-#       was at hand when it was written): te to te over the same wire in
-#       the same guest is mooncake/p2p's TestMooncakeWire and interop's
+#       SR_MEM=3072 unless set. Run against the build below on kernel 6.1
+#       (docs/measurements.md has its table); te to te over the same wire in
+#       CI's guest tier is mooncake/p2p's TestMooncakeWire and interop's
 #       TestTeBenchMooncakeRDMA. Mooncake's ACK timeout is fixed at 14
 #       (~67 ms), which on 6.1's rxe under TCG can trip rxe's retransmission
 #       race (WRs completing with "remote invalid request") in Mooncake's
