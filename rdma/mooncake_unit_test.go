@@ -333,28 +333,13 @@ func TestFakeMooncakeAllocs(t *testing.T) {
 	ini, tgt, seg := mooncakePair(t, f, tasks*blk, 2)
 	reqs := fakeRequests(engine.Write, ini.fnode, tgt.fnode, seg, tasks, blk)
 	ctx := context.Background()
-	var failed error
-	run := func() {
-		b, err := ini.Engine.AllocateBatch(tasks)
-		if err == nil {
-			err = ini.Engine.Submit(b, reqs)
-		}
-		if err == nil {
-			err = ini.Engine.Wait(ctx, b)
-		}
-		if err == nil {
-			err = ini.Engine.FreeBatch(b)
-		}
-		if err != nil && failed == nil {
-			failed = err
-		}
-	}
+	run, failed := enginetest.BatchLoop(ctx, ini.Engine, reqs)
 	for range 8 {
 		run()
 	}
 	allocs := enginetest.AllocsPerRun(20, run)
-	if failed != nil {
-		t.Fatal(failed)
+	if err := failed(); err != nil {
+		t.Fatal(err)
 	}
 	if allocs != 0 {
 		t.Fatalf("%v allocations per batch of %d", allocs, tasks)

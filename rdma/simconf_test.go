@@ -65,28 +65,13 @@ func TestSimSteadyStateAllocs(t *testing.T) {
 			ini := newSimNode(t, st, "initiator", f, mlx5.Provider(), nil, tasks*c.blk)
 			reqs := fakeRequests(c.op, ini, tgt, openSeg(t, ini, "target"), tasks, c.blk)
 			ctx := context.Background()
-			var failed error
-			run := func() {
-				b, err := ini.Engine.AllocateBatch(tasks)
-				if err == nil {
-					err = ini.Engine.Submit(b, reqs)
-				}
-				if err == nil {
-					err = ini.Engine.Wait(ctx, b)
-				}
-				if err == nil {
-					err = ini.Engine.FreeBatch(b)
-				}
-				if err != nil && failed == nil {
-					failed = err
-				}
-			}
+			run, failed := enginetest.BatchLoop(ctx, ini.Engine, reqs)
 			for range 4 {
 				run() // warm up: endpoints, queues, the engine's pools, the HCA's scratch
 			}
 			allocs, all := enginetest.SteadyAllocs(8, 3, run)
-			if failed != nil {
-				t.Fatal(failed)
+			if err := failed(); err != nil {
+				t.Fatal(err)
 			}
 			if allocs != 0 {
 				t.Fatalf("%v allocations per batch of %d (tries: %v)", allocs, tasks, all)

@@ -537,22 +537,7 @@ func TestFakeAllocs(t *testing.T) {
 	ini, tgt, seg := fakePair(t, f, Config{}, tasks*blk, 2)
 	reqs := fakeRequests(engine.Write, ini, tgt, seg, tasks, blk)
 	ctx := context.Background()
-	var failed error
-	run := func() {
-		b, err := ini.Engine.AllocateBatch(tasks)
-		if err == nil {
-			err = ini.Engine.Submit(b, reqs)
-		}
-		if err == nil {
-			err = ini.Engine.Wait(ctx, b)
-		}
-		if err == nil {
-			err = ini.Engine.FreeBatch(b)
-		}
-		if err != nil && failed == nil {
-			failed = err
-		}
-	}
+	run, failed := enginetest.BatchLoop(ctx, ini.Engine, reqs)
 	for range 8 {
 		run()
 	}
@@ -572,8 +557,8 @@ func TestFakeAllocs(t *testing.T) {
 	}
 	e0, r0 := written()
 	allocs := enginetest.AllocsPerRun(20, run)
-	if failed != nil {
-		t.Fatal(failed)
+	if err := failed(); err != nil {
+		t.Fatal(err)
 	}
 	if allocs != 0 {
 		t.Fatalf("%v allocations per batch of %d", allocs, tasks)

@@ -177,28 +177,13 @@ func TestMooncakeWireAllocs(t *testing.T) {
 			for i := range reqs {
 				reqs[i] = engine.Request{Op: op, Local: ini.Mem.Bytes()[i*blk : (i+1)*blk], Target: seg, TargetAddr: engine.AddrOf(tgt.Mem.Bytes()) + uint64(i*blk)}
 			}
-			var failed error
-			run := func() {
-				b, err := ini.Engine.AllocateBatch(tasks)
-				if err == nil {
-					err = ini.Engine.Submit(b, reqs)
-				}
-				if err == nil {
-					err = ini.Engine.Wait(ctx, b)
-				}
-				if err == nil {
-					err = ini.Engine.FreeBatch(b)
-				}
-				if err != nil && failed == nil {
-					failed = err
-				}
-			}
+			run, failed := enginetest.BatchLoop(ctx, ini.Engine, reqs)
 			for range 4 {
 				run()
 			}
 			allocs, all := enginetest.SteadyAllocs(8, 3, run)
-			if failed != nil {
-				t.Fatal(failed)
+			if err := failed(); err != nil {
+				t.Fatal(err)
 			}
 			if allocs != 0 {
 				t.Fatalf("%v allocations per batch of %d (tries: %v)", allocs, tasks, all)
