@@ -15,9 +15,6 @@ import (
 // that value, not on Transport, so Transport's own methods are the ones a
 // program uses: New and inspection.
 func (t *Transport) Driver() driver.Transport {
-	if t.cfg.Mooncake {
-		return mcDrv{t}
-	}
 	return drv{t}
 }
 
@@ -27,7 +24,7 @@ type drv struct{ t *Transport }
 
 var _ driver.Transport = drv{}
 
-func (d drv) Name() string                         { return segment.ProtoRDMA }
+func (d drv) Name() string                         { return d.t.proto() }
 func (d drv) Install(h driver.Host) error          { return d.t.install(h) }
 func (d drv) Describe(s *segment.Descriptor) error { return d.t.describe(s) }
 func (d drv) RegisterMemory(r driver.Region) (any, error) {
@@ -49,7 +46,7 @@ func (d drv) Inspect() driver.TransportState { return d.t.inspect() }
 var _ driver.PeerKeeper = drv{}
 
 func (d drv) KeepPeer(old, new *segment.Descriptor) bool {
-	return keepPeer(segment.ProtoRDMA, old, new)
+	return keepPeer(d.t.proto(), old, new)
 }
 
 // keepPeer reports whether a peer connected for descriptor a still fits

@@ -476,34 +476,3 @@ func (t *Transport) mcSendNote(n *outNote) {
 		n.finish(err)
 	}()
 }
-
-// mcDrv is a Mooncake-mode transport behind the driver contract.
-type mcDrv struct{ t *Transport }
-
-var (
-	_ driver.Transport = mcDrv{}
-	_ driver.Notifier  = mcDrv{}
-)
-
-// SubmitNotify implements driver.Notifier: ss start at once; the
-// notification follows as a Notify message on the peer's handshake
-// socket once every one of them has completed (mcSendNote).
-func (d mcDrv) SubmitNotify(ss []*driver.Slice, n *driver.Note) { drv(d).SubmitNotify(ss, n) }
-
-func (d mcDrv) Name() string                         { return d.t.proto() }
-func (d mcDrv) Install(h driver.Host) error          { return d.t.install(h) }
-func (d mcDrv) Describe(s *segment.Descriptor) error { return d.t.describe(s) }
-func (d mcDrv) RegisterMemory(r driver.Region) (any, error) {
-	return d.t.registerMemory(r)
-}
-func (d mcDrv) UnregisterMemory(r driver.Region, key any) error {
-	return d.t.unregisterMemory(r, key)
-}
-func (d mcDrv) Connect(ctx context.Context, remote *segment.Descriptor) (driver.Peer, error) {
-	return d.t.connect(ctx, remote)
-}
-func (d mcDrv) SliceSize() uint64                          { return d.t.sliceSize() }
-func (d mcDrv) Submit(ss []*driver.Slice)                  { d.t.submitSlices(ss, nil) }
-func (d mcDrv) Close() error                               { return d.t.shutdown() }
-func (d mcDrv) Inspect() driver.TransportState             { return d.t.inspect() }
-func (d mcDrv) KeepPeer(old, new *segment.Descriptor) bool { return keepPeer(d.t.proto(), old, new) }
