@@ -108,6 +108,9 @@ type Transport struct {
 	closed    bool
 	conns     map[net.Conn]*sconn
 	perSource map[netip.Addr]int
+	spare     sync.Pool    // *sconn, buffers of closed connections
+	handoff   chan *sconn  // admit to an idle server goroutine
+	idle      atomic.Int32 // server goroutines in next
 	peers     map[*peer]struct{}
 
 	// Notifications (notify.go): the submission each slice of a
@@ -147,6 +150,8 @@ func New(cfg Config) *Transport {
 	}
 	cfg.MaxConnsPerSource = min(cfg.MaxConnsPerSource, cfg.MaxConns)
 	t := &Transport{cfg: cfg, conns: map[net.Conn]*sconn{}, perSource: map[netip.Addr]int{}, peers: map[*peer]struct{}{}}
+	t.spare.New = newSconn
+	t.handoff = make(chan *sconn)
 	t.ctx, t.cancel = context.WithCancel(context.Background())
 	return t
 }
@@ -174,7 +179,11 @@ func (t *Transport) Install(h driver.Host) error {
 	if t.host != nil {
 		return errors.New("mctcp: already installed")
 	}
-	ln, err := net.Listen("tcp", t.cfg.Listen)
+	// No keepalive probes on accepted connections (four system calls
+	// each, and Mooncake's initiator may open one per request): a
+	// connection idle for its initiator is what admission closes first.
+	lc := net.ListenConfig{KeepAlive: -1}
+	ln, err := lc.Listen(context.Background(), "tcp", t.cfg.Listen)
 	if err != nil {
 		return fmt.Errorf("mctcp: listen %s: %w", t.cfg.Listen, err)
 	}

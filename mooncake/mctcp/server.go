@@ -17,7 +17,11 @@ import (
 // arrive many per system call; payloads at least this large bypass it.
 const connBufSize = 64 << 10
 
-// sconn is one accepted connection as admission sees it.
+// sconn is one accepted connection as admission sees it, with the
+// buffers that serve it. Mooncake's initiator opens a connection per
+// request unless pooled, so the buffers outlive their connection: they
+// come from Transport.spare, and the read buffer only once a small
+// payload needs it.
 type sconn struct {
 	c   *net.TCPConn
 	src netip.Addr
@@ -25,9 +29,11 @@ type sconn struct {
 	// (unix nanoseconds), 0 while the target works on a request.
 	waiting atomic.Int64
 
-	br *bufio.Reader
+	br *bufio.Reader // nil until a request smaller than directRead
 	hb [headerLen]byte
 	g  gather
+	// deadline: a read deadline is set on c.
+	deadline bool
 }
 
 // gather collects answers for one writev: status words in a fixed arena
@@ -107,6 +113,42 @@ func (g *gather) reset() {
 func (sc *sconn) wait() { sc.waiting.Store(time.Now().UnixNano()) }
 func (sc *sconn) work() { sc.waiting.Store(0) }
 
+// buffered is the number of bytes read ahead of the request at hand.
+func (sc *sconn) buffered() int {
+	if sc.br == nil {
+		return 0
+	}
+	return sc.br.Buffered()
+}
+
+// reader is the read buffer, made on first use.
+func (sc *sconn) reader() *bufio.Reader {
+	if sc.br == nil {
+		sc.br = bufio.NewReaderSize(sc.c, connBufSize)
+	}
+	return sc.br
+}
+
+// noDeadline lets c wait for its initiator for ever (idle lanes may;
+// admission evicts them); a connection without a deadline skips the call.
+func (sc *sconn) noDeadline() {
+	if sc.deadline {
+		sc.c.SetReadDeadline(time.Time{})
+		sc.deadline = false
+	}
+}
+
+func (sc *sconn) readDeadline(d time.Duration) {
+	sc.c.SetReadDeadline(time.Now().Add(d))
+	sc.deadline = true
+}
+
+// maxIdleServers bounds the goroutines that, their connection closed,
+// wait for the next one: Mooncake's initiator opens a connection per
+// request unless pooled, and a goroutine that has served one has its
+// stack grown already.
+const maxIdleServers = 256
+
 // admit serves c unless the target is at a bound and no connection can
 // make room: then the one that has waited longest for its initiator is
 // closed instead, so held connections cannot lock initiators out.
@@ -126,38 +168,46 @@ func (t *Transport) admit(c net.Conn) {
 		c.Close()
 		return
 	}
-	var victim *sconn
+	var victim net.Conn
 	full := len(t.conns) >= t.cfg.MaxConns
 	srcFull := t.perSource[src] >= t.cfg.MaxConnsPerSource
 	if full || srcFull {
+		var vs *sconn
 		oldest := int64(0)
 		for _, sc := range t.conns {
 			w := sc.waiting.Load()
 			if w == 0 || (srcFull && sc.src != src) {
 				continue
 			}
-			if victim == nil || w < oldest {
-				victim, oldest = sc, w
+			if vs == nil || w < oldest {
+				vs, oldest = sc, w
 			}
 		}
-		if victim == nil {
+		if vs == nil {
 			t.mu.Unlock()
 			c.Close()
 			t.log.Debug("mctcp: connection refused: every slot busy", "remote", c.RemoteAddr())
 			return
 		}
-		t.dropLocked(victim.c)
+		victim = vs.c // read under mu: once dropped, vs may serve another connection
+		t.dropLocked(victim)
 	}
-	sc := &sconn{c: tc, src: src}
+	sc := t.spare.Get().(*sconn)
+	sc.c, sc.src = tc, src
 	sc.wait()
 	t.conns[tc] = sc
 	t.perSource[src]++
-	t.wg.Add(1)
+	t.wg.Add(1) // for a new server, unless an idle one takes sc
 	t.mu.Unlock()
 	if victim != nil {
-		victim.c.Close()
+		victim.Close()
 	}
-	go t.serve(sc)
+	select {
+	case t.handoff <- sc:
+		t.wg.Done()
+	default:
+		go t.serve(sc)
+	}
 }
 
 func (t *Transport) dropLocked(c net.Conn) {
@@ -171,20 +221,56 @@ func (t *Transport) dropLocked(c net.Conn) {
 	}
 }
 
+// serve serves sc, then the connections admit hands it while it is one
+// of at most maxIdleServers idle ones, until the transport closes.
 func (t *Transport) serve(sc *sconn) {
 	defer t.wg.Done()
-	defer func() {
-		sc.c.Close()
-		t.mu.Lock()
-		t.dropLocked(sc.c)
-		t.mu.Unlock()
-	}()
-	sc.c.SetNoDelay(true)
-	sc.br = bufio.NewReaderSize(sc.c, connBufSize)
+	for sc != nil {
+		t.serveOne(sc)
+		sc = t.next()
+	}
+}
+
+// next waits for admit's next connection; nil if enough servers wait
+// already or the transport closed.
+func (t *Transport) next() *sconn {
+	defer t.idle.Add(-1)
+	if t.idle.Add(1) > maxIdleServers {
+		return nil
+	}
+	select {
+	case sc := <-t.handoff:
+		return sc
+	case <-t.ctx.Done():
+		return nil
+	}
+}
+
+func (t *Transport) serveOne(sc *sconn) {
+	// Accepted TCP connections have TCP_NODELAY set by the net package:
+	// status words leave at once.
+	if sc.br != nil {
+		sc.br.Reset(sc.c)
+	}
 	err := t.serveConn(sc)
 	if err != nil && !errors.Is(err, io.EOF) && !errors.Is(err, net.ErrClosed) {
 		t.log.Debug("mctcp: serve connection", "remote", sc.c.RemoteAddr(), "err", err)
 	}
+	sc.c.Close()
+	t.mu.Lock()
+	t.dropLocked(sc.c)
+	t.mu.Unlock()
+	if sc.br != nil {
+		sc.br.Reset(nil)
+	}
+	sc.c, sc.deadline = nil, false
+	t.spare.Put(sc)
+}
+
+func newSconn() any {
+	sc := &sconn{}
+	sc.g.init()
+	return sc
 }
 
 var errUnknownOp = errors.New("mctcp: unknown opcode")
@@ -213,6 +299,16 @@ func readPayload(br *bufio.Reader, c net.Conn, dst []byte) (bool, error) {
 	return true, nil
 }
 
+// readPayload is readPayload on sc, whose read buffer is made only when
+// a small payload needs it.
+func (sc *sconn) readPayload(dst []byte) (bool, error) {
+	if sc.br == nil && len(dst) >= directRead {
+		_, err := io.ReadFull(sc.c, dst)
+		return true, err
+	}
+	return readPayload(sc.reader(), sc.c, dst)
+}
+
 // serveConn answers one connection's requests in order until it closes,
 // breaks the protocol or asks for memory it may not have. Answers are
 // gathered while further requests are already buffered and written
@@ -220,7 +316,6 @@ func readPayload(br *bufio.Reader, c net.Conn, dst []byte) (bool, error) {
 // request.
 func (t *Transport) serveConn(sc *sconn) error {
 	g := &sc.g
-	g.init()
 	defer g.reset()
 	flush := func() error {
 		sc.wait()
@@ -228,36 +323,38 @@ func (t *Transport) serveConn(sc *sconn) error {
 		sc.work()
 		return err
 	}
-	direct := false // the last payload bypassed the read buffer
+	// direct: read the next header exactly, so a large payload behind it
+	// lands in memory without passing through the read buffer. So it
+	// starts: a connection per request has one header to read.
+	direct := true
 	for {
-		if sc.br.Buffered() < headerLen {
+		if sc.buffered() < headerLen {
 			if err := flush(); err != nil {
 				return err
 			}
 			sc.wait()
-			switch {
-			case direct && sc.br.Buffered() == 0:
-				// After a large payload read the next header exactly,
-				// so the payload behind it lands in memory without
-				// passing through the buffer.
-				sc.c.SetReadDeadline(time.Time{}) // idle lanes may wait for ever (admission evicts them)
+			if direct && sc.buffered() == 0 {
+				sc.noDeadline()
 				n, err := sc.c.Read(sc.hb[:])
 				if err != nil {
 					return err
 				}
-				sc.c.SetReadDeadline(time.Now().Add(t.cfg.IOTimeout))
-				if _, err := io.ReadFull(sc.c, sc.hb[n:]); err != nil {
-					return err
-				}
-			default:
-				if sc.br.Buffered() == 0 {
-					sc.c.SetReadDeadline(time.Time{})
-					if _, err := sc.br.Peek(1); err != nil {
+				if n < headerLen {
+					sc.readDeadline(t.cfg.IOTimeout)
+					if _, err := io.ReadFull(sc.c, sc.hb[n:]); err != nil {
 						return err
 					}
 				}
-				sc.c.SetReadDeadline(time.Now().Add(t.cfg.IOTimeout))
-				if _, err := io.ReadFull(sc.br, sc.hb[:]); err != nil {
+			} else {
+				br := sc.reader()
+				if br.Buffered() == 0 {
+					sc.noDeadline()
+					if _, err := br.Peek(1); err != nil {
+						return err
+					}
+				}
+				sc.readDeadline(t.cfg.IOTimeout)
+				if _, err := io.ReadFull(br, sc.hb[:]); err != nil {
 					return err
 				}
 			}
@@ -280,17 +377,17 @@ func (t *Transport) serveConn(sc *sconn) error {
 			return t.reject(sc, v2, err)
 		}
 		if op == opWrite {
-			if uint64(sc.br.Buffered()) < h.size {
+			if uint64(sc.buffered()) < h.size {
 				// The payload is not all here: answer what is gathered
 				// before waiting for it.
 				if err := flush(); err != nil {
 					r.Release()
 					return err
 				}
-				sc.c.SetReadDeadline(time.Now().Add(t.cfg.IOTimeout))
+				sc.readDeadline(t.cfg.IOTimeout)
 			}
 			sc.wait()
-			direct, err = readPayload(sc.br, sc.c, mem)
+			direct, err = sc.readPayload(mem)
 			sc.work()
 			r.Release()
 			if err != nil {
