@@ -4,6 +4,10 @@ import (
 	"context"
 	"crypto/rand"
 	"fmt"
+	"io"
+	"net"
+	"runtime"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -100,4 +104,96 @@ func BenchmarkVsTE(b *testing.B) {
 			})
 		}
 	}
+}
+
+// BenchmarkConnPerRequest: v2 requests sent the way Mooncake's initiator
+// sends them in its default mode (MC_TCP_ENABLE_CONNECTION_POOL unset),
+// each on a connection of its own (dial, header and a WRITE's payload,
+// status and a READ's payload, close: the target reads EOF and closes
+// too), next to the same requests on one persistent connection per
+// client, one request at a time (its pooled lanes). 16 clients at once,
+// as Mooncake's batches keep many connections open. ns/op is the
+// target's time per request under that load; allocs/op count the
+// client's dialling and Go's accepting a connection, none made by the
+// target's serving (pooled shows it).
+//
+//	go test -run '^$' -bench ConnPerRequest -benchmem ./mooncake/mctcp
+func BenchmarkConnPerRequest(b *testing.B) {
+	const slots = 64
+	for _, op := range []byte{opWrite, opRead} {
+		for _, s := range []struct {
+			name string
+			size int
+		}{{"4KiB", 4 << 10}, {"64KiB", 64 << 10}, {"1MiB", 1 << 20}} {
+			for _, pooled := range []bool{false, true} {
+				name := map[byte]string{opWrite: "write", opRead: "read"}[op]
+				conn := map[bool]string{false: "per-request", true: "pooled"}[pooled]
+				b.Run(fmt.Sprintf("op=%s/size=%s/conn=%s", name, s.name, conn), func(b *testing.B) {
+					n := newNode(b, nil, "target", slots*s.size, Config{}, nil)
+					addr, base := n.tr.Endpoint(), n.base()
+					var next atomic.Int64
+					b.SetBytes(int64(s.size))
+					b.ReportAllocs()
+					b.SetParallelism(max(1, 16/runtime.GOMAXPROCS(0)))
+					b.ResetTimer()
+					b.RunParallel(func(pb *testing.PB) {
+						slot := uint64(next.Add(1)-1) % slots
+						var hb [headerLen]byte
+						h := header{size: uint64(s.size), addr: base + slot*uint64(s.size), op: op | opV2}
+						h.encode(hb[:])
+						buf := make([]byte, s.size)
+						var st [statusLen]byte
+						var c net.Conn
+						defer func() {
+							if c != nil {
+								c.Close()
+							}
+						}()
+						for pb.Next() {
+							if err := request(&c, addr, hb[:], st[:], buf, op); err != nil {
+								b.Error(err)
+								return
+							}
+							if !pooled {
+								c.Close()
+								c = nil
+							}
+						}
+					})
+				})
+			}
+		}
+	}
+}
+
+// request sends one request on *c (dialled first if nil) and reads its
+// answer.
+func request(c *net.Conn, addr string, hb, st, buf []byte, op byte) error {
+	if *c == nil {
+		d, err := net.Dial("tcp", addr)
+		if err != nil {
+			return err
+		}
+		*c = d
+	}
+	if _, err := (*c).Write(hb); err != nil {
+		return err
+	}
+	if op == opWrite {
+		if _, err := (*c).Write(buf); err != nil {
+			return err
+		}
+	}
+	if _, err := io.ReadFull(*c, st); err != nil {
+		return err
+	}
+	if code, err := decodeStatus(st); err != nil || code != statusOK {
+		return fmt.Errorf("status %d, %v", code, err)
+	}
+	if op == opRead {
+		if _, err := io.ReadFull(*c, buf); err != nil {
+			return err
+		}
+	}
+	return nil
 }
