@@ -1,7 +1,9 @@
 package shm
 
 import (
+	"bytes"
 	"context"
+	"math/rand/v2"
 	"testing"
 	"time"
 
@@ -134,5 +136,48 @@ func TestUnregisterWaitsForCopy(t *testing.T) {
 			t.Fatal("WRITE after unregistration succeeded")
 		}
 		eventually(t, 5*time.Second, "initiator unmaps the region", func() bool { return itr.Stats().Mapped == 0 })
+	}
+}
+
+// TestSpreadCopiesEach: a submission shared by the submitter (from the
+// front) and copiers (from the back) copies every slice exactly once,
+// whatever their sizes and wherever the two ends meet.
+func TestSpreadCopiesEach(t *testing.T) {
+	for _, copiers := range []int{1, 3} {
+		const size = 4 << 20
+		ini, tgt, _, _, seg := inProcessPair(t, size, Config{Copiers: copiers, ParallelMin: 1})
+		base := engine.AddrOf(tgt.Mem.Bytes())
+		ctx := ctxT(t, 30*time.Second)
+		for round := range 20 {
+			rnd := rand.New(rand.NewPCG(uint64(copiers), uint64(round)))
+			local, remote := ini.Mem.Bytes()[:size/2], tgt.Mem.Bytes()[:size/2]
+			for i := range local {
+				local[i] = byte(rnd.Uint32())
+			}
+			clear(remote)
+			var reqs []engine.Request
+			for off := 0; off < len(local); {
+				n := min(1+rnd.IntN(16<<10), len(local)-off)
+				reqs = append(reqs, engine.Request{Op: engine.Write, Local: local[off : off+n], Target: seg, TargetAddr: base + uint64(off)})
+				off += n
+			}
+			if err := ini.Engine.Transfer(ctx, reqs); err != nil {
+				t.Fatal(err)
+			}
+			if !bytes.Equal(remote, local) {
+				t.Fatalf("%d copiers, round %d: WRITE of %d requests differs", copiers, round, len(reqs))
+			}
+			back := ini.Mem.Bytes()[size/2:]
+			for i := range reqs {
+				off := reqs[i].TargetAddr - base
+				reqs[i].Op, reqs[i].Local = engine.Read, back[off:off+uint64(len(reqs[i].Local))]
+			}
+			if err := ini.Engine.Transfer(ctx, reqs); err != nil {
+				t.Fatal(err)
+			}
+			if !bytes.Equal(back, local) {
+				t.Fatalf("%d copiers, round %d: READ of %d requests differs", copiers, round, len(reqs))
+			}
+		}
 	}
 }
