@@ -11,7 +11,8 @@
 // therefore listens on loopback by default, logs one warning when it
 // listens elsewhere, and keeps te's bounds: ranges checked, connections
 // bounded (in all and per source address, the longest-waiting one making
-// room), every payload and reply bounded by IOTimeout.
+// room), every payload and reply bounded by IOTimeout (a watchdog closes
+// the connections stalled mid-request).
 package mctcp
 
 import (
@@ -61,8 +62,9 @@ type Config struct {
 	// DialTimeout bounds connecting a lane.
 	DialTimeout time.Duration
 	// IOTimeout fails a lane whose oldest request saw no answer for this
-	// long; on the target it bounds reading one payload and writing one
-	// reply, so a stalled peer cannot keep memory pinned.
+	// long; on the target it bounds reading the rest of a request and
+	// writing one reply (to IOTimeout and a quarter: a watchdog checks),
+	// so a stalled peer cannot keep memory pinned.
 	IOTimeout time.Duration
 	// MaxConns and MaxConnsPerSource bound the connections the target
 	// serves, in all and per source address; at a bound the connection
@@ -322,28 +324,44 @@ func (t *Transport) forget(p *peer) {
 }
 
 // watchdog fails lanes whose oldest request has seen no answer for
-// IOTimeout, counting ticks without progress.
+// IOTimeout, counting ticks without progress, and closes the target's
+// connections stalled mid-request (sconn.stalled) for IOTimeout: a stalled
+// peer cannot keep memory pinned for longer than IOTimeout and a tick.
 func (t *Transport) watchdog() {
 	defer t.wg.Done()
 	tick := max(t.cfg.IOTimeout/4, time.Millisecond)
 	limit := int((t.cfg.IOTimeout + tick - 1) / tick)
 	tk := time.NewTicker(tick)
 	defer tk.Stop()
-	var lanes []*lane
+	var (
+		lanes   []*lane
+		stalled []net.Conn
+	)
 	for {
 		select {
 		case <-t.ctx.Done():
 			return
 		case <-tk.C:
 		}
-		lanes = lanes[:0]
+		lanes, stalled = lanes[:0], stalled[:0]
+		since := time.Now().Add(-t.cfg.IOTimeout).UnixNano()
 		t.mu.Lock()
 		for p := range t.peers {
 			lanes = append(lanes, p.lanes...)
+		}
+		for c, sc := range t.conns {
+			if s := sc.stalled.Load(); s != 0 && s <= since {
+				stalled = append(stalled, c)
+			}
 		}
 		t.mu.Unlock()
 		for _, l := range lanes {
 			l.checkStall(limit)
 		}
+		for _, c := range stalled {
+			t.log.Debug("mctcp: connection stalled mid-request; closed", "remote", c.RemoteAddr(), "io_timeout", t.cfg.IOTimeout)
+			c.Close()
+		}
+		clear(stalled)
 	}
 }

@@ -225,6 +225,39 @@ func TestTargetWire(t *testing.T) {
 
 func slicesConcat(bs ...[]byte) []byte { return bytes.Join(bs, nil) }
 
+// TestTargetStall: a request whose header or payload stops arriving is
+// closed within IOTimeout and the watchdog's tick; a connection idle
+// between requests is not, however long it waits.
+func TestTargetStall(t *testing.T) {
+	const timeout = 200 * time.Millisecond
+	n := newNode(t, nil, "target", 1<<20, Config{IOTimeout: timeout}, nil)
+	addr, base := n.tr.Endpoint(), n.base()
+	idle := dialRaw(t, addr)
+	for _, c := range []struct {
+		name string
+		sent []byte
+	}{
+		{"payload", slicesConcat(hdr(4096, base, 0x81), make([]byte, 100))},
+		{"header", hdr(4096, base, 0x81)[:10]},
+		{"small payload", slicesConcat(hdr(100, base, 0x81), make([]byte, 10))},
+	} {
+		r := dialRaw(t, addr)
+		start := time.Now()
+		r.send(c.sent)
+		r.closed()
+		took := time.Since(start)
+		if took < timeout || took > 10*timeout {
+			t.Errorf("%s: stalled request closed after %v; IOTimeout %v", c.name, took, timeout)
+		}
+	}
+	// The idle connection waited all along and still works.
+	idle.send(hdr(8, base, 0x80))
+	if got := idle.read(8); !bytes.Equal(got, okStatus) {
+		t.Fatalf("idle connection: % x", got)
+	}
+	idle.read(8)
+}
+
 // TestInitiatorRejected: a READ outside the target's memory (the target
 // unregistered it behind the initiator's back) fails with ErrOutOfRange;
 // the lane recovers for the next request.

@@ -28,12 +28,16 @@ type sconn struct {
 	// waiting is when the connection began to wait for its initiator
 	// (unix nanoseconds), 0 while the target works on a request.
 	waiting atomic.Int64
+	// stalled is when the connection began to wait for the rest of a
+	// request (its header or payload) or for its reply to be written, 0
+	// otherwise: the watchdog closes it once that lasts IOTimeout. No
+	// deadlines: a deadline set and cleared per request costs timer
+	// updates that wake the runtime's network poller.
+	stalled atomic.Int64
 
 	br *bufio.Reader // nil until a request smaller than directRead
 	hb [headerLen]byte
 	g  gather
-	// deadline: a read deadline is set on c.
-	deadline bool
 }
 
 // gather collects answers for one writev: status words in a fixed arena
@@ -85,15 +89,17 @@ func (g *gather) add(v2 bool, code uint32, payload []byte, pin driver.Region) {
 	}
 }
 
-// flush writes what was gathered within timeout and releases the pins.
-func (g *gather) flush(c *net.TCPConn, timeout time.Duration) error {
-	if len(g.iov) == 0 {
-		g.reset()
-		return nil
+// flush writes what was gathered and releases the pins.
+func (g *gather) flush(c *net.TCPConn) error {
+	var err error
+	switch len(g.iov) {
+	case 0:
+	case 1:
+		_, err = c.Write(g.iov[0]) // no iovec array for a lone status word
+	default:
+		g.bufs = g.iov
+		_, err = g.bufs.WriteTo(c)
 	}
-	c.SetWriteDeadline(time.Now().Add(timeout))
-	g.bufs = g.iov
-	_, err := g.bufs.WriteTo(c)
 	g.reset()
 	return err
 }
@@ -110,8 +116,22 @@ func (g *gather) reset() {
 	g.nst, g.bytes = 0, 0
 }
 
+// wait: the connection waits for its initiator's next request.
 func (sc *sconn) wait() { sc.waiting.Store(time.Now().UnixNano()) }
-func (sc *sconn) work() { sc.waiting.Store(0) }
+
+// stall: it waits for the rest of a request or for its reply to leave;
+// both bounded by IOTimeout.
+func (sc *sconn) stall() {
+	now := time.Now().UnixNano()
+	sc.waiting.Store(now)
+	sc.stalled.Store(now)
+}
+
+// work: it works on a request.
+func (sc *sconn) work() {
+	sc.waiting.Store(0)
+	sc.stalled.Store(0)
+}
 
 // buffered is the number of bytes read ahead of the request at hand.
 func (sc *sconn) buffered() int {
@@ -127,20 +147,6 @@ func (sc *sconn) reader() *bufio.Reader {
 		sc.br = bufio.NewReaderSize(sc.c, connBufSize)
 	}
 	return sc.br
-}
-
-// noDeadline lets c wait for its initiator for ever (idle lanes may;
-// admission evicts them); a connection without a deadline skips the call.
-func (sc *sconn) noDeadline() {
-	if sc.deadline {
-		sc.c.SetReadDeadline(time.Time{})
-		sc.deadline = false
-	}
-}
-
-func (sc *sconn) readDeadline(d time.Duration) {
-	sc.c.SetReadDeadline(time.Now().Add(d))
-	sc.deadline = true
 }
 
 // maxIdleServers bounds the goroutines that, their connection closed,
@@ -263,7 +269,8 @@ func (t *Transport) serveOne(sc *sconn) {
 	if sc.br != nil {
 		sc.br.Reset(nil)
 	}
-	sc.c, sc.deadline = nil, false
+	sc.c = nil
+	sc.work()
 	t.spare.Put(sc)
 }
 
@@ -318,8 +325,8 @@ func (t *Transport) serveConn(sc *sconn) error {
 	g := &sc.g
 	defer g.reset()
 	flush := func() error {
-		sc.wait()
-		err := g.flush(sc.c, t.cfg.IOTimeout)
+		sc.stall()
+		err := g.flush(sc.c)
 		sc.work()
 		return err
 	}
@@ -334,13 +341,12 @@ func (t *Transport) serveConn(sc *sconn) error {
 			}
 			sc.wait()
 			if direct && sc.buffered() == 0 {
-				sc.noDeadline()
 				n, err := sc.c.Read(sc.hb[:])
 				if err != nil {
 					return err
 				}
 				if n < headerLen {
-					sc.readDeadline(t.cfg.IOTimeout)
+					sc.stall()
 					if _, err := io.ReadFull(sc.c, sc.hb[n:]); err != nil {
 						return err
 					}
@@ -348,12 +354,13 @@ func (t *Transport) serveConn(sc *sconn) error {
 			} else {
 				br := sc.reader()
 				if br.Buffered() == 0 {
-					sc.noDeadline()
 					if _, err := br.Peek(1); err != nil {
 						return err
 					}
 				}
-				sc.readDeadline(t.cfg.IOTimeout)
+				if br.Buffered() < headerLen {
+					sc.stall()
+				}
 				if _, err := io.ReadFull(br, sc.hb[:]); err != nil {
 					return err
 				}
@@ -384,9 +391,8 @@ func (t *Transport) serveConn(sc *sconn) error {
 					r.Release()
 					return err
 				}
-				sc.readDeadline(t.cfg.IOTimeout)
 			}
-			sc.wait()
+			sc.stall()
 			direct, err = sc.readPayload(mem)
 			sc.work()
 			r.Release()
@@ -410,7 +416,8 @@ func (t *Transport) serveConn(sc *sconn) error {
 // rejected WRITE's payload is not read, so the stream cannot continue.
 func (t *Transport) reject(sc *sconn, v2 bool, why error) error {
 	sc.g.add(v2, statusBad, nil, nil)
-	sc.g.flush(sc.c, t.cfg.IOTimeout)
+	sc.stall()
+	sc.g.flush(sc.c)
 	if errors.Is(why, driver.ErrOutOfRange) || errors.Is(why, driver.ErrMemoryBusy) {
 		t.log.Debug("mctcp: request rejected", "remote", sc.c.RemoteAddr(), "err", why)
 		return nil
