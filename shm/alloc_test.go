@@ -145,10 +145,11 @@ func TestUnregisterWaitsForCopy(t *testing.T) {
 func TestSpreadCopiesEach(t *testing.T) {
 	for _, copiers := range []int{1, 3} {
 		const size = 4 << 20
-		ini, tgt, _, _, seg := inProcessPair(t, size, Config{Copiers: copiers, ParallelMin: 1})
+		ini, tgt, itr, _, seg := inProcessPair(t, size, Config{Copiers: copiers, ParallelMin: 1})
 		base := engine.AddrOf(tgt.Mem.Bytes())
 		ctx := ctxT(t, 30*time.Second)
 		for round := range 20 {
+			itr.pace.shared.Store(0) // share the WRITE (pace.share)
 			rnd := rand.New(rand.NewPCG(uint64(copiers), uint64(round)))
 			local, remote := ini.Mem.Bytes()[:size/2], tgt.Mem.Bytes()[:size/2]
 			for i := range local {
@@ -179,5 +180,37 @@ func TestSpreadCopiesEach(t *testing.T) {
 				t.Fatalf("%d copiers, round %d: READ of %d requests differs", copiers, round, len(reqs))
 			}
 		}
+	}
+}
+
+// TestPace: large submissions are shared until both ways are measured,
+// then go the faster way, except one in probeEvery, which goes the other
+// way; a change of pace turns the choice.
+func TestPace(t *testing.T) {
+	var p pace
+	if !p.share() {
+		t.Fatal("first large submission not shared")
+	}
+	p.learn(true, 1<<20, 100*time.Microsecond)
+	if p.share() {
+		t.Fatal("alone not tried once sharing was measured")
+	}
+	p.learn(false, 2<<20, 400*time.Microsecond) // 200 µs a MiB alone, 100 shared
+	count := func() (shared int) {
+		for range probeEvery {
+			if p.share() {
+				shared++
+			}
+		}
+		return shared
+	}
+	if n := count(); n != probeEvery-1 {
+		t.Fatalf("shared %d of %d while sharing is faster, want all but the probe", n, probeEvery)
+	}
+	for range 10 {
+		p.learn(true, 1<<20, time.Millisecond) // the copiers' CPUs got busy
+	}
+	if n := count(); n != 1 {
+		t.Fatalf("shared %d of %d while alone is faster, want the probe only", n, probeEvery)
 	}
 }
