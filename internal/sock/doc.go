@@ -2,5 +2,8 @@
 // holds, without privileges: its cookie (SO_COOKIE, the key eBPF programs
 // see for the same socket) and the kernel's per-connection counters
 // (TCP_INFO). It also opens listeners inside another network namespace,
-// for tests that need a lossy link of their own.
+// for tests that need a lossy link of their own; reads a socket into
+// several buffers with one readv (VecReader); and reads and writes one
+// without entering the scheduler (RawIO), for servers that idle between
+// short requests.
 package sock

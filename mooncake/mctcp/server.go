@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/rdmago/te/engine/driver"
+	"github.com/rdmago/te/internal/sock"
 )
 
 // connBufSize is the target's read buffer: pipelined small requests
@@ -35,7 +36,8 @@ type sconn struct {
 	// updates that wake the runtime's network poller.
 	stalled atomic.Int64
 
-	br *bufio.Reader // nil until a request smaller than directRead
+	rw *sock.RawIO   // c's socket I/O, outside the scheduler
+	br *bufio.Reader // over rw; nil until a request smaller than directRead
 	hb [headerLen]byte
 	g  gather
 }
@@ -50,7 +52,6 @@ type gather struct {
 	iov   [][]byte
 	pins  []driver.Region
 	bytes int
-	bufs  net.Buffers
 }
 
 // flushBytes bounds the payload bytes gathered before a write.
@@ -90,15 +91,10 @@ func (g *gather) add(v2 bool, code uint32, payload []byte, pin driver.Region) {
 }
 
 // flush writes what was gathered and releases the pins.
-func (g *gather) flush(c *net.TCPConn) error {
+func (g *gather) flush(rw *sock.RawIO) error {
 	var err error
-	switch len(g.iov) {
-	case 0:
-	case 1:
-		_, err = c.Write(g.iov[0]) // no iovec array for a lone status word
-	default:
-		g.bufs = g.iov
-		_, err = g.bufs.WriteTo(c)
+	if len(g.iov) > 0 {
+		_, err = rw.WriteBuffers(g.iov)
 	}
 	g.reset()
 	return err
@@ -112,7 +108,6 @@ func (g *gather) reset() {
 	g.pins = g.pins[:0]
 	clear(g.iov)
 	g.iov = g.iov[:0]
-	g.bufs = nil
 	g.nst, g.bytes = 0, 0
 }
 
@@ -144,7 +139,7 @@ func (sc *sconn) buffered() int {
 // reader is the read buffer, made on first use.
 func (sc *sconn) reader() *bufio.Reader {
 	if sc.br == nil {
-		sc.br = bufio.NewReaderSize(sc.c, connBufSize)
+		sc.br = bufio.NewReaderSize(sc.rw, connBufSize)
 	}
 	return sc.br
 }
@@ -255,10 +250,13 @@ func (t *Transport) next() *sconn {
 func (t *Transport) serveOne(sc *sconn) {
 	// Accepted TCP connections have TCP_NODELAY set by the net package:
 	// status words leave at once.
-	if sc.br != nil {
-		sc.br.Reset(sc.c)
+	err := sc.rw.Reset(sc.c)
+	if err == nil {
+		if sc.br != nil {
+			sc.br.Reset(sc.rw)
+		}
+		err = t.serveConn(sc)
 	}
-	err := t.serveConn(sc)
 	if err != nil && !errors.Is(err, io.EOF) && !errors.Is(err, net.ErrClosed) {
 		t.log.Debug("mctcp: serve connection", "remote", sc.c.RemoteAddr(), "err", err)
 	}
@@ -266,16 +264,14 @@ func (t *Transport) serveOne(sc *sconn) {
 	t.mu.Lock()
 	t.dropLocked(sc.c)
 	t.mu.Unlock()
-	if sc.br != nil {
-		sc.br.Reset(nil)
-	}
+	sc.rw.Reset(nil)
 	sc.c = nil
 	sc.work()
 	t.spare.Put(sc)
 }
 
 func newSconn() any {
-	sc := &sconn{}
+	sc := &sconn{rw: sock.NewRawIO(2 * maxPerWrite)}
 	sc.g.init()
 	return sc
 }
@@ -289,7 +285,7 @@ const directRead = 16 << 10
 
 // readPayload fills dst from br's buffered bytes and then, for a large
 // payload, straight from c; it reports whether it read directly.
-func readPayload(br *bufio.Reader, c net.Conn, dst []byte) (bool, error) {
+func readPayload(br *bufio.Reader, c io.Reader, dst []byte) (bool, error) {
 	if len(dst) < directRead {
 		_, err := io.ReadFull(br, dst)
 		return false, err
@@ -310,10 +306,10 @@ func readPayload(br *bufio.Reader, c net.Conn, dst []byte) (bool, error) {
 // a small payload needs it.
 func (sc *sconn) readPayload(dst []byte) (bool, error) {
 	if sc.br == nil && len(dst) >= directRead {
-		_, err := io.ReadFull(sc.c, dst)
+		_, err := io.ReadFull(sc.rw, dst)
 		return true, err
 	}
-	return readPayload(sc.reader(), sc.c, dst)
+	return readPayload(sc.reader(), sc.rw, dst)
 }
 
 // serveConn answers one connection's requests in order until it closes,
@@ -326,7 +322,7 @@ func (t *Transport) serveConn(sc *sconn) error {
 	defer g.reset()
 	flush := func() error {
 		sc.stall()
-		err := g.flush(sc.c)
+		err := g.flush(sc.rw)
 		sc.work()
 		return err
 	}
@@ -341,13 +337,13 @@ func (t *Transport) serveConn(sc *sconn) error {
 			}
 			sc.wait()
 			if direct && sc.buffered() == 0 {
-				n, err := sc.c.Read(sc.hb[:])
+				n, err := sc.rw.Read(sc.hb[:])
 				if err != nil {
 					return err
 				}
 				if n < headerLen {
 					sc.stall()
-					if _, err := io.ReadFull(sc.c, sc.hb[n:]); err != nil {
+					if _, err := io.ReadFull(sc.rw, sc.hb[n:]); err != nil {
 						return err
 					}
 				}
@@ -417,7 +413,7 @@ func (t *Transport) serveConn(sc *sconn) error {
 func (t *Transport) reject(sc *sconn, v2 bool, why error) error {
 	sc.g.add(v2, statusBad, nil, nil)
 	sc.stall()
-	sc.g.flush(sc.c)
+	sc.g.flush(sc.rw)
 	if errors.Is(why, driver.ErrOutOfRange) || errors.Is(why, driver.ErrMemoryBusy) {
 		t.log.Debug("mctcp: request rejected", "remote", sc.c.RemoteAddr(), "err", why)
 		return nil

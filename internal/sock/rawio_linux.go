@@ -1,0 +1,144 @@
+package sock
+
+import (
+	"io"
+	"syscall"
+
+	"github.com/rdmago/te/internal/unix"
+)
+
+// RawIO reads and writes a socket the runtime polls with system calls
+// that do not enter the scheduler (unix.ReadNonblock), waiting on the
+// runtime's poller like net.Conn does (Close included). A server that is
+// idle between requests makes a few short calls per request; through
+// net.Conn each call made while every P was idle wakes the runtime's
+// monitor thread, which then polls at 20 µs until the process idles
+// again, and on two cores that thread's wake-ups cost as much as the
+// request. It allocates nothing per call; one reader and one writer at a
+// time.
+type RawIO struct {
+	rc syscall.RawConn
+
+	p     []byte
+	n     int
+	rerr  error
+	fillf func(uintptr) bool
+
+	bufs   [][]byte // what is left to write; bufs[0] from off
+	off    int
+	wn     int64
+	werr   error
+	iov    []unix.Iovec
+	drainf func(uintptr) bool
+}
+
+// NewRawIO returns a RawIO for Reset to point at a socket; a write takes
+// at most iovs buffers per system call (at most MaxIov).
+func NewRawIO(iovs int) *RawIO {
+	r := &RawIO{iov: make([]unix.Iovec, 0, min(max(iovs, 1), MaxIov))}
+	r.fillf, r.drainf = r.fill, r.drain
+	return r
+}
+
+// Reset points r at c's socket; nil lets go of the last one.
+func (r *RawIO) Reset(c syscall.Conn) error {
+	r.rc = nil
+	if c == nil {
+		return nil
+	}
+	rc, err := c.SyscallConn()
+	if err != nil {
+		return err
+	}
+	r.rc = rc
+	return nil
+}
+
+func (r *RawIO) fill(fd uintptr) bool {
+	for {
+		n, err := unix.ReadNonblock(int(fd), r.p)
+		switch err {
+		case unix.EINTR:
+			continue
+		case unix.EAGAIN:
+			return false
+		}
+		r.n, r.rerr = n, err
+		return true
+	}
+}
+
+// Read reads into p once the socket is readable: at least one byte, or
+// an error (io.EOF when the peer closed; net.ErrClosed after Close).
+func (r *RawIO) Read(p []byte) (int, error) {
+	if len(p) == 0 {
+		return 0, nil
+	}
+	r.p, r.n, r.rerr = p, 0, nil
+	err := r.rc.Read(r.fillf)
+	r.p = nil
+	switch {
+	case err != nil:
+		return 0, err
+	case r.rerr != nil:
+		return 0, r.rerr
+	case r.n == 0:
+		return 0, io.EOF
+	}
+	return r.n, nil
+}
+
+func (r *RawIO) drain(fd uintptr) bool {
+	for len(r.bufs) > 0 {
+		r.iov = r.iov[:0]
+		for i, b := range r.bufs {
+			if i == 0 {
+				b = b[r.off:]
+			}
+			if len(b) == 0 {
+				continue
+			}
+			if len(r.iov) == cap(r.iov) {
+				break
+			}
+			var iv unix.Iovec
+			iv.Base = &b[0]
+			iv.SetLen(len(b))
+			r.iov = append(r.iov, iv)
+		}
+		n, err := unix.WritevNonblock(int(fd), r.iov)
+		clear(r.iov)
+		switch err {
+		case nil:
+		case unix.EINTR:
+			continue
+		case unix.EAGAIN:
+			return false
+		default:
+			r.werr = err
+			return true
+		}
+		r.wn += int64(n)
+		for n > 0 || (len(r.bufs) > 0 && len(r.bufs[0]) == r.off) {
+			k := min(n, len(r.bufs[0])-r.off)
+			r.off += k
+			n -= k
+			if r.off == len(r.bufs[0]) {
+				r.bufs, r.off = r.bufs[1:], 0
+			}
+		}
+	}
+	return true
+}
+
+// WriteBuffers writes all of bufs (waiting while the socket's buffer is
+// full) and returns the bytes written.
+func (r *RawIO) WriteBuffers(bufs [][]byte) (int64, error) {
+	r.bufs, r.off, r.wn, r.werr = bufs, 0, 0, nil
+	err := r.rc.Write(r.drainf)
+	r.bufs = nil
+	if err == nil {
+		err = r.werr
+	}
+	return r.wn, err
+}

@@ -1,0 +1,122 @@
+package sock
+
+import (
+	"bytes"
+	"errors"
+	"io"
+	"math/rand/v2"
+	"net"
+	"testing"
+	"time"
+)
+
+func tcpPair(t *testing.T) (client, server *net.TCPConn) {
+	t.Helper()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ln.Close()
+	c, err := net.Dial("tcp", ln.Addr().String())
+	if err != nil {
+		t.Fatal(err)
+	}
+	s, err := ln.Accept()
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { c.Close(); s.Close() })
+	return c.(*net.TCPConn), s.(*net.TCPConn)
+}
+
+// TestRawIO: WriteBuffers delivers every byte in order, empty buffers
+// skipped, across more bytes than the socket buffers hold (so it waits
+// for the reader) and more buffers than one writev takes; Read returns
+// what arrived, io.EOF once the peer closed its side, and net.ErrClosed
+// when the connection is closed under a waiting Read.
+func TestRawIO(t *testing.T) {
+	c, s := tcpPair(t)
+	rw := NewRawIO(4)
+	if err := rw.Reset(s); err != nil {
+		t.Fatal(err)
+	}
+	rng := rand.New(rand.NewPCG(1, 2))
+	var bufs [][]byte
+	var want []byte
+	for i := range 11 {
+		b := make([]byte, []int{0, 1, 7, 1 << 20, 3 << 20}[i%5])
+		for j := range b {
+			b[j] = byte(rng.Uint32())
+		}
+		bufs = append(bufs, b)
+		want = append(want, b...)
+	}
+	got := make(chan []byte, 1)
+	go func() {
+		time.Sleep(50 * time.Millisecond) // the writer fills the buffers first
+		b, _ := io.ReadAll(c)
+		got <- b
+	}()
+	n, err := rw.WriteBuffers(bufs)
+	if err != nil || n != int64(len(want)) {
+		t.Fatalf("WriteBuffers: %d, %v; want %d", n, err, len(want))
+	}
+	s.CloseWrite()
+	if b := <-got; !bytes.Equal(b, want) {
+		t.Fatalf("peer read %d bytes, not the %d written", len(b), len(want))
+	}
+
+	// Read: a byte written later, then EOF.
+	go func() {
+		time.Sleep(20 * time.Millisecond)
+		c.Write([]byte("mooncake"))
+		c.CloseWrite()
+	}()
+	b, err := io.ReadAll(rw)
+	if err != nil || string(b) != "mooncake" {
+		t.Fatalf("read %q, %v", b, err)
+	}
+
+	// Close under a waiting Read.
+	c2, s2 := tcpPair(t)
+	_ = c2
+	if err := rw.Reset(s2); err != nil {
+		t.Fatal(err)
+	}
+	time.AfterFunc(20*time.Millisecond, func() { s2.Close() })
+	if _, err := rw.Read(make([]byte, 8)); !errors.Is(err, net.ErrClosed) {
+		t.Fatalf("Read on a closed connection: %v, want net.ErrClosed", err)
+	}
+	if _, err := rw.WriteBuffers([][]byte{[]byte("x")}); !errors.Is(err, net.ErrClosed) {
+		t.Fatalf("WriteBuffers on a closed connection: %v, want net.ErrClosed", err)
+	}
+}
+
+// TestRawIOAllocs: a request's read and reply allocate nothing.
+func TestRawIOAllocs(t *testing.T) {
+	c, s := tcpPair(t)
+	rw := NewRawIO(2)
+	if err := rw.Reset(s); err != nil {
+		t.Fatal(err)
+	}
+	req, st, payload := make([]byte, 24), make([]byte, 8), make([]byte, 4096)
+	reply := [][]byte{st, payload}
+	back := make([]byte, len(st)+len(payload))
+	allocs := testing.AllocsPerRun(100, func() {
+		if _, err := c.Write(req); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := io.ReadFull(rw, req); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := rw.WriteBuffers(reply); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := io.ReadFull(c, back); err != nil {
+			t.Fatal(err)
+		}
+	})
+	if allocs != 0 {
+		t.Fatalf("%v allocations per request", allocs)
+	}
+}

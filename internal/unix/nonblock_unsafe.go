@@ -1,0 +1,42 @@
+//go:build linux
+
+package unix
+
+// Reads and writes of non-blocking sockets that do not enter the
+// scheduler. The unsafe conversions are of the caller's buffer and iovec
+// array addresses in the calls' argument lists, which keeps them alive
+// for the calls (and a goroutine in a raw system call cannot move).
+
+import (
+	"unsafe"
+
+	sys "golang.org/x/sys/unix"
+)
+
+// ReadNonblock is read(2) made with RawSyscall: the scheduler is not told,
+// so no monitor thread is woken and no P handed off for it. Only for a
+// descriptor in non-blocking mode (the runtime's poller puts sockets in
+// it), where the call returns at once: EAGAIN when nothing is there.
+func ReadNonblock(fd int, p []byte) (int, error) {
+	if len(p) == 0 {
+		return 0, nil
+	}
+	r, _, e := sys.RawSyscall(sys.SYS_READ, uintptr(fd), uintptr(unsafe.Pointer(&p[0])), uintptr(len(p)))
+	if e != 0 {
+		return 0, e
+	}
+	return int(r), nil
+}
+
+// WritevNonblock is writev(2) over iovecs the caller built, made with
+// RawSyscall, for a non-blocking descriptor only (see ReadNonblock).
+func WritevNonblock(fd int, iov []Iovec) (int, error) {
+	if len(iov) == 0 {
+		return 0, nil
+	}
+	r, _, e := sys.RawSyscall(sys.SYS_WRITEV, uintptr(fd), uintptr(unsafe.Pointer(&iov[0])), uintptr(len(iov)))
+	if e != 0 {
+		return 0, e
+	}
+	return int(r), nil
+}
