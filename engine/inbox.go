@@ -33,11 +33,14 @@ const (
 	DefaultNotifyQueuePerSender = 1024
 )
 
-// Per sender, the inbox remembers this many accepted IDs (to drop a
-// resent copy) and this many replaced epochs (to drop a restarted
-// sender's late notes).
+// Per sender, the inbox remembers accepted IDs (to drop a resent copy)
+// in a table of recentIDs slots indexed by the ID, and this many replaced
+// epochs (to drop a restarted sender's late notes). A sender's IDs grow,
+// so an ID is forgotten only once one at least recentIDs later has been
+// accepted from it: a lookup and a store per note, not a map's insert and
+// delete.
 const (
-	recentIDs    = 1024
+	recentIDs    = 2048
 	retiredEpoch = 4
 	maxSenders   = 1024
 )
@@ -75,18 +78,29 @@ type inbox struct {
 	done   <-chan struct{} // engine closed
 
 	pumpOnce sync.Once
-	out      chan Notification
+	ch       chan Notification // Notifications' channel, once made
+	// out is ch while the pump runs (under mu).
+	out chan Notification
+	// held: the pump has taken a notification from the ring and not yet
+	// handed it to the channel; Deliver hands one straight to a waiting
+	// receiver only while the ring is empty and nothing is held, so
+	// order is kept.
+	held bool
+	// last caches the sender of the last Deliver (most come from one).
+	last *sender
 
 	accepted, dups, stale, full atomic.Uint64
 }
 
 type sender struct {
+	name    string
 	epoch   uint64
 	retired [retiredEpoch]uint64
 	queued  int
-	recent  map[uint64]struct{}
-	order   []uint64 // recent in arrival order, a ring of recentIDs
-	next    int
+	seen    []uint64 // accepted IDs, at ID % recentIDs (0: none)
+	// note is the name of its last notification: a sender that reuses
+	// one costs no allocation for it.
+	note string
 }
 
 func (ib *inbox) init(total, per int, done <-chan struct{}) {
@@ -114,19 +128,36 @@ func (ib *inbox) Deliver(ctx context.Context, d *driver.Delivery) error {
 			ib.stale.Add(1)
 			return fmt.Errorf("%w: notification from %s epoch %#x, which has restarted since", ErrPeerReset, d.From.Name, d.From.Epoch)
 		}
-		if _, dup := s.recent[d.ID]; dup {
+		slot := &s.seen[d.ID%recentIDs]
+		if *slot == d.ID {
 			ib.mu.Unlock()
 			ib.dups.Add(1)
 			return nil
 		}
 		if s.queued < ib.per && ib.n < len(ib.ring) {
-			ib.ring[(ib.head+ib.n)%len(ib.ring)] = Notification{
-				From: d.From.Name, FromEpoch: d.From.Epoch,
-				Name: string(d.Name), Msg: append([]byte(nil), d.Msg...), Bytes: d.Bytes,
+			if string(d.Name) != s.note {
+				s.note = string(d.Name)
 			}
+			m := Notification{
+				From: s.name, FromEpoch: d.From.Epoch,
+				Name: s.note, Msg: append([]byte(nil), d.Msg...), Bytes: d.Bytes,
+			}
+			*slot = d.ID
+			if ib.n == 0 && !ib.held && ib.out != nil {
+				// The application waits on the channel: hand it
+				// over here, not through the pump (a goroutine's
+				// wake-up and hand-off less per notification).
+				select {
+				case ib.out <- m:
+					ib.mu.Unlock()
+					ib.accepted.Add(1)
+					return nil
+				default:
+				}
+			}
+			ib.ring[(ib.head+ib.n)%len(ib.ring)] = m
 			ib.n++
 			s.queued++
-			s.remember(d.ID)
 			ib.mu.Unlock()
 			ib.accepted.Add(1)
 			select {
@@ -162,21 +193,29 @@ func (ib *inbox) Deliver(ctx context.Context, d *driver.Delivery) error {
 // old one's queued notes are dropped (its process is gone) and its late
 // ones are refused.
 func (ib *inbox) senderLocked(from driver.Sender) *sender {
+	if s := ib.last; s != nil && s.epoch == from.Epoch && s.name == from.Name {
+		return s
+	}
 	s := ib.senders[from.Name]
 	if s == nil {
 		if len(ib.senders) >= maxSenders {
 			for name, o := range ib.senders {
 				if o.queued == 0 {
 					delete(ib.senders, name)
+					if o == ib.last {
+						ib.last = nil
+					}
 					break
 				}
 			}
 		}
-		s = &sender{epoch: from.Epoch, recent: make(map[uint64]struct{})}
+		s = &sender{name: from.Name, epoch: from.Epoch, seen: make([]uint64, recentIDs)}
 		ib.senders[from.Name] = s
+		ib.last = s
 		return s
 	}
 	if s.epoch == from.Epoch {
+		ib.last = s
 		return s
 	}
 	for _, r := range s.retired {
@@ -187,9 +226,7 @@ func (ib *inbox) senderLocked(from driver.Sender) *sender {
 	copy(s.retired[1:], s.retired[:])
 	s.retired[0] = s.epoch
 	s.epoch = from.Epoch
-	clear(s.recent)
-	clear(s.order)
-	s.order, s.next = s.order[:0], 0
+	clear(s.seen)
 	if s.queued > 0 {
 		ib.purgeLocked(from.Name, s.retired[0])
 		s.queued = 0
@@ -214,17 +251,6 @@ func (ib *inbox) purgeLocked(name string, epoch uint64) {
 	}
 	ib.n = k
 	ib.wakeLocked()
-}
-
-func (s *sender) remember(id uint64) {
-	if len(s.order) < recentIDs {
-		s.order = append(s.order, id)
-	} else {
-		delete(s.recent, s.order[s.next])
-		s.order[s.next] = id
-		s.next = (s.next + 1) % recentIDs
-	}
-	s.recent[id] = struct{}{}
 }
 
 func (ib *inbox) wakeLocked() {
@@ -265,19 +291,29 @@ func (ib *inbox) drain(dst []Notification) []Notification {
 // channel starts the pump (once) and returns its channel.
 func (ib *inbox) channel() <-chan Notification {
 	ib.pumpOnce.Do(func() {
-		ib.out = make(chan Notification)
-		go ib.pump()
+		out := make(chan Notification)
+		ib.mu.Lock()
+		ib.out = out
+		ib.mu.Unlock()
+		ib.ch = out
+		go ib.pump(out)
 	})
-	return ib.out
+	return ib.ch
 }
 
 // pump moves notifications from the ring to the channel, one at a time,
 // until the engine closes; then it closes the channel.
-func (ib *inbox) pump() {
-	defer close(ib.out)
+func (ib *inbox) pump(out chan Notification) {
+	defer func() {
+		ib.mu.Lock()
+		ib.out = nil // Deliver no longer hands over
+		ib.mu.Unlock()
+		close(out)
+	}()
 	for {
 		ib.mu.Lock()
 		m, ok := ib.takeLocked()
+		ib.held = ok
 		ib.mu.Unlock()
 		if !ok {
 			select {
@@ -288,7 +324,7 @@ func (ib *inbox) pump() {
 			}
 		}
 		select {
-		case ib.out <- m:
+		case out <- m:
 		case <-ib.done:
 			return
 		}

@@ -167,7 +167,17 @@ func (e *Engine) prepareNote(b *batch, base, count int, n *Notify, seg SegmentID
 		b.notes = append(b.notes, &note{b: b})
 	}
 	nt := b.notes[b.nnotes]
-	*nt = note{b: b, msg: nt.msg[:0]}
+	// Reset field by field: hold (a whole task) is only used alone.
+	if nt.alone {
+		nt.hold = task{}
+		nt.alone = false
+	}
+	nt.Note = driver.Note{}
+	nt.tr = nil
+	nt.msg = nt.msg[:0]
+	nt.bad.Store(false)
+	nt.resend.Store(false)
+	nt.first, nt.err = nil, nil
 	var slot int
 	var t0 *task
 	if count == 0 {

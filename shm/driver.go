@@ -37,7 +37,7 @@ func (d drv) Connect(ctx context.Context, remote *segment.Descriptor) (driver.Pe
 	return d.t.connect(ctx, remote)
 }
 func (d drv) SliceSize() uint64         { return d.t.sliceSize() }
-func (d drv) Submit(ss []*driver.Slice) { d.t.submit(ss, nil) }
+func (d drv) Submit(ss []*driver.Slice) { d.t.submit(ss, nil, nil) }
 func (d drv) SubmitNotify(ss []*driver.Slice, n *driver.Note) {
 	d.t.submitNotify(ss, n)
 }

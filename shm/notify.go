@@ -85,16 +85,40 @@ func remoteNotifies(d *segment.Descriptor) bool {
 	return ok && pr.SHM != nil && pr.SHM.Notify
 }
 
-// snote is the initiator's state of one note whose slices are being
-// copied.
+// failures are the first failures of a submission's copies.
+type failures struct {
+	hard  error // a copy failed: not delivered
+	trans error // a copy failed transiently: the engine resends the note
+}
+
+func (f *failures) add(err error) {
+	if errors.Is(err, driver.ErrTransient) {
+		if f.trans == nil {
+			f.trans = err
+		}
+	} else if f.hard == nil {
+		f.hard = err
+	}
+}
+
+func (f *failures) merge(g failures) {
+	if f.trans == nil {
+		f.trans = g.trans
+	}
+	if f.hard == nil {
+		f.hard = g.hard
+	}
+}
+
+// snote is the initiator's state of one note whose slices are copied by
+// several goroutines (a job).
 type snote struct {
 	p *peer
 	n *driver.Note
 	// left counts the slices not yet done; the last copyDone sends.
-	left  atomic.Int64
-	mu    sync.Mutex
-	hard  error // a copy failed: not delivered
-	trans error // a copy failed transiently: the engine resends the note
+	left atomic.Int64
+	mu   sync.Mutex
+	f    failures
 }
 
 // waitNote is a note waiting at the initiator for a ring slot, until
@@ -118,38 +142,39 @@ func (p *peer) getNote(n *driver.Note) *snote {
 	return sn
 }
 
-// record notes one copy's failure.
-func (sn *snote) record(err error) {
-	if err == nil {
+// record notes a run of copies' failures.
+func (sn *snote) record(f failures) {
+	if f == (failures{}) {
 		return
 	}
 	sn.mu.Lock()
-	if errors.Is(err, driver.ErrTransient) {
-		if sn.trans == nil {
-			sn.trans = err
-		}
-	} else if sn.hard == nil {
-		sn.hard = err
-	}
+	sn.f.merge(f)
 	sn.mu.Unlock()
 }
 
-// copied runs once every copy of the note's submission is done: it sends
+// copied runs once every copy of the job's submission is done: it sends
 // the note, or completes it when a copy failed.
 func (sn *snote) copied() {
-	p, n := sn.p, sn.n
-	err := sn.trans
-	if err == nil && sn.hard != nil {
-		err = fmt.Errorf("%w: a slice of its submission failed: %w", errNoteRefused, sn.hard)
-	}
-	sn.n, sn.hard, sn.trans = nil, nil, nil
+	p, n, f := sn.p, sn.n, sn.f
+	sn.n, sn.f = nil, failures{}
 	p.noteMu.Lock()
 	p.nfree = append(p.nfree, sn)
+	p.noteMu.Unlock()
+	p.copied(n, f)
+}
+
+// copied sends n once every copy of its submission is done, or completes
+// it when a copy failed (f).
+func (p *peer) copied(n *driver.Note, f failures) {
+	err := f.trans
+	if err == nil && f.hard != nil {
+		err = fmt.Errorf("%w: a slice of its submission failed: %w", errNoteRefused, f.hard)
+	}
 	if err != nil {
-		p.noteMu.Unlock()
 		n.Done(err)
 		return
 	}
+	p.noteMu.Lock()
 	p.sendNoteLocked(n)
 }
 
@@ -356,7 +381,7 @@ func (t *Transport) submitNotify(ss []*driver.Slice, n *driver.Note) {
 		p.sendNoteLocked(n)
 		return
 	}
-	t.submit(ss, p.getNote(n))
+	t.submit(ss, p, n)
 }
 
 func doneAll(ss []*driver.Slice, err error) {

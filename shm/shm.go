@@ -318,7 +318,13 @@ func (j *job) work(back bool) int {
 		if lo == hi {
 			return n
 		}
-		copyDone(j.ss[lo:hi], res[:], true, j.note)
+		f := copyDone(j.ss[lo:hi], res[:], true)
+		if sn := j.note; sn != nil {
+			sn.record(f)
+			if sn.left.Add(-int64(hi-lo)) == 0 {
+				sn.copied()
+			}
+		}
 		j.done.Add(int64(hi - lo))
 		n += int(hi - lo)
 	}
@@ -393,9 +399,9 @@ func (p *pace) learn(shared bool, bytes uint64, d time.Duration) {
 	v.Store(max(x, 1))
 }
 
-// copyDone copies ss (at most len(res) slices) and completes them; sn,
-// when not nil, records their failures for the submission's note.
-func copyDone(ss []*driver.Slice, res []result, posted bool, sn *snote) {
+// copyDone copies ss (at most len(res) slices) and completes them; it
+// returns their failures, for the submission's note.
+func copyDone(ss []*driver.Slice, res []result, posted bool) (f failures) {
 	c0 := cost.Now()
 	copyRun(ss, res, posted)
 	c0 = cost.Move.Since(c0)
@@ -403,9 +409,7 @@ func copyDone(ss []*driver.Slice, res []result, posted bool, sn *snote) {
 	for i := range ss {
 		if res[i].err != nil {
 			ok = false
-			if sn != nil {
-				sn.record(res[i].err)
-			}
+			f.add(res[i].err)
 		}
 	}
 	if ok {
@@ -417,9 +421,7 @@ func copyDone(ss []*driver.Slice, res []result, posted bool, sn *snote) {
 	}
 	clear(res[:len(ss)])
 	cost.Complete.Since(c0)
-	if sn != nil && sn.left.Add(-int64(len(ss))) == 0 {
-		sn.copied()
-	}
+	return f
 }
 
 // release drops one reference; the last one recycles the job.
@@ -672,9 +674,10 @@ func (t *Transport) isLive(sr *sharedRegion) bool {
 // goroutine before Submit returns; large ones are shared with the copiers
 // (each goroutine takes the next slice until none is left), and each slice
 // completes on the goroutine that copied it. A slice whose batch was
-// cancelled before its copy began is not copied. sn, when not nil, is the
-// submission's note: it is sent once every copy is done.
-func (t *Transport) submit(ss []*driver.Slice, sn *snote) {
+// cancelled before its copy began is not copied. n, when not nil, is the
+// submission's note to p: it is sent once every copy is done (by the
+// caller, for a submission it copies alone: no state to share).
+func (t *Transport) submit(ss []*driver.Slice, p *peer, n *driver.Note) {
 	c0 := cost.Now()
 	t.submitting.Add(1)
 	defer t.submitting.Add(-1)
@@ -682,14 +685,10 @@ func (t *Transport) submit(ss []*driver.Slice, sn *snote) {
 		for _, s := range ss {
 			s.Done(0, errClosed)
 		}
-		if sn != nil {
-			sn.record(errClosed)
-			sn.copied()
+		if n != nil {
+			p.copied(n, failures{hard: errClosed})
 		}
 		return
-	}
-	if sn != nil {
-		sn.left.Store(int64(len(ss)))
 	}
 	var total uint64 // of a large submission (ParallelMin or more); else 0
 	if len(t.copiers) > 0 && len(ss) > 1 && uint64(len(ss)) <= math.MaxUint32 {
@@ -704,7 +703,10 @@ func (t *Transport) submit(ss []*driver.Slice, sn *snote) {
 		t0 := time.Now()
 		j := t.jobs.get()
 		j.ss = append(j.ss, ss...)
-		j.note = sn
+		if n != nil {
+			j.note = p.getNote(n)
+			j.note.left.Store(int64(len(ss)))
+		}
 		j.step = uint32(min(max(stepBytes*uint64(len(ss))/total, 1), maxStep))
 		j.ends.Store(uint64(len(ss)) << 32)
 		j.refs.Store(int32(len(t.copiers)) + 1)
@@ -733,13 +735,17 @@ func (t *Transport) submit(ss []*driver.Slice, sn *snote) {
 		t0 = time.Now()
 	}
 	var res [copyChunk]result
+	var f failures
 	for len(ss) > 0 {
 		k := min(len(ss), copyChunk)
-		copyDone(ss[:k], res[:], false, sn)
+		f.merge(copyDone(ss[:k], res[:], false))
 		ss = ss[k:]
 	}
 	if total > 0 {
 		t.pace.learn(false, total, time.Since(t0))
+	}
+	if n != nil {
+		p.copied(n, f)
 	}
 }
 
