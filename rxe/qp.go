@@ -91,11 +91,16 @@ func (q *qp) PostSend(wrs []uverbs.SendWR) (int, error) {
 	n, payload, err := q.sq.post(wrs)
 	if n > 0 {
 		// The kick runs rxe's requester in this thread (6.1 kernels) or
-		// just schedules it (later ones). Small posts take it as a quick
-		// write that keeps the P: on a round trip of a few bytes the
-		// scheduler's syscall hand-off cost more than the kernel work.
-		// Large ones may keep the kernel busy for a long while, so they
-		// go through the scheduler.
+		// just schedules it (later ones): CPU work, never a sleep. Posts
+		// of up to a few slices take it as a quick write that keeps the
+		// P. Announced as a syscall, a kick that outlasts sysmon's 20 us
+		// tick while no other P is idle (two rails' owners each in a
+		// kick, on two CPUs) has its P handed away and must win one
+		// back, and sysmon, having retaken a P, wakes again 20 us later:
+		// owners posting 64 KiB slices back to back paid for both in
+		// every post, with the CPUs already busy in the kernel.
+		// Larger posts go through the scheduler, so no P is held for
+		// long.
 		kick := ucmd.RawWrite
 		if payload <= quickKickBytes {
 			kick = ucmd.QuickWrite
@@ -108,8 +113,10 @@ func (q *qp) PostSend(wrs []uverbs.SendWR) (int, error) {
 }
 
 // quickKickBytes bounds the payload a post may carry and still be kicked
-// with ucmd.QuickWrite: a few MTUs of send processing.
-const quickKickBytes = 16 << 10
+// with ucmd.QuickWrite: four of package rdma's default 64 KiB slices. (A
+// READ's request carries no payload, so its kick is always quick, though
+// on 6.1 the responder's reply runs inline too.)
+const quickKickBytes = 256 << 10
 
 func (q *qp) PostRecv(wrs []uverbs.RecvWR) (int, error) { return q.rq.post(wrs) }
 
