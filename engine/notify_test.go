@@ -136,3 +136,62 @@ func TestNotifyResend(t *testing.T) {
 	}
 	ini.Engine.FreeBatch(b)
 }
+
+// TestInboxOrderHandOff: notifications reach the channel in the order
+// they were accepted, whether handed straight to the waiting receiver or
+// queued for the pump while the receiver is slow; none is lost or
+// duplicated.
+func TestInboxOrderHandOff(t *testing.T) {
+	f := &fake{name: "fake"}
+	n := enginetest.NewNode(t, engine.Config{Name: "target", NotifyQueue: 64, NotifyQueuePerSender: 64}, 1<<12, f)
+	ib := f.host.Inbox()
+	const total = 20000
+	got := make(chan error, 1)
+	ch := n.Engine.Notifications()
+	go func() {
+		for i := uint64(1); i <= total; i++ {
+			m, ok := <-ch
+			switch {
+			case !ok:
+				got <- fmt.Errorf("channel closed after %d", i-1)
+				return
+			case m.Bytes != i || m.Name != "n" || m.From != "ini":
+				got <- fmt.Errorf("notification %d: got %+v", i, m)
+				return
+			}
+			if i%97 == 0 {
+				time.Sleep(50 * time.Microsecond) // let some queue up
+			}
+		}
+		got <- nil
+	}()
+	ctx := ctxT(t, 30*time.Second)
+	d := driver.Delivery{From: driver.Sender{Name: "ini", Epoch: 1}, Name: []byte("n")}
+	for i := uint64(1); i <= total; i++ {
+		d.ID, d.Bytes = i, i
+		err := ib.Deliver(driver.NoWait, &d)
+		if errors.Is(err, driver.ErrNotifyFull) {
+			err = ib.Deliver(ctx, &d)
+		}
+		if err != nil {
+			t.Fatalf("notification %d: %v", i, err)
+		}
+		if i%5 == 0 {
+			// A resent copy is dropped.
+			if err := ib.Deliver(driver.NoWait, &d); err != nil {
+				t.Fatalf("second copy of %d: %v", i, err)
+			}
+		}
+	}
+	select {
+	case err := <-got:
+		if err != nil {
+			t.Fatal(err)
+		}
+	case <-ctx.Done():
+		t.Fatal("notifications stopped arriving")
+	}
+	if s := n.Engine.NotifyStats(); s.Accepted != total || s.Duplicates != total/5 || s.Queued != 0 {
+		t.Fatalf("stats %+v", s)
+	}
+}
