@@ -92,8 +92,9 @@ tebench() {
 		return 1
 	}
 	# te/v1 report: the result's gb_per_s (1e9 B/s) comes before "rails";
-	# each rail has its own "bytes"; the flags object has neither
-	awk -F'[:,]' '/"results"/{res=1} res && /"rails"/{r=1} res && !r && /"gb_per_s"/{rate=$2*1e9} r && /"bytes"/{b=b " " $2+0} END{printf "%.0f%s\n", rate+0, b}' $W/te.json
+	# each rail has its own "bytes"; the flags object has neither. The rate
+	# goes out in MiB/s, perftest's unit.
+	awk -F'[:,]' '/"results"/{res=1} res && /"rails"/{r=1} res && !r && /"gb_per_s"/{rate=$2*1e9/1048576} r && /"bytes"/{b=b " " $2+0} END{printf "%.2f%s\n", rate+0, b}' $W/te.json
 }
 
 # ptbw TOOL SIZE ITERS "SRV:CLI:SGID:CGID ..." -> "MB/s n": the summed BW average
