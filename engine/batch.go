@@ -327,7 +327,8 @@ func (b *batch) done(n int64) {
 	}
 }
 
-// unpin undoes the pins of a validated task that is not dispatched.
+// unpin undoes the pins of a validated task that is not dispatched and
+// leaves it zero but for b, as resolve expects.
 func (t *task) unpin() {
 	t.release()
 	*t = task{b: t.b}
@@ -488,12 +489,13 @@ func (e *Engine) FreeBatch(id BatchID) error {
 	bt.slots[idx] = nil
 	bt.free = append(bt.free, idx)
 	b.id = 0
-	n := int(b.submitted.Load())
-	for i := range b.tasks[:n] {
-		b.tasks[i] = task{b: b}
-	}
-	for i := 0; i < b.nslices; i++ {
-		b.chunks[i/sliceChunk][i%sliceChunk] = slice{}
+	// Clear what the tasks and slices hold (so that a pooled batch keeps
+	// no segment, region or peer alive) in one sweep per array, not
+	// per element; resolve counts on the tasks after submitted being
+	// zero but for b, which AllocateBatch sets again.
+	clear(b.tasks[:b.submitted.Load()])
+	for c := 0; c*sliceChunk < b.nslices; c++ {
+		clear(b.chunks[c][:min(sliceChunk, b.nslices-c*sliceChunk)])
 	}
 	b.nslices = 0
 	b.submitted.Store(0)
@@ -782,7 +784,10 @@ var errRegionBusy = &region{}
 // resolve validates r and fills t; on error t holds what must be unpinned
 // (after flush).
 func (rv *resolver) resolve(t *task, r *Request) error {
-	*t = task{b: t.b, slot: -1, start: rv.now}
+	// t is zero but for t.b: a task after the batch's submitted ones
+	// always is (AllocateBatch, FreeBatch and unpin leave it so), so only
+	// what is not zero is written here, not the whole task again.
+	t.slot, t.start = -1, rv.now
 	if r.Op != Read && r.Op != Write {
 		return fmt.Errorf("%w: op %d", ErrInvalidRequest, r.Op)
 	}
