@@ -85,9 +85,14 @@ type TaskStatus struct {
 
 // task is one request's completion state.
 type task struct {
-	b           *batch
+	b *batch
+	// state is 0 (StateInvalid) from Submit until the task finishes:
+	// a submitted task is pending until then (see get), so Submit
+	// stores nothing in it, and done counts up to nslices for the same
+	// reason (Submit stores no count of slices left): two locked
+	// exchanges less per request.
 	state       atomic.Uint32
-	pending     atomic.Int64 // slices not yet done
+	done        atomic.Int64 // slices done, of a task of several
 	transferred atomic.Uint64
 	failed      atomic.Bool
 	mu          sync.Mutex // guards err
@@ -124,15 +129,29 @@ type task struct {
 	logged  atomic.Bool
 }
 
-// layer is where the task is: see Layer.
+// get is the state of a submitted task.
+func (t *task) get() State {
+	if st := State(t.state.Load()); st != StateInvalid {
+		return st
+	}
+	return StatePending
+}
+
+// left is the number of the task's slices not done yet; it stays 1 for a
+// task of one slice, done or not (its completion counts nothing).
+func (t *task) left() int64 {
+	return t.nslices - t.done.Load()
+}
+
+// layer is where the submitted task is: see Layer.
 func (t *task) layer() Layer {
-	switch State(t.state.Load()) {
+	switch t.get() {
 	case StateCompleted:
 		return LayerCompleted
 	case StateFailed, StateCanceled:
 		return LayerFailed
 	case StatePending:
-		if t.pending.Load() > t.posted.Load() {
+		if t.left() > t.posted.Load() {
 			return LayerQueued
 		}
 		return LayerPosted
@@ -599,8 +618,6 @@ func (e *Engine) submit(id BatchID, reqs []Request, n *Notify, seg SegmentID) er
 		if t.slot >= 0 && (names == nil || *names != t.tname && !inList(*names, t.tname)) {
 			names = b.addName(names, &ts.names[t.slot])
 		}
-		t.state.Store(uint32(StatePending))
-		t.pending.Store(t.nslices)
 		t.note = nt
 		if t.seg != nil {
 			used |= 1 << t.slot
@@ -949,7 +966,7 @@ func (e *Engine) Status(id BatchID, taskIdx int) (TaskStatus, error) {
 }
 
 func (t *task) status() TaskStatus {
-	st := TaskStatus{State: State(t.state.Load()), Transferred: t.transferred.Load(), Transport: t.tname, Layer: t.layer()}
+	st := TaskStatus{State: t.get(), Transferred: t.transferred.Load(), Transport: t.tname, Layer: t.layer()}
 	if st.State == StateFailed || st.State == StateCanceled {
 		t.mu.Lock()
 		st.Err = t.err

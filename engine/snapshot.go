@@ -219,7 +219,7 @@ func (e *Engine) inflightTasks(now int64, max int, minAge time.Duration) ([]Task
 		sub := int(b.submitted.Load())
 		for i := range b.tasks[:sub] {
 			t := &b.tasks[i]
-			if State(t.state.Load()) != StatePending {
+			if t.get() != StatePending {
 				continue
 			}
 			age := time.Duration(now - t.start)
@@ -247,7 +247,7 @@ func (t *task) snapshot(id BatchID, i int, age time.Duration) TaskSnapshot {
 	}
 	ts.Layer = t.layer()
 	ts.Posted = t.posted.Load()
-	ts.Queued = max(t.pending.Load()-ts.Posted, 0)
+	ts.Queued = max(t.left()-ts.Posted, 0)
 	if ts.Retries > 0 {
 		ts.RetryCause = Cause(t.cause.Load()).String()
 	}
@@ -290,7 +290,7 @@ func (e *Engine) logStuck() {
 		sub := int(b.submitted.Load())
 		for i := range b.tasks[:sub] {
 			t := &b.tasks[i]
-			if State(t.state.Load()) != StatePending || now-t.start < limit || t.logged.Load() {
+			if t.get() != StatePending || now-t.start < limit || t.logged.Load() {
 				continue
 			}
 			t.logged.Store(true)

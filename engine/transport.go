@@ -99,7 +99,7 @@ func (s *slice) Complete(n uint64, err error) {
 		t.transferred.Add(n)
 	}
 	// A task of one slice is finished by it (a retry does not get here).
-	if t.nslices == 1 || t.pending.Add(-1) == 0 {
+	if t.nslices == 1 || t.done.Add(1) == t.nslices {
 		t.finish()
 	}
 }
@@ -162,7 +162,7 @@ func (s *slice) CompleteAll(ss []*driver.Slice) {
 		if size > 0 {
 			t.transferred.Add(size)
 		}
-		if t.nslices == 1 || t.pending.Add(-1) == 0 {
+		if t.nslices == 1 || t.done.Add(1) == t.nslices {
 			fin[k] = t
 			if k++; k == len(fin) {
 				finishAll(fin[:])
