@@ -10,6 +10,10 @@
 #       transfer_engine_bench (mccheck.cpp is compiled against it per run).
 #   test/interop/mooncake/run.sh BUILD_DIR [REPS] [SECONDS]
 #       the checks and the side-by-side table (default 3 reps of 5 s).
+#   test/interop/mooncake/run.sh target BUILD_DIR [REPS] [SECONDS]
+#       only the table's cells where Mooncake's bench initiates (against
+#       Mooncake's target and te serve, default mode and pooled), with
+#       te's target relative to Mooncake's: te's target, quickly.
 #   test/interop/mooncake/run.sh rdma BUILD_DIR [REPS] [SECONDS]
 #       the same over RDMA, in test/softroce's guest (host A's rail 1
 #       device to host B's): guest-rdma.sh runs there with Mooncake's bench, mccheck and
@@ -93,12 +97,12 @@ if [ "${1:-}" = build ]; then
 	exit 0
 fi
 
-[ $# -ge 1 ] || { sed -n '2,28p' "$0" >&2; exit 2; }
+[ $# -ge 1 ] || { sed -n '2,32p' "$0" >&2; exit 2; }
 mode=tcp
-if [ "$1" = rdma ]; then
-	mode=rdma
+if [ "$1" = rdma ] || [ "$1" = target ]; then
+	mode=$1
 	shift
-	[ $# -ge 1 ] || { echo "usage: $0 rdma BUILD_DIR [REPS] [SECONDS]" >&2; exit 2; }
+	[ $# -ge 1 ] || { echo "usage: $0 $mode BUILD_DIR [REPS] [SECONDS]" >&2; exit 2; }
 fi
 b=$(cd "$1" && pwd)
 reps=${2:-3}
@@ -121,7 +125,7 @@ trap cleanup EXIT
 # directory, where link.txt's relative paths hold).
 bd=$mc/example/CMakeFiles/transfer_engine_bench.dir
 mccheck=$work/mccheck
-(
+[ "$mode" = target ] || (
 	set -e
 	cd "$mc/example"
 	defs=$(sed -n 's/^CXX_DEFINES = //p' "$bd/flags.make")
@@ -183,6 +187,9 @@ fail() {
 	echo "FAIL $*"
 	fails=$((fails + 1))
 }
+
+# med: the median (min-max) of the numbers on stdin.
+med() { tr ' ' '\n' | { grep . || true; } | sort -g | awk '{a[NR]=$1} END {m=a[int((NR+1)/2)]; printf "%s (%s-%s)", m, a[1], a[NR]}'; }
 
 # waitfor FILE REGEX: the first match of REGEX in FILE (10 s at most).
 waitfor() {
@@ -250,6 +257,46 @@ te_bench() {
 		{ tail -5 "$work/te.log" >&2; echo 0; return; }
 	python3 -c 'import json,sys; r=json.load(open(sys.argv[1]))["results"][0]; print("%.3f" % r["gb_per_s"])' "$work/te.json"
 }
+
+if [ "$mode" = target ]; then
+	echo "== Mooncake's initiator against Mooncake's target and te serve: TCP on loopback, batch 128, 1 thread, ${secs} s, $reps reps (load $(cut -d' ' -f1-3 /proc/loadavg))"
+	declare -A res
+	pool=MC_TCP_ENABLE_CONNECTION_POOL=1
+	for rep in $(seq "$reps"); do
+		for op in write read; do
+			for block in 65536 1048576; do
+				for p in "" "$pool"; do
+					k="$op $block${p:+ pool}"
+					mc_target "$work/t.log" $p
+					res["$k|mc"]+=" $(mc_bench $op $block "$tseg" $p)"
+					stop "$tpid"
+					te_target "$work/t.log"
+					res["$k|te"]+=" $(mc_bench $op $block "$tseg" $p)"
+					stop "$tpid"
+				done
+			done
+		done
+		echo "rep $rep done" >&2
+	done
+	echo "load after: $(cut -d' ' -f1-3 /proc/loadavg)"
+	med1() { tr ' ' '\n' | { grep . || true; } | sort -g | awk '{a[NR]=$1} END {print a[int((NR+1)/2)]}'; }
+	echo "| op | block | mode | Mooncake -> Mooncake | Mooncake -> te | te / Mooncake |"
+	echo "|---|---|---|---|---|---|"
+	for op in write read; do
+		for block in 65536 1048576; do
+			for m in default pool; do
+				k="$op $block"
+				[ $m = default ] || k+=" pool"
+				a=$(echo "${res[$k|mc]}" | med1)
+				b=$(echo "${res[$k|te]}" | med1)
+				echo "| $op | $([ $block = 65536 ] && echo 64 KiB || echo 1 MiB) | $m | $(echo "${res[$k|mc]}" | med) | $(echo "${res[$k|te]}" | med) | $(awk -v a="$a" -v b="$b" 'BEGIN {if (a > 0) printf "%.2f", b / a; else print "-"}') |"
+				case " ${res[$k|mc]} ${res[$k|te]} " in *" 0 "*) fail "a run failed: $k";; esac
+			done
+		done
+	done
+	[ "$fails" -eq 0 ]
+	exit $?
+fi
 
 echo "== byte checks"
 # 1. Mooncake's engine -> te serve --mooncake (P2PHANDSHAKE).
@@ -375,7 +422,6 @@ for rep in $(seq "$reps"); do
 	done
 done
 echo "load after: $(cut -d' ' -f1-3 /proc/loadavg)"
-med() { tr ' ' '\n' | { grep . || true; } | sort -g | awk '{a[NR]=$1} END {m=a[int((NR+1)/2)]; printf "%s (%s-%s)", m, a[1], a[NR]}'; }
 echo "| op | block | Mooncake -> Mooncake | Mooncake -> Mooncake, pool | Mooncake -> te | Mooncake -> te, pool | te -> Mooncake | te -> te |"
 echo "|---|---|---|---|---|---|---|---|"
 for op in write read; do
