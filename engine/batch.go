@@ -704,6 +704,7 @@ func (e *Engine) submit(id BatchID, reqs []Request, n *Notify, seg SegmentID) er
 				s.task = t
 				s.timed = b.nslices%latencySample == 1
 				s.Bind(s, 0)
+				s.BindCanceled(&b.canceled)
 				ss = append(ss, &s.Slice)
 			}
 		}

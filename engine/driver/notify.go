@@ -125,6 +125,9 @@ type canceler interface{ Canceled() bool }
 // complete it with an error wrapping ErrCanceled instead of moving it;
 // one already on the wire finishes.
 func (s *Slice) Canceled() bool {
+	if f := s.canceled; f != nil {
+		return s.c != nil && f.Load()
+	}
 	c, ok := s.c.(canceler)
 	return ok && c.Canceled()
 }

@@ -1,6 +1,10 @@
 package driver
 
-import "github.com/rdmago/te/segment"
+import (
+	"sync/atomic"
+
+	"github.com/rdmago/te/segment"
+)
 
 //go:generate go tool stringer -linecomment -type Op
 
@@ -46,8 +50,9 @@ type Slice struct {
 	// Peer is what this transport's Connect returned for the target.
 	Peer Peer
 
-	c       Completer
-	attempt int
+	c        Completer
+	attempt  int
+	canceled *atomic.Bool // the submission's cancel flag (BindCanceled); nil: ask c
 }
 
 // Completer is the engine's side of a slice: Done hands it the outcome,
@@ -62,6 +67,14 @@ type Completer interface {
 func (s *Slice) Bind(c Completer, attempt int) {
 	s.c = c
 	s.attempt = attempt
+}
+
+// BindCanceled makes Canceled read flag, the cancel flag of the slice's
+// submission, instead of asking its completer (an interface assertion
+// and a call per slice). Only the engine calls it, with Bind; the flag
+// stays across resubmissions.
+func (s *Slice) BindCanceled(flag *atomic.Bool) {
+	s.canceled = flag
 }
 
 // Attempt is 0 for a slice's first submission and counts its retries
