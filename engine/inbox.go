@@ -95,6 +95,7 @@ type inbox struct {
 type sender struct {
 	name    string
 	epoch   uint64
+	seq     uint64 // the latest connection of this epoch (driver.Sender.Seq)
 	retired [retiredEpoch]uint64
 	queued  int
 	seen    []uint64 // accepted IDs, at ID % recentIDs (0: none)
@@ -194,6 +195,7 @@ func (ib *inbox) Deliver(ctx context.Context, d *driver.Delivery) error {
 // ones are refused.
 func (ib *inbox) senderLocked(from driver.Sender) *sender {
 	if s := ib.last; s != nil && s.epoch == from.Epoch && s.name == from.Name {
+		s.seq = max(s.seq, from.Seq)
 		return s
 	}
 	s := ib.senders[from.Name]
@@ -209,12 +211,13 @@ func (ib *inbox) senderLocked(from driver.Sender) *sender {
 				}
 			}
 		}
-		s = &sender{name: from.Name, epoch: from.Epoch, seen: make([]uint64, recentIDs)}
+		s = &sender{name: from.Name, epoch: from.Epoch, seq: from.Seq, seen: make([]uint64, recentIDs)}
 		ib.senders[from.Name] = s
 		ib.last = s
 		return s
 	}
 	if s.epoch == from.Epoch {
+		s.seq = max(s.seq, from.Seq)
 		ib.last = s
 		return s
 	}
@@ -223,9 +226,17 @@ func (ib *inbox) senderLocked(from driver.Sender) *sender {
 			return nil
 		}
 	}
+	if from.Seq != 0 && from.Seq < s.seq {
+		// A connection older than the current incarnation's: the old
+		// incarnation's late note (the target delivered the new one's
+		// first), not a newer restart.
+		copy(s.retired[1:], s.retired[:])
+		s.retired[0] = from.Epoch
+		return nil
+	}
 	copy(s.retired[1:], s.retired[:])
 	s.retired[0] = s.epoch
-	s.epoch = from.Epoch
+	s.epoch, s.seq = from.Epoch, from.Seq
 	clear(s.seen)
 	if s.queued > 0 {
 		ib.purgeLocked(from.Name, s.retired[0])

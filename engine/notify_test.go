@@ -195,3 +195,44 @@ func TestInboxOrderHandOff(t *testing.T) {
 		t.Fatalf("stats %+v", s)
 	}
 }
+
+// TestInboxLateOldIncarnation: a restarted sender's new connection
+// delivered first, its old connection's late notes after: the old ones
+// are dropped as stale (epochs are random; the connections' Seq orders
+// them), the new ones kept. Without Seq the later epoch wins as before.
+func TestInboxLateOldIncarnation(t *testing.T) {
+	f := &fake{name: "fake"}
+	n := enginetest.NewNode(t, engine.Config{Name: "target"}, 1<<12, f)
+	ib := f.host.Inbox()
+	oldC := driver.Sender{Name: "ini", Epoch: 0xb0, Seq: driver.NextSeq()}
+	newC := driver.Sender{Name: "ini", Epoch: 0xa0, Seq: driver.NextSeq()}
+	deliver := func(from driver.Sender, id uint64) error {
+		return ib.Deliver(driver.NoWait, &driver.Delivery{From: from, ID: id, Name: []byte("n"), Bytes: id})
+	}
+	if err := deliver(newC, 1); err != nil {
+		t.Fatal(err)
+	}
+	for id := uint64(1); id <= 3; id++ {
+		if err := deliver(oldC, id); !errors.Is(err, engine.ErrPeerReset) {
+			t.Fatalf("old incarnation's late note %d: %v, want ErrPeerReset", id, err)
+		}
+	}
+	if err := deliver(newC, 2); err != nil {
+		t.Fatal(err)
+	}
+	got := n.Engine.DrainNotifications(nil)
+	if len(got) != 2 || got[0].Bytes != 1 || got[1].Bytes != 2 || got[0].FromEpoch != newC.Epoch {
+		t.Fatalf("delivered %+v, want the new incarnation's notes 1 and 2", got)
+	}
+	if s := n.Engine.NotifyStats(); s.Stale != 3 || s.Accepted != 2 {
+		t.Fatalf("stats %+v, want 3 stale and 2 accepted", s)
+	}
+	// A newer connection under another epoch is a restart: it replaces.
+	newer := driver.Sender{Name: "ini", Epoch: 0xc0, Seq: driver.NextSeq()}
+	if err := deliver(newer, 1); err != nil {
+		t.Fatal(err)
+	}
+	if err := deliver(newC, 3); !errors.Is(err, engine.ErrPeerReset) {
+		t.Fatalf("replaced incarnation's note: %v, want ErrPeerReset", err)
+	}
+}

@@ -214,7 +214,7 @@ func (t *Transport) deliverNow(r *rail, s *session, ref *noteRef) bool {
 		return false
 	}
 	d := &r.delivery
-	d.From = driver.Sender{Name: s.initiator, Epoch: s.epoch}
+	d.From = driver.Sender{Name: s.initiator, Epoch: s.epoch, Seq: s.seq}
 	done, err := t.offer(s, d, ref, driver.NoWait)
 	d.Name, d.Msg = nil, nil
 	return done || !errors.Is(err, driver.ErrNotifyFull)
@@ -253,7 +253,7 @@ func (s *session) queueNote(ref noteRef) {
 func (t *Transport) deliverNotes(s *session) {
 	defer t.wg.Done()
 	var batch []noteRef
-	d := driver.Delivery{From: driver.Sender{Name: s.initiator, Epoch: s.epoch}}
+	d := driver.Delivery{From: driver.Sender{Name: s.initiator, Epoch: s.epoch, Seq: s.seq}}
 	for {
 		s.credMu.Lock()
 		batch, s.notes = s.notes, batch[:0]

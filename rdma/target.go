@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/rdmago/te/auth"
+	"github.com/rdmago/te/engine/driver"
 	"github.com/rdmago/te/internal/acceptor"
 	"github.com/rdmago/te/internal/control"
 	"github.com/rdmago/te/internal/wire"
@@ -42,6 +43,7 @@ type session struct {
 	slot      *acceptor.Slot[netip.Addr, *session]
 	initiator string
 	epoch     uint64
+	seq       uint64 // driver.Sender.Seq
 	eps       map[uint32]targetEP
 	nqps      int
 
@@ -202,7 +204,7 @@ func (t *Transport) admit(s *session, rd *bufio.Reader) error {
 		return err
 	}
 	t.tgt.mu.Lock()
-	s.initiator, s.epoch = ini.Name, ini.Epoch
+	s.initiator, s.epoch, s.seq = ini.Name, ini.Epoch, driver.NextSeq()
 	t.tgt.mu.Unlock()
 	return nil
 }

@@ -179,7 +179,7 @@ func (sc *serverConn) handshake() error {
 	if err != nil {
 		return err
 	}
-	sc.from = driver.Sender{Name: from.Name, Epoch: from.Epoch}
+	sc.from = driver.Sender{Name: from.Name, Epoch: from.Epoch, Seq: driver.NextSeq()}
 	ctl, err := dma.AllocShared(ctlSize)
 	if err != nil {
 		sc.refuse("out of memory")

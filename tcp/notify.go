@@ -419,6 +419,7 @@ func (nt *noteTable) evictOldest(from driver.Sender) {
 func (t *Transport) serveMark(sc *sconn, g *gather, from driver.Sender, id uint64, mi *markInfo, served, lastBad uint64) status {
 	bad := mi.flags&markFlagAbort != 0 || mi.frames > served || lastBad > served-mi.frames
 	d := driver.Delivery{From: from, ID: id}
+	from.Seq = 0 // a note's lanes are the sender's connections: one key for all
 	if mi.kind == markKindFinal || mi.lanes == 1 {
 		if mi.kind == markKindFinal {
 			t.notes.forget(from, id)

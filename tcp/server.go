@@ -174,6 +174,7 @@ func (t *Transport) serveConn(sc *sconn) error {
 		return fmt.Errorf("%w: %w", errHandshake, err)
 	}
 	t.track(sc, from.Name)
+	sender := driver.Sender{Name: from.Name, Epoch: from.Epoch, Seq: driver.NextSeq()}
 	// served counts the data frames served, lastBad is the number of the
 	// last one that failed: a mark checks its run against them.
 	var served, lastBad uint64
@@ -284,7 +285,7 @@ func (t *Transport) serveConn(sc *sconn) error {
 			if merr != nil {
 				reply.status = statusBadRequest
 			} else {
-				reply.status = t.serveMark(sc, g, driver.Sender{Name: from.Name, Epoch: from.Epoch}, h.addr, &mi, served, lastBad)
+				reply.status = t.serveMark(sc, g, sender, h.addr, &mi, served, lastBad)
 			}
 			g.add(&reply, nil, nil)
 		case opWriteV, opReadV:

@@ -3,6 +3,7 @@ package driver
 import (
 	"context"
 	"errors"
+	"sync/atomic"
 	"time"
 
 	"github.com/rdmago/te/segment"
@@ -139,7 +140,19 @@ func (s *Slice) Canceled() bool {
 type Sender struct {
 	Name  string
 	Epoch uint64
+	// Seq orders the connections this process's targets handshook
+	// (NextSeq, taken when the handshake succeeded; 0: unknown). Epochs
+	// are random, so it is Seq that tells a restarted sender's new
+	// connection from its old one, whose notes the target may still be
+	// delivering after the new one's first.
+	Seq uint64
 }
+
+var seq atomic.Uint64
+
+// NextSeq numbers a successful handshake for Sender.Seq: a connection
+// handshaken later gets a larger number.
+func NextSeq() uint64 { return seq.Add(1) }
 
 // Delivery is a notification arrived at the target, as a transport hands
 // it to Inbox.Deliver.
