@@ -99,7 +99,9 @@ func (s *slice) Complete(n uint64, err error) {
 		t.transferred.Add(n)
 	}
 	// A task of one slice is finished by it (a retry does not get here).
-	if t.nslices == 1 || t.done.Add(1) == t.nslices {
+	// nslices is read before done counts this slice: once it has, the
+	// last slice may finish the task and its batch be freed and reused.
+	if ns := t.nslices; ns == 1 || t.done.Add(1) == ns {
 		t.finish()
 	}
 }
@@ -162,7 +164,7 @@ func (s *slice) CompleteAll(ss []*driver.Slice) {
 		if size > 0 {
 			t.transferred.Add(size)
 		}
-		if t.nslices == 1 || t.done.Add(1) == t.nslices {
+		if ns := t.nslices; ns == 1 || t.done.Add(1) == ns { // as in Complete
 			fin[k] = t
 			if k++; k == len(fin) {
 				finishAll(fin[:])
