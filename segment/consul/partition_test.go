@@ -55,9 +55,18 @@ func (p *proxy) serve(ln net.Listener) {
 				continue
 			}
 			p.mu.Lock()
+			if p.ln != ln {
+				// cut ran while this connection was being set up: it
+				// closed the conns it knew, so this pair is closed here
+				// (left open, its pipes would hold cut's Wait for ever).
+				p.mu.Unlock()
+				c.Close()
+				u.Close()
+				return
+			}
 			p.conns[c], p.conns[u] = struct{}{}, struct{}{}
-			p.mu.Unlock()
 			p.wg.Add(2)
+			p.mu.Unlock()
 			pipe := func(dst, src net.Conn) {
 				defer p.wg.Done()
 				io.Copy(dst, src)
