@@ -10,25 +10,6 @@ import (
 	"time"
 )
 
-func tcpPair(t *testing.T) (client, server *net.TCPConn) {
-	t.Helper()
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer ln.Close()
-	c, err := net.Dial("tcp", ln.Addr().String())
-	if err != nil {
-		t.Fatal(err)
-	}
-	s, err := ln.Accept()
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { c.Close(); s.Close() })
-	return c.(*net.TCPConn), s.(*net.TCPConn)
-}
-
 // TestRawIO: WriteBuffers delivers every byte in order, empty buffers
 // skipped, across more bytes than the socket buffers hold (so it waits
 // for the reader) and more buffers than one writev takes; Read returns

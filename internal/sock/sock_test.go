@@ -23,6 +23,12 @@ func notEmulated(t *testing.T) {
 func pair(t *testing.T) (client, server *net.TCPConn) {
 	t.Helper()
 	notEmulated(t)
+	return tcpPair(t)
+}
+
+// tcpPair is a connected loopback TCP pair, closed when t ends.
+func tcpPair(t *testing.T) (client, server *net.TCPConn) {
+	t.Helper()
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)
