@@ -23,7 +23,8 @@ const directRead = 16 << 10
 // behind it lands in memory without passing through the buffer.
 type frameReader struct {
 	br     *bufio.Reader
-	c      *net.TCPConn
+	c      *net.TCPConn    // its deadlines bound rw's reads
+	rw     *sock.RawIO     // c's reads, outside the scheduler
 	vr     *sock.VecReader // made for the first vector
 	direct bool            // the last payload was large
 	// timeout, when set, bounds reading the rest of a frame once it has
@@ -33,8 +34,11 @@ type frameReader struct {
 	timeout time.Duration
 }
 
-func newFrameReader(c *net.TCPConn) *frameReader {
-	return &frameReader{br: bufio.NewReaderSize(c, connBufSize), c: c}
+// newFrameReader reads c through rw (pointed at c): system calls that do
+// not enter the scheduler (sock.RawIO), so a reader woken for each reply
+// or request does not wake the runtime's monitor thread.
+func newFrameReader(c *net.TCPConn, rw *sock.RawIO) *frameReader {
+	return &frameReader{br: bufio.NewReaderSize(rw, connBufSize), c: c, rw: rw}
 }
 
 // errIdle: no byte of the next header arrived within the idle bound.
@@ -54,7 +58,7 @@ func (r *frameReader) header(hb *[headerLen]byte, idle time.Duration) error {
 	if r.ready() || (idle == 0 && r.timeout == 0) {
 		var err error
 		if raw {
-			_, err = io.ReadFull(r.c, hb[:])
+			_, err = io.ReadFull(r.rw, hb[:])
 		} else {
 			_, err = io.ReadFull(r.br, hb[:])
 		}
@@ -67,7 +71,7 @@ func (r *frameReader) header(hb *[headerLen]byte, idle time.Duration) error {
 	n := 0
 	var err error
 	if raw {
-		n, err = r.c.Read(hb[:])
+		n, err = r.rw.Read(hb[:])
 	} else if r.br.Buffered() == 0 {
 		_, err = r.br.Peek(1)
 	}
@@ -90,7 +94,7 @@ func (r *frameReader) header(hb *[headerLen]byte, idle time.Duration) error {
 	}
 	switch {
 	case raw && n < headerLen:
-		_, err = io.ReadFull(r.c, hb[n:])
+		_, err = io.ReadFull(r.rw, hb[n:])
 	case !raw:
 		_, err = io.ReadFull(r.br, hb[:])
 	}
@@ -116,7 +120,7 @@ func (r *frameReader) payload(dst []byte) error {
 		n, _ = r.br.Read(dst) // buffered bytes only: no system call
 	}
 	if n < len(dst) {
-		_, err := io.ReadFull(r.c, dst[n:])
+		_, err := io.ReadFull(r.rw, dst[n:])
 		return err
 	}
 	return nil
@@ -199,7 +203,6 @@ type gather struct {
 	used  int // arena bytes
 	nh    int // frames
 	iov   [][]byte
-	bufs  net.Buffers
 	pins  []driver.Region
 	bytes int
 }
@@ -262,13 +265,34 @@ func (g *gather) add(h *header, payload []byte, pin driver.Region) {
 
 func (g *gather) empty() bool { return g.nh == 0 }
 
-// flush writes everything gathered and releases the pins.
-func (g *gather) flush(c *net.TCPConn) error {
+// flush writes everything gathered through rw and releases the pins.
+func (g *gather) flush(rw *sock.RawIO) error {
 	if g.nh == 0 {
 		return nil
 	}
-	g.bufs = g.iov
-	_, err := g.bufs.WriteTo(c)
+	_, err := rw.WriteBuffers(g.iov)
+	g.reset()
+	return err
+}
+
+// try writes what the socket takes of everything gathered without
+// waiting (sock.RawIO.TryWriteBuffers) and reports whether that was all;
+// if not, finish writes the rest. The pins are released once all is
+// written (or the write failed).
+func (g *gather) try(rw *sock.RawIO) (bool, error) {
+	if g.nh == 0 {
+		return true, nil
+	}
+	done, err := rw.TryWriteBuffers(g.iov)
+	if done || err != nil {
+		g.reset()
+	}
+	return done, err
+}
+
+// finish writes what try left, waiting while the socket is full.
+func (g *gather) finish(rw *sock.RawIO) error {
+	_, err := rw.Finish()
 	g.reset()
 	return err
 }
@@ -282,6 +306,5 @@ func (g *gather) reset() {
 	g.pins = g.pins[:0]
 	clear(g.iov)
 	g.iov = g.iov[:0]
-	g.bufs = nil
 	g.nh, g.used, g.bytes = 0, 0, 0
 }

@@ -12,6 +12,7 @@ import (
 	"github.com/rdmago/te/auth"
 	"github.com/rdmago/te/engine/driver"
 	"github.com/rdmago/te/internal/cost"
+	"github.com/rdmago/te/internal/sock"
 )
 
 // maxFramesPerWrite bounds the frames gathered into one writev (two
@@ -168,8 +169,9 @@ type lane struct {
 	started bool // writer running
 	pending []item
 	conn    *net.TCPConn
-	ring    ring // requests on conn awaiting replies
-	reading bool // the reader owns a popped request (payload in progress)
+	rw      *sock.RawIO // conn's I/O: the writer's writes, the reader's reads
+	ring    ring        // requests on conn awaiting replies
+	reading bool        // the reader owns a popped request (payload in progress)
 	// writing is set while the writer's writev may still read the payloads
 	// of requests in the ring; fail then leaves completing them to the
 	// writer (deferred), so no task finishes — and no memory is unpinned —
@@ -189,12 +191,21 @@ type lane struct {
 	stall    int
 	dialing  bool // the writer is connecting
 	held     int  // slices the writer took from pending and has not written
+	// busy is held by whoever takes batches from pending and writes them
+	// on conn: the writer goroutine, or a submitter writing its own
+	// batch on an idle lane (sendInline); so frames keep their order.
+	busy bool
+	// handoff is set when a submitter's write did not finish without
+	// waiting: busy passes to the writer, which writes the rest (through
+	// handoffRW) before anything else.
+	handoff   *net.TCPConn
+	handoffRW *sock.RawIO
 
 	// ctr counts the lane's traffic (per peer name and lane index: it
 	// outlives this peer incarnation).
 	ctr *laneCounters
 
-	// writer-only
+	// owned by the holder of busy
 	spare []item
 	g     *gather
 
@@ -239,10 +250,48 @@ func (l *lane) enqueue(ss []*driver.Slice, m *mark) {
 		l.p.wg.Add(1)
 		go l.writeLoop()
 	}
+	if !l.busy && l.conn != nil && len(l.pending) <= maxFramesPerWrite {
+		l.sendInline() // unlocks l.mu
+		return
+	}
 	l.mu.Unlock()
+	l.wake()
+}
+
+func (l *lane) wake() {
 	select {
 	case l.kick <- struct{}{}:
 	default:
+	}
+}
+
+// sendInline writes the pending batch on the submitter's goroutine, the
+// lane being idle and connected: no hand-off to the writer and its
+// wake-up. What the socket does not take at once is left to the writer
+// (handoff), so Submit never waits for the peer. l.mu is held; it
+// unlocks it.
+func (l *lane) sendInline() {
+	l.busy = true
+	batch := l.pending
+	l.pending = l.spare[:0]
+	l.held = len(batch)
+	conn, rw := l.conn, l.rw
+	l.p.wg.Add(1) // Close waits for this write as for the writer's (closed is false: the writer runs)
+	l.mu.Unlock()
+	defer l.p.wg.Done()
+	dropCanceled(batch)
+	handed := l.send(conn, rw, batch, true)
+	l.mu.Lock()
+	l.recycle(batch)
+	if handed {
+		l.handoff, l.handoffRW = conn, rw
+	} else {
+		l.busy, l.held = false, 0 // all written, or failed
+	}
+	more := handed || len(l.pending) > 0 || l.closed
+	l.mu.Unlock()
+	if more {
+		l.wake() // the writer finishes the write, or takes what was queued meanwhile
 	}
 }
 
@@ -254,10 +303,7 @@ func (l *lane) close() {
 	if c != nil {
 		c.Close() // the reader fails what is in flight
 	}
-	select {
-	case l.kick <- struct{}{}:
-	default:
-	}
+	l.wake()
 }
 
 func doneAll(ss []*driver.Slice, err error) {
@@ -271,6 +317,21 @@ func (l *lane) writeLoop() {
 	for range l.kick {
 		for {
 			l.mu.Lock()
+			if c := l.handoff; c != nil {
+				// A submitter's write to finish: busy is the writer's.
+				rw := l.handoffRW
+				l.handoff, l.handoffRW = nil, nil
+				l.mu.Unlock()
+				l.wrote(c, l.g.finish(rw))
+				l.mu.Lock()
+				l.busy = false
+			}
+			if l.busy {
+				// A submitter is writing; it wakes the writer when done
+				// if more was queued meanwhile.
+				l.mu.Unlock()
+				break
+			}
 			if l.closed {
 				batch := l.pending
 				l.pending = nil
@@ -286,7 +347,8 @@ func (l *lane) writeLoop() {
 			batch := l.pending
 			l.pending = l.spare[:0]
 			l.held = len(batch)
-			conn := l.conn
+			l.busy = true
+			conn, rw := l.conn, l.rw
 			l.mu.Unlock()
 			dropCanceled(batch)
 			if conn == nil {
@@ -299,20 +361,26 @@ func (l *lane) writeLoop() {
 				l.mu.Unlock()
 				if err != nil {
 					doneItems(batch, err)
+					l.mu.Lock()
 					l.recycle(batch)
+					l.busy = false
+					l.mu.Unlock()
 					continue
 				}
 				l.mu.Lock()
-				conn = l.conn
+				conn, rw = l.conn, l.rw
 				l.mu.Unlock()
 			}
 			if conn == nil {
 				// Failed at once (e.g. the HELLO was refused).
 				doneItems(batch, l.cause(nil, errPeerClosed))
 			} else {
-				l.send(conn, batch)
+				l.send(conn, rw, batch, false)
 			}
+			l.mu.Lock()
 			l.recycle(batch)
+			l.busy = false
+			l.mu.Unlock()
 		}
 	}
 }
@@ -351,17 +419,25 @@ func (l *lane) connect(ctx context.Context) error {
 		tc.Close()
 		return errPeerClosed
 	}
-	l.conn = tc
+	rw := sock.NewRawIO(2 * maxFramesPerWrite)
+	if err := rw.Reset(tc); err != nil {
+		tc.Close()
+		return fmt.Errorf("%w: %s at %s: %w", ErrConnection, l.p.name, l.p.addr, err)
+	}
+	l.conn, l.rw = tc, rw
 	l.ctr.connects.Add(1)
 	l.gen = l.p.gens.Add(1)
 	l.stall = 0
 	l.p.wg.Add(1)
-	go l.readLoop(tc)
+	go l.readLoop(tc, rw)
 	return nil
 }
 
 // send writes batch as frames on conn, maxFramesPerWrite per writev.
-func (l *lane) send(conn *net.TCPConn, batch []item) {
+// With inline (a submitter's batch of one writev) it writes what the
+// socket takes without waiting and, when that was not all, leaves the
+// rest to the writer and reports true (busy passes to it).
+func (l *lane) send(conn *net.TCPConn, rw *sock.RawIO, batch []item, inline bool) (handed bool) {
 	defer cost.Move.Since(cost.Now())
 	for len(batch) > 0 {
 		k := min(len(batch), maxFramesPerWrite)
@@ -370,7 +446,7 @@ func (l *lane) send(conn *net.TCPConn, batch []item) {
 		if l.conn != conn {
 			l.mu.Unlock()
 			doneItems(batch, l.cause(conn, fmt.Errorf("%w: to %s at %s", ErrConnection, l.p.name, l.p.addr)))
-			return
+			return false
 		}
 		last := len(chunk) - 1
 		for last > 0 && chunk[last].s == nil && chunk[last].m == nil {
@@ -417,22 +493,40 @@ func (l *lane) send(conn *net.TCPConn, batch []item) {
 		l.writing = true
 		l.mu.Unlock()
 		batch = batch[k:]
-		err := l.g.flush(conn)
-		if err != nil {
-			err = fmt.Errorf("%w: write to %s at %s: %v", ErrConnection, l.p.name, l.p.addr, err)
-			l.fail(conn, err)
+		var err error
+		if inline && len(batch) == 0 {
+			var done bool
+			done, err = l.g.try(rw)
+			if !done && err == nil {
+				return true
+			}
+		} else {
+			err = l.g.flush(rw)
 		}
-		l.mu.Lock()
-		l.writing = false
-		deferred, derr := l.deferred, l.deferErr
-		l.deferred, l.deferErr = nil, nil
-		l.mu.Unlock()
-		doneItems(deferred, derr)
-		if err != nil {
+		if err = l.wrote(conn, err); err != nil {
 			doneItems(batch, err)
-			return
+			return false
 		}
 	}
+	return false
+}
+
+// wrote ends a write on conn that returned err: a failed write fails the
+// lane, and the requests failed while it was writing (deferred) are
+// completed now that the kernel no longer reads their memory. It returns
+// the write's error, wrapped.
+func (l *lane) wrote(conn *net.TCPConn, err error) error {
+	if err != nil {
+		err = fmt.Errorf("%w: write to %s at %s: %v", ErrConnection, l.p.name, l.p.addr, err)
+		l.fail(conn, err)
+	}
+	l.mu.Lock()
+	l.writing = false
+	deferred, derr := l.deferred, l.deferErr
+	l.deferred, l.deferErr = nil, nil
+	l.mu.Unlock()
+	doneItems(deferred, derr)
+	return err
 }
 
 // vecMaxSlice is the largest slice sent in a vector: a larger one's
@@ -486,20 +580,20 @@ func (l *lane) addVector(its []item, more bool) {
 	}
 }
 
-func (l *lane) readLoop(c *net.TCPConn) {
+func (l *lane) readLoop(c *net.TCPConn, rw *sock.RawIO) {
 	defer l.p.wg.Done()
-	err := l.readReplies(c)
+	err := l.readReplies(c, rw)
 	l.fail(c, err)
 }
 
 // readReplies completes requests as their replies arrive, until the
 // connection fails; it returns why.
-func (l *lane) readReplies(c *net.TCPConn) error {
-	fr := newFrameReader(c)
+func (l *lane) readReplies(c *net.TCPConn, rw *sock.RawIO) error {
 	var hb [headerLen]byte
 	connErr := func(err error) error {
 		return l.cause(c, fmt.Errorf("%w: read from %s at %s: %v", ErrConnection, l.p.name, l.p.addr, err))
 	}
+	fr := newFrameReader(c, rw)
 	for {
 		if err := fr.header(&hb, 0); err != nil {
 			return connErr(err)
@@ -717,7 +811,7 @@ func (l *lane) fail(c *net.TCPConn, err error) {
 		c.Close()
 		return
 	}
-	l.conn = nil
+	l.conn, l.rw = nil, nil
 	if l.closed {
 		err = fmt.Errorf("%w (%v)", errPeerClosed, err)
 	}

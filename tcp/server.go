@@ -14,6 +14,7 @@ import (
 	"github.com/rdmago/te/engine/driver"
 	"github.com/rdmago/te/internal/acceptor"
 	"github.com/rdmago/te/internal/cost"
+	"github.com/rdmago/te/internal/sock"
 )
 
 const connBufSize = 64 << 10
@@ -24,6 +25,7 @@ const connBufSize = 64 << 10
 // request; admission evicts the one that has waited longest.
 type sconn struct {
 	c    *net.TCPConn
+	rw   *sock.RawIO // c's reads and writes after the handshake
 	slot *acceptor.Slot[netip.Addr, *net.TCPConn]
 	// peer is the initiator's name (after the handshake); ctr counts
 	// what it did here, added to Transport.served when the connection
@@ -180,7 +182,11 @@ func (t *Transport) serveConn(sc *sconn) error {
 	var served, lastBad uint64
 	var markBuf []byte
 	var vec *vecState
-	fr := newFrameReader(c)
+	sc.rw = sock.NewRawIO(2 * maxFramesPerWrite)
+	if err := sc.rw.Reset(c); err != nil {
+		return err
+	}
+	fr := newFrameReader(c, sc.rw)
 	fr.timeout = t.cfg.IOTimeout
 	g := newGather(maxFramesPerWrite)
 	defer g.reset()
@@ -461,7 +467,7 @@ func (t *Transport) flush(sc *sconn, g *gather) error {
 	defer cost.Serve.Since(cost.Now())
 	sc.wait()
 	sc.c.SetWriteDeadline(time.Now().Add(t.cfg.IOTimeout))
-	err := g.flush(sc.c)
+	err := g.flush(sc.rw)
 	sc.work()
 	return err
 }

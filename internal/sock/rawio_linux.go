@@ -30,13 +30,15 @@ type RawIO struct {
 	werr   error
 	iov    []unix.Iovec
 	drainf func(uintptr) bool
+	tryf   func(uintptr) bool
+	tried  bool // the last try wrote everything
 }
 
 // NewRawIO returns a RawIO for Reset to point at a socket; a write takes
 // at most iovs buffers per system call (at most MaxIov).
 func NewRawIO(iovs int) *RawIO {
 	r := &RawIO{iov: make([]unix.Iovec, 0, min(max(iovs, 1), MaxIov))}
-	r.fillf, r.drainf = r.fill, r.drain
+	r.fillf, r.drainf, r.tryf = r.fill, r.drain, r.try
 	return r
 }
 
@@ -135,6 +137,41 @@ func (r *RawIO) drain(fd uintptr) bool {
 // full) and returns the bytes written.
 func (r *RawIO) WriteBuffers(bufs [][]byte) (int64, error) {
 	r.bufs, r.off, r.wn, r.werr = bufs, 0, 0, nil
+	err := r.rc.Write(r.drainf)
+	r.bufs = nil
+	if err == nil {
+		err = r.werr
+	}
+	return r.wn, err
+}
+
+func (r *RawIO) try(fd uintptr) bool {
+	r.tried = r.drain(fd)
+	return true // never wait
+}
+
+// TryWriteBuffers writes what the socket takes of bufs now, without
+// waiting, and reports whether that was all; when it was not, the rest
+// (bufs, which must stay untouched until then) is left for Finish, which
+// must be called before any other write. A write error is returned (and
+// nothing left).
+func (r *RawIO) TryWriteBuffers(bufs [][]byte) (bool, error) {
+	r.bufs, r.off, r.wn, r.werr = bufs, 0, 0, nil
+	err := r.rc.Write(r.tryf)
+	if err == nil {
+		err = r.werr
+	}
+	if err != nil || r.tried {
+		r.bufs = nil
+		return err == nil, err
+	}
+	return false, nil
+}
+
+// Finish writes what TryWriteBuffers left (waiting while the socket's
+// buffer is full) and returns the bytes written by both.
+func (r *RawIO) Finish() (int64, error) {
+	r.werr = nil
 	err := r.rc.Write(r.drainf)
 	r.bufs = nil
 	if err == nil {

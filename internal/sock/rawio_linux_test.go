@@ -101,3 +101,52 @@ func TestRawIOAllocs(t *testing.T) {
 		t.Fatalf("%v allocations per request", allocs)
 	}
 }
+
+// TestRawIOTryWrite: TryWriteBuffers writes a small reply whole without
+// waiting; of more bytes than the socket buffers hold it writes what they
+// take and leaves the rest, which Finish writes once the peer reads: every
+// byte in order.
+func TestRawIOTryWrite(t *testing.T) {
+	c, s := tcpPair(t)
+	rw := NewRawIO(4)
+	if err := rw.Reset(s); err != nil {
+		t.Fatal(err)
+	}
+	small := []byte("mooncake")
+	if done, err := rw.TryWriteBuffers([][]byte{small[:4], nil, small[4:]}); !done || err != nil {
+		t.Fatalf("small TryWriteBuffers: %v, %v; want true, nil", done, err)
+	}
+	got := make([]byte, len(small))
+	if _, err := io.ReadFull(c, got); err != nil || !bytes.Equal(got, small) {
+		t.Fatalf("peer read %q, %v", got, err)
+	}
+
+	rng := rand.New(rand.NewPCG(3, 4))
+	var bufs [][]byte
+	var want []byte
+	for range 6 {
+		b := make([]byte, 4<<20)
+		for j := range b {
+			b[j] = byte(rng.Uint32())
+		}
+		bufs = append(bufs, b)
+		want = append(want, b...)
+	}
+	done, err := rw.TryWriteBuffers(bufs)
+	if done || err != nil {
+		t.Fatalf("TryWriteBuffers of %d bytes nobody reads: %v, %v; want false, nil", len(want), done, err)
+	}
+	all := make(chan []byte, 1)
+	go func() {
+		b, _ := io.ReadAll(c)
+		all <- b
+	}()
+	n, err := rw.Finish()
+	if err != nil || n != int64(len(want)) {
+		t.Fatalf("Finish: %d, %v; want %d", n, err, len(want))
+	}
+	s.CloseWrite()
+	if b := <-all; !bytes.Equal(b, want) {
+		t.Fatalf("peer read %d bytes, not the %d written", len(b), len(want))
+	}
+}

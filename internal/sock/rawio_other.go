@@ -36,3 +36,12 @@ func (r *RawIO) WriteBuffers(bufs [][]byte) (int64, error) {
 	b := net.Buffers(bufs)
 	return b.WriteTo(r.c)
 }
+
+// TryWriteBuffers writes all of bufs.
+func (r *RawIO) TryWriteBuffers(bufs [][]byte) (bool, error) {
+	_, err := r.WriteBuffers(bufs)
+	return err == nil, err
+}
+
+// Finish has nothing left to write.
+func (r *RawIO) Finish() (int64, error) { return 0, nil }

@@ -12,7 +12,8 @@ const MaxIov = 1024
 
 // VecReader reads from a socket into several buffers with one readv(2),
 // waiting on the runtime's poller like net.Conn.Read (deadlines and Close
-// included). It allocates nothing per call; one goroutine uses it at a
+// included); the readv does not enter the scheduler (see RawIO: the
+// runtime's poller keeps its sockets non-blocking). It allocates nothing per call; one goroutine uses it at a
 // time.
 type VecReader struct {
 	rc   syscall.RawConn
@@ -36,7 +37,7 @@ func NewVecReader(c syscall.Conn, bufs int) (*VecReader, error) {
 
 func (v *VecReader) fill(fd uintptr) bool {
 	for {
-		v.n, v.err = unix.Readv(int(fd), v.iov)
+		v.n, v.err = unix.ReadvNonblock(int(fd), v.iov)
 		if v.err != unix.EINTR {
 			break
 		}

@@ -40,3 +40,16 @@ func WritevNonblock(fd int, iov []Iovec) (int, error) {
 	}
 	return int(r), nil
 }
+
+// ReadvNonblock is readv(2) over iovecs the caller built, made with
+// RawSyscall, for a non-blocking descriptor only (see ReadNonblock).
+func ReadvNonblock(fd int, iov []Iovec) (int, error) {
+	if len(iov) == 0 {
+		return 0, nil
+	}
+	r, _, e := sys.RawSyscall(sys.SYS_READV, uintptr(fd), uintptr(unsafe.Pointer(&iov[0])), uintptr(len(iov)))
+	if e != 0 {
+		return 0, e
+	}
+	return int(r), nil
+}
