@@ -85,14 +85,20 @@ type TaskStatus struct {
 
 // task is one request's completion state.
 type task struct {
-	b *batch
-	// state is 0 (StateInvalid) from Submit until the task finishes:
-	// a submitted task is pending until then (see get), so Submit
-	// stores nothing in it, and done counts up to nslices for the same
-	// reason (Submit stores no count of slices left): two locked
-	// exchanges less per request.
-	state       atomic.Uint32
-	done        atomic.Int64 // slices done, of a task of several
+	b   *batch
+	idx int // the task's index in b.tasks (AllocateBatch)
+	// state is 0 (StateInvalid) from Submit until the task fails or is
+	// cancelled: a submitted task is pending until then (see get), so
+	// Submit stores nothing in it, and done counts up to nslices for
+	// the same reason (Submit stores no count of slices left): two
+	// locked exchanges less per request. A task that completes sets
+	// its bit in b.completed instead, with the tasks finished beside
+	// it: one locked operation for a run of them.
+	state atomic.Uint32
+	done  atomic.Int64 // slices done, of a task of several
+	// transferred is the bytes moved by the task's finished slices;
+	// a task of one slice completed by driver.DoneAll (moved in full)
+	// adds nothing to it: see moved.
 	transferred atomic.Uint64
 	failed      atomic.Bool
 	mu          sync.Mutex // guards err
@@ -134,7 +140,21 @@ func (t *task) get() State {
 	if st := State(t.state.Load()); st != StateInvalid {
 		return st
 	}
+	if t.b.isCompleted(t.idx) {
+		return StateCompleted
+	}
 	return StatePending
+}
+
+// moved is the bytes the task moved, st its state (get): a task of one
+// slice completed by driver.DoneAll moved its whole length and counted
+// nothing in transferred.
+func (t *task) moved(st State) uint64 {
+	n := t.transferred.Load()
+	if n == 0 && st == StateCompleted && t.nslices == 1 {
+		n = uint64(len(t.local))
+	}
+	return n
 }
 
 // left is the number of the task's slices not done yet; it stays 1 for a
@@ -177,16 +197,23 @@ func (t *task) finish() {
 		t.stats.tasks.Add(1)
 	}
 	t.b.transferred.Add(t.transferred.Load())
-	if n := t.publish(); n != nil {
+	n, ok := t.publish()
+	if ok {
+		t.b.complete(t.idx, 1)
+	}
+	if n != nil {
 		n.steps(1)
 	}
 	t.b.done(1)
 }
 
-// finishAll is finish for several tasks: their pins, in-flight counts and
-// task counters are dropped or counted in runs that share them, all
-// before any task's state is published, and the batch is counted down
-// once per run of one batch.
+// finishAll is finish for several tasks, each completed by its one
+// slice or by the last of its slices, moved in full (driver.DoneAll):
+// their pins, in-flight counts and task counters are dropped or counted
+// in runs that share them, all before any task's state is published,
+// the completed tasks of one batch are published in runs of consecutive
+// ones (b.complete) and the batch is counted down once per run of one
+// batch.
 func finishAll(ts []*task) {
 	var (
 		reg, treg   *region
@@ -271,7 +298,11 @@ func finishAll(ts []*task) {
 			}
 			b, bytes = t.b, 0
 		}
-		bytes += t.transferred.Load()
+		if t.nslices == 1 {
+			bytes += uint64(len(t.local)) // moved in full, not counted in t
+		} else {
+			bytes += t.transferred.Load()
+		}
 	}
 	if bytes != 0 {
 		b.transferred.Add(bytes)
@@ -283,9 +314,22 @@ func finishAll(ts []*task) {
 	var (
 		nt *note
 		nn int64
+		// The run of completed tasks being published: tasks
+		// [ci, ci+cn) of cb.
+		cb     *batch
+		ci, cn int
 	)
 	for _, t := range ts {
-		n := t.publish()
+		n, ok := t.publish()
+		if ok && (t.b != cb || t.idx != ci+cn) {
+			if cn != 0 {
+				cb.complete(ci, cn)
+			}
+			cb, ci, cn = t.b, t.idx, 0
+		}
+		if ok {
+			cn++
+		}
 		if n != nt {
 			if nn != 0 {
 				nt.steps(nn)
@@ -295,6 +339,13 @@ func finishAll(ts []*task) {
 		if n != nil {
 			nn++
 		}
+	}
+	if cn != 0 {
+		cb.complete(ci, cn)
+	}
+	// Only now, with every state published, may the batch count down:
+	// its waiter then sees each task final.
+	for _, t := range ts {
 		if t.b != b {
 			if bn != 0 {
 				b.done(bn)
@@ -311,9 +362,31 @@ func finishAll(ts []*task) {
 	}
 }
 
-// publish stores the finished task's state and returns its notification
-// (nil: none), which the caller steps.
-func (t *task) publish() *note {
+// complete publishes tasks [i, i+n) as completed: their bits in
+// b.completed, one atomic OR per word.
+func (b *batch) complete(i, n int) {
+	for n > 0 {
+		w, o := i>>6, i&63
+		k := min(n, 64-o)
+		m := ^uint64(0)
+		if k < 64 {
+			m = (1<<k - 1) << o
+		}
+		b.completed[w].Or(m)
+		i, n = i+k, n-k
+	}
+}
+
+// isCompleted says whether task i has been published as completed.
+func (b *batch) isCompleted(i int) bool {
+	return b.completed[i>>6].Load()&(1<<(i&63)) != 0
+}
+
+// publish stores the state of a finished task that did not complete
+// and returns its notification (nil: none), which the caller steps, and
+// whether the task completed: then the caller publishes that
+// (b.complete), before it counts the batch down.
+func (t *task) publish() (*note, bool) {
 	st := StateCompleted
 	if t.failed.Load() {
 		st = StateFailed
@@ -323,15 +396,16 @@ func (t *task) publish() *note {
 		}
 		t.mu.Unlock()
 	}
-	if st != StateCompleted {
-		t.b.bad.Store(true)
-	}
-	t.state.Store(uint32(st))
 	n := t.note
-	if n != nil && st != StateCompleted {
+	if st == StateCompleted {
+		return n, true
+	}
+	t.b.bad.Store(true)
+	t.state.Store(uint32(st))
+	if n != nil {
 		n.bad.Store(true)
 	}
-	return n
+	return n, false
 }
 
 // done counts n finished tasks or notes down.
@@ -350,7 +424,7 @@ func (b *batch) done(n int64) {
 // leaves it zero but for b, as resolve expects.
 func (t *task) unpin() {
 	t.release()
-	*t = task{b: t.b}
+	*t = task{b: t.b, idx: t.idx}
 }
 
 // release drops what resolve took: the pins on local and target regions
@@ -396,6 +470,9 @@ type batch struct {
 	transferred atomic.Uint64
 	bad         atomic.Bool
 	tnames      atomic.Pointer[string]
+	// completed has bit i set once task i has completed (see task.get):
+	// a word for every 64 tasks of cap(tasks).
+	completed []atomic.Uint64
 }
 
 // addName returns the transports' names of the batch with name added
@@ -467,10 +544,11 @@ func (e *Engine) AllocateBatch(capacity int) (BatchID, error) {
 	if b == nil {
 		b = &batch{e: e, notify: make(chan struct{}, 1)}
 		b.tasks = make([]task, capacity)
+		b.completed = make([]atomic.Uint64, (capacity+63)/64)
 	}
 	b.tasks = b.tasks[:capacity]
 	for i := range b.tasks {
-		b.tasks[i].b = b
+		b.tasks[i].b, b.tasks[i].idx = b, i
 	}
 	var idx uint32
 	if n := len(bt.free); n > 0 {
@@ -512,7 +590,11 @@ func (e *Engine) FreeBatch(id BatchID) error {
 	// no segment, region or peer alive) in one sweep per array, not
 	// per element; resolve counts on the tasks after submitted being
 	// zero but for b, which AllocateBatch sets again.
-	clear(b.tasks[:b.submitted.Load()])
+	used := int(b.submitted.Load())
+	clear(b.tasks[:used])
+	for i := range (used + 63) / 64 {
+		b.completed[i].Store(0)
+	}
 	for c := 0; c*sliceChunk < b.nslices; c++ {
 		clear(b.chunks[c][:min(sliceChunk, b.nslices-c*sliceChunk)])
 	}
@@ -967,7 +1049,8 @@ func (e *Engine) Status(id BatchID, taskIdx int) (TaskStatus, error) {
 }
 
 func (t *task) status() TaskStatus {
-	st := TaskStatus{State: t.get(), Transferred: t.transferred.Load(), Transport: t.tname, Layer: t.layer()}
+	s := t.get()
+	st := TaskStatus{State: s, Transferred: t.moved(s), Transport: t.tname, Layer: t.layer()}
 	if st.State == StateFailed || st.State == StateCanceled {
 		t.mu.Lock()
 		st.Err = t.err

@@ -2,6 +2,9 @@ package engine_test
 
 import (
 	"context"
+	"errors"
+	"math/rand/v2"
+	"slices"
 	"sync"
 	"testing"
 	"time"
@@ -117,5 +120,102 @@ func TestDoneAll(t *testing.T) {
 	}
 	if err := e.Uninstall("x"); err != nil {
 		t.Fatalf("uninstall after DoneAll: %v (transport's in-flight count left)", err)
+	}
+}
+
+// TestDoneAllStates: the tasks DoneAll completes are published as
+// COMPLETED in runs (a bit per task, words of 64): in a batch of 200
+// tasks of one slice submitted in two calls, slices completed in a
+// shuffled order, piece by piece, leave exactly those tasks COMPLETED
+// with their bytes and the others PENDING with none; one failed with
+// Done is FAILED with what it reported. A freed and reallocated batch
+// (the same one, from the pool) starts with every task pending.
+func TestDoneAllStates(t *testing.T) {
+	st := enginetest.NewMemStore()
+	defer st.Close()
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	tgt := enginetest.NewNode(t, engine.Config{Name: "tgt", Store: st}, 1<<16, &fake{name: "x"})
+	h := &keeper{fake: &fake{name: "x"}, sliceSize: 1 << 20}
+	ini := enginetest.NewNode(t, engine.Config{Name: "ini", Store: st}, 1<<16, h)
+	e := ini.Engine
+	seg, err := e.OpenSegment(ctx, "tgt", nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	taddr := engine.AddrOf(tgt.Mem.Bytes())
+	mem := ini.Mem.Bytes()
+	const n = 200
+	size := func(i int) int { return 64 + i }
+	reqs := make([]engine.Request, n)
+	off := 0
+	for i := range reqs {
+		reqs[i] = engine.Request{Op: engine.Read, Local: mem[off : off+size(i)], Target: seg, TargetAddr: taddr + uint64(off)}
+		off += size(i)
+	}
+	for round := range 2 {
+		b, _ := e.AllocateBatch(n)
+		for _, part := range [][]engine.Request{reqs[:70], reqs[70:]} {
+			if err := e.Submit(b, part); err != nil {
+				t.Fatal(err)
+			}
+		}
+		ss := h.take()
+		if len(ss) != n {
+			t.Fatalf("%d slices, want %d", len(ss), n)
+		}
+		index := make(map[*driver.Slice]int, n)
+		for i, s := range ss {
+			index[s] = i
+		}
+		check := func(done map[int]bool, failed int) {
+			t.Helper()
+			for i := range n {
+				ts, _ := e.Status(b, i)
+				switch {
+				case i == failed:
+					if ts.State != engine.StateFailed || ts.Transferred != 3 {
+						t.Fatalf("round %d task %d: %v with %d bytes, want FAILED with 3", round, i, ts.State, ts.Transferred)
+					}
+				case done[i]:
+					if ts.State != engine.StateCompleted || ts.Transferred != uint64(size(i)) {
+						t.Fatalf("round %d task %d: %v with %d bytes, want COMPLETED with %d", round, i, ts.State, ts.Transferred, size(i))
+					}
+				default:
+					if ts.State != engine.StatePending || ts.Transferred != 0 {
+						t.Fatalf("round %d task %d: %v with %d bytes, want PENDING with none", round, i, ts.State, ts.Transferred)
+					}
+				}
+			}
+		}
+		check(nil, -1)
+		order := rand.New(rand.NewPCG(uint64(round), 1)).Perm(n)
+		// Long runs of consecutive tasks too: sort pieces of the order.
+		slices.Sort(order[:90])
+		slices.Sort(order[120:180])
+		failed := order[n-1]
+		done := map[int]bool{}
+		for lo := 0; lo < n-1; {
+			hi := min(lo+1+lo%37, n-1)
+			piece := make([]*driver.Slice, 0, hi-lo)
+			for _, i := range order[lo:hi] {
+				piece = append(piece, ss[i])
+				done[index[ss[i]]] = true
+			}
+			driver.DoneAll(piece)
+			check(done, -1)
+			lo = hi
+		}
+		ss[failed].Done(3, errors.New("test: refused"))
+		check(done, failed)
+		if err := e.Wait(ctx, b); err == nil {
+			t.Fatalf("round %d: Wait succeeded with task %d failed", round, failed)
+		}
+		if bs, _ := e.BatchStatus(b); bs.State != engine.StateFailed {
+			t.Fatalf("round %d: batch %v, want FAILED", round, bs.State)
+		}
+		if err := e.FreeBatch(b); err != nil {
+			t.Fatal(err)
+		}
 	}
 }

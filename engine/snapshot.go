@@ -240,7 +240,7 @@ func (e *Engine) inflightTasks(now int64, max int, minAge time.Duration) ([]Task
 
 func (t *task) snapshot(id BatchID, i int, age time.Duration) TaskSnapshot {
 	ts := TaskSnapshot{Batch: id, Index: i, Segment: "(local)", Transport: t.tname, Op: t.op.String(),
-		Length: uint64(len(t.local)), Slices: t.nslices, Transferred: t.transferred.Load(), Age: age,
+		Length: uint64(len(t.local)), Slices: t.nslices, Transferred: t.moved(t.get()), Age: age,
 		Retries: int(t.retries.Load())}
 	if t.seg != nil {
 		ts.Segment = t.seg.name

@@ -161,10 +161,13 @@ func (s *slice) CompleteAll(ss []*driver.Slice) {
 				timed++
 			}
 		}
-		if size > 0 {
+		// A task of one slice moved its length (task.moved); one of
+		// several counts each slice.
+		ns := t.nslices
+		if ns != 1 && size > 0 {
 			t.transferred.Add(size)
 		}
-		if ns := t.nslices; ns == 1 || t.done.Add(1) == ns { // as in Complete
+		if ns == 1 || t.done.Add(1) == ns { // as in Complete
 			fin[k] = t
 			if k++; k == len(fin) {
 				finishAll(fin[:])
