@@ -10,6 +10,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"runtime"
 	"strconv"
 	"strings"
 	"testing"
@@ -62,6 +63,12 @@ func TestDevices(t *testing.T) {
 			}
 			if got := readSys(t, base+"/ports/1/gid_attrs/types/"+i); got != "RoCE v2" {
 				t.Errorf("gid[%s] type = %q, want RoCE v2", i, got)
+			}
+			// RPS over every CPU keeps each flow (each QP) on one CPU, so the
+			// wire delivers a QP's packets in order (guest/init).
+			rps := strings.ReplaceAll(readSys(t, "/sys/class/net/"+d.Netdev+"/queues/rx-0/rps_cpus"), ",", "")
+			if m, err := strconv.ParseUint(rps, 16, 64); err != nil || m != 1<<runtime.NumCPU()-1 {
+				t.Errorf("%s rps_cpus = %q, want every CPU (%x)", d.Netdev, rps, uint64(1)<<runtime.NumCPU()-1)
 			}
 			u, ok := uverbs[d.Name]
 			if !ok {
