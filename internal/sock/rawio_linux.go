@@ -23,6 +23,9 @@ type RawIO struct {
 	n     int
 	rerr  error
 	fillf func(uintptr) bool
+	// lowat is the SO_RCVLOWAT the next wait asks for, set the socket's
+	// (0 and 1 are the kernel's default: woken by one byte).
+	lowat, set int
 
 	bufs   [][]byte // what is left to write; bufs[0] from off
 	off    int
@@ -45,6 +48,7 @@ func NewRawIO(iovs int) *RawIO {
 // Reset points r at c's socket; nil lets go of the last one.
 func (r *RawIO) Reset(c syscall.Conn) error {
 	r.rc = nil
+	r.lowat, r.set = 0, 0
 	if c == nil {
 		return nil
 	}
@@ -63,6 +67,18 @@ func (r *RawIO) fill(fd uintptr) bool {
 		case unix.EINTR:
 			continue
 		case unix.EAGAIN:
+			if r.lowat != r.set {
+				// Raised only before a wait, so a socket that
+				// has the bytes is read without the call;
+				// lowered lazily, before the next wait. The
+				// kernel checks the new mark at once: bytes
+				// that reached it meanwhile wake the poller.
+				if err := unix.SetRcvlowatNonblock(int(fd), max(r.lowat, 1)); err != nil {
+					r.rerr = err
+					return true
+				}
+				r.set = r.lowat
+			}
 			return false
 		}
 		r.n, r.rerr = n, err
@@ -72,9 +88,23 @@ func (r *RawIO) fill(fd uintptr) bool {
 
 // Read reads into p once the socket is readable: at least one byte, or
 // an error (io.EOF when the peer closed; net.ErrClosed after Close).
-func (r *RawIO) Read(p []byte) (int, error) {
+func (r *RawIO) Read(p []byte) (int, error) { return r.ReadWait(p, 1) }
+
+// ReadWait is Read that, should it wait, asks the kernel not to report
+// the socket readable before want bytes are queued (at most len(p); the
+// kernel caps it at half its largest receive buffer and reports it
+// readable anyway at EOF, on an error, or when its receive buffer or
+// window runs short, so a wait cannot outlast the peer's sending). A
+// large payload read this way costs fewer wake-ups of the reader than one
+// per segment burst that arrives while it sleeps. The mark stays set on
+// the socket until a later read waits with another one.
+func (r *RawIO) ReadWait(p []byte, want int) (int, error) {
 	if len(p) == 0 {
 		return 0, nil
+	}
+	r.lowat = min(max(want, 1), len(p))
+	if r.lowat == 1 {
+		r.lowat = 0
 	}
 	r.p, r.n, r.rerr = p, 0, nil
 	err := r.rc.Read(r.fillf)

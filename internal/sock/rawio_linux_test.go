@@ -6,6 +6,7 @@ import (
 	"io"
 	"math/rand/v2"
 	"net"
+	"sync/atomic"
 	"testing"
 	"time"
 )
@@ -148,5 +149,72 @@ func TestRawIOTryWrite(t *testing.T) {
 	s.CloseWrite()
 	if b := <-all; !bytes.Equal(b, want) {
 		t.Fatalf("peer read %d bytes, not the %d written", len(b), len(want))
+	}
+}
+
+// TestRawIOReadWait: a read that waits with a mark is not woken by fewer
+// bytes (24 queued under a mark of 1 MiB wait for the peer's close, which
+// wakes it), a later Read with no mark is woken by one short message (the
+// mark is lowered before it waits, so a reader cannot hang on a stale
+// one), and every byte arrives in order.
+func TestRawIOReadWait(t *testing.T) {
+	c, s := tcpPair(t)
+	rw := NewRawIO(1)
+	if err := rw.Reset(s); err != nil {
+		t.Fatal(err)
+	}
+	// A mark of 200 KiB, then 200 KiB: read whole, in order.
+	want := make([]byte, 200<<10)
+	for i := range want {
+		want[i] = byte(i * 7)
+	}
+	go func() {
+		time.Sleep(20 * time.Millisecond) // the reader waits with its mark first
+		c.Write(want)
+	}()
+	got := make([]byte, len(want))
+	for n := 0; n < len(got); {
+		k, err := rw.ReadWait(got[n:], len(got)-n)
+		if err != nil {
+			t.Fatalf("ReadWait after %d bytes: %v", n, err)
+		}
+		n += k
+	}
+	if !bytes.Equal(got, want) {
+		t.Fatal("ReadWait returned other bytes than were written")
+	}
+
+	// The mark lowered: one short message wakes a plain Read. Should it
+	// not, the timer's close ends the wait with an error, not a hang.
+	stop := time.AfterFunc(10*time.Second, func() { s.Close() })
+	go func() {
+		time.Sleep(20 * time.Millisecond)
+		c.Write([]byte("twenty-four bytes header"))
+	}()
+	if b, err := io.ReadAll(io.LimitReader(rw, 24)); err != nil || string(b) != "twenty-four bytes header" {
+		t.Fatalf("Read after a marked wait: %q, %v (the mark was not lowered)", b, err)
+	}
+	stop.Stop()
+
+	// 24 bytes under a mark of 1 MiB do not wake the reader: the close does.
+	var closed atomic.Int64
+	go func() {
+		time.Sleep(20 * time.Millisecond)
+		c.Write([]byte("twenty-four bytes header"))
+		time.Sleep(100 * time.Millisecond)
+		closed.Store(time.Now().UnixNano())
+		c.CloseWrite()
+	}()
+	buf := make([]byte, 1<<20)
+	n, err := rw.ReadWait(buf, len(buf))
+	woke := time.Now().UnixNano()
+	if err != nil || string(buf[:n]) != "twenty-four bytes header" {
+		t.Fatalf("ReadWait: %q, %v", buf[:n], err)
+	}
+	if at := closed.Load(); at == 0 || woke < at {
+		t.Fatal("24 bytes woke a ReadWait that asked for 1 MiB before the peer closed")
+	}
+	if n, err := rw.ReadWait(buf, len(buf)); n != 0 || err != io.EOF {
+		t.Fatalf("ReadWait at EOF: %d, %v; want io.EOF", n, err)
 	}
 }

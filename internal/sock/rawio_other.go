@@ -31,6 +31,9 @@ func (r *RawIO) Reset(c syscall.Conn) error {
 // Read reads from the connection.
 func (r *RawIO) Read(p []byte) (int, error) { return r.c.Read(p) }
 
+// ReadWait is Read: the wake-up mark is Linux's.
+func (r *RawIO) ReadWait(p []byte, _ int) (int, error) { return r.c.Read(p) }
+
 // WriteBuffers writes all of bufs.
 func (r *RawIO) WriteBuffers(bufs [][]byte) (int64, error) {
 	b := net.Buffers(bufs)

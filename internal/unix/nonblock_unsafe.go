@@ -53,3 +53,15 @@ func ReadvNonblock(fd int, iov []Iovec) (int, error) {
 	}
 	return int(r), nil
 }
+
+// SetRcvlowatNonblock sets a socket's SO_RCVLOWAT with RawSyscall6 (a
+// short call the scheduler is not told about): how many bytes must be
+// queued before the kernel reports the socket readable (poll, epoll).
+func SetRcvlowatNonblock(fd, n int) error {
+	v := int32(n)
+	_, _, e := sys.RawSyscall6(sys.SYS_SETSOCKOPT, uintptr(fd), sys.SOL_SOCKET, sys.SO_RCVLOWAT, uintptr(unsafe.Pointer(&v)), 4, 0)
+	if e != 0 {
+		return e
+	}
+	return nil
+}

@@ -295,18 +295,54 @@ func readPayload(br *bufio.Reader, c io.Reader, dst []byte) (bool, error) {
 		n, _ = br.Read(dst) // buffered bytes only: no system call
 	}
 	if n < len(dst) {
-		if _, err := io.ReadFull(c, dst[n:]); err != nil {
+		if _, err := readFull(c, dst[n:]); err != nil {
 			return true, err
 		}
 	}
 	return true, nil
 }
 
+// Wake-up marks for payloads read straight into memory: while more than
+// lowatFrom bytes are missing, a wait asks the kernel to report the
+// socket readable only once the rest (up to lowatMax) is queued, so a
+// 1 MiB WRITE wakes the target about twice instead of once per burst
+// that arrives while it sleeps (six on loopback). Smaller payloads arrive
+// in one or two bursts: the marks' system calls would cost more than
+// they save.
+const (
+	lowatFrom = 64 << 10
+	lowatMax  = 1 << 20
+)
+
+// readFull is io.ReadFull, with wake-up marks when c is a *sock.RawIO.
+func readFull(c io.Reader, dst []byte) (int, error) {
+	rw, ok := c.(*sock.RawIO)
+	if !ok {
+		return io.ReadFull(c, dst)
+	}
+	n := 0
+	for n < len(dst) {
+		want := 1
+		if rest := len(dst) - n; rest > lowatFrom {
+			want = min(rest, lowatMax)
+		}
+		k, err := rw.ReadWait(dst[n:], want)
+		n += k
+		if err != nil {
+			if err == io.EOF && n > 0 {
+				err = io.ErrUnexpectedEOF
+			}
+			return n, err
+		}
+	}
+	return n, nil
+}
+
 // readPayload is readPayload on sc, whose read buffer is made only when
 // a small payload needs it.
 func (sc *sconn) readPayload(dst []byte) (bool, error) {
 	if sc.br == nil && len(dst) >= directRead {
-		_, err := io.ReadFull(sc.rw, dst)
+		_, err := readFull(sc.rw, dst)
 		return true, err
 	}
 	return readPayload(sc.reader(), sc.rw, dst)
