@@ -26,6 +26,7 @@ type RawIO struct {
 	// lowat is the SO_RCVLOWAT the next wait asks for, set the socket's
 	// (0 and 1 are the kernel's default: woken by one byte).
 	lowat, set int
+	info       unix.TCPInfo
 
 	bufs   [][]byte // what is left to write; bufs[0] from off
 	off    int
@@ -67,17 +68,17 @@ func (r *RawIO) fill(fd uintptr) bool {
 		case unix.EINTR:
 			continue
 		case unix.EAGAIN:
-			if r.lowat != r.set {
+			if mark := r.mark(fd); mark != r.set {
 				// Raised only before a wait, so a socket that
 				// has the bytes is read without the call;
 				// lowered lazily, before the next wait. The
 				// kernel checks the new mark at once: bytes
 				// that reached it meanwhile wake the poller.
-				if err := unix.SetRcvlowatNonblock(int(fd), max(r.lowat, 1)); err != nil {
+				if err := unix.SetRcvlowatNonblock(int(fd), max(mark, 1)); err != nil {
 					r.rerr = err
 					return true
 				}
-				r.set = r.lowat
+				r.set = mark
 			}
 			return false
 		}
@@ -86,15 +87,39 @@ func (r *RawIO) fill(fd uintptr) bool {
 	}
 }
 
+// mark is the wake-up mark for a wait: what ReadWait asked for, at most
+// half the receive window the socket last advertised, so the sender
+// keeps sending while the reader copies what arrived (a mark the window
+// cannot hold would wake the reader only once the window closed, and the
+// sender would stop and go). Without the window (a kernel before 6.2, a
+// failed call) or under minMark there is no mark.
+func (r *RawIO) mark(fd uintptr) int {
+	if r.lowat <= 1 {
+		return 0
+	}
+	if unix.GetsockoptTCPInfoNonblock(int(fd), &r.info) != nil {
+		return 0
+	}
+	m := min(r.lowat, int(r.info.Rcv_wnd/2))
+	if m < minMark {
+		return 0
+	}
+	return m
+}
+
+// minMark is the least mark set: a smaller one (a fresh connection's
+// window, a short payload) saves no wake-up worth its system calls.
+const minMark = 64 << 10
+
 // Read reads into p once the socket is readable: at least one byte, or
 // an error (io.EOF when the peer closed; net.ErrClosed after Close).
 func (r *RawIO) Read(p []byte) (int, error) { return r.ReadWait(p, 1) }
 
 // ReadWait is Read that, should it wait, asks the kernel not to report
-// the socket readable before want bytes are queued (at most len(p); the
-// kernel caps it at half its largest receive buffer and reports it
-// readable anyway at EOF, on an error, or when its receive buffer or
-// window runs short, so a wait cannot outlast the peer's sending). A
+// the socket readable before want bytes are queued (at most len(p) and
+// half the receive window; the kernel reports it readable anyway at EOF,
+// on an error, or when its receive buffer or window runs short, so a wait
+// cannot outlast the peer's sending). A
 // large payload read this way costs fewer wake-ups of the reader than one
 // per segment burst that arrives while it sleeps. The mark stays set on
 // the socket until a later read waits with another one.

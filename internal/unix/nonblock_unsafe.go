@@ -65,3 +65,16 @@ func SetRcvlowatNonblock(fd, n int) error {
 	}
 	return nil
 }
+
+// GetsockoptTCPInfoNonblock reads a TCP socket's TCP_INFO into info with
+// RawSyscall6 (see SetRcvlowatNonblock), allocating nothing. A kernel
+// older than the struct leaves the fields it does not know zero.
+func GetsockoptTCPInfoNonblock(fd int, info *TCPInfo) error {
+	*info = TCPInfo{}
+	l := uint32(unsafe.Sizeof(*info))
+	_, _, e := sys.RawSyscall6(sys.SYS_GETSOCKOPT, uintptr(fd), sys.IPPROTO_TCP, sys.TCP_INFO, uintptr(unsafe.Pointer(info)), uintptr(unsafe.Pointer(&l)), 0)
+	if e != 0 {
+		return e
+	}
+	return nil
+}
