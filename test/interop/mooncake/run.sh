@@ -13,7 +13,10 @@
 #   test/interop/mooncake/run.sh target BUILD_DIR [REPS] [SECONDS]
 #       only the table's cells where Mooncake's bench initiates (against
 #       Mooncake's target and te serve, default mode and pooled), with
-#       te's target relative to Mooncake's: te's target, quickly.
+#       te's target relative to Mooncake's: te's target, quickly. With
+#       TE_BASE=PATH (a te binary, say built from main before a change)
+#       its target runs in the same rounds too, as "te base", so a
+#       change's ratios stand side by side.
 #   test/interop/mooncake/run.sh rdma BUILD_DIR [REPS] [SECONDS]
 #       the same over RDMA, in test/softroce's guest (host A's rail 1
 #       device to host B's): guest-rdma.sh runs there with Mooncake's bench, mccheck and
@@ -179,6 +182,11 @@ fi
 # te, built from this tree.
 (cd "$root" && CGO_ENABLED=0 go build -o "$work/te" ./cmd/te)
 te=$work/te
+tebase=${TE_BASE:-}
+if [ -n "$tebase" ]; then
+	[ "$mode" = target ] || { echo "TE_BASE is for $0 target" >&2; exit 2; }
+	[ -x "$tebase" ] || { echo "TE_BASE=$tebase is not an executable te" >&2; exit 2; }
+fi
 export GLOG_logtostderr=1
 
 fails=0
@@ -273,6 +281,11 @@ if [ "$mode" = target ]; then
 					te_target "$work/t.log"
 					res["$k|te"]+=" $(mc_bench $op $block "$tseg" $p)"
 					stop "$tpid"
+					if [ -n "$tebase" ]; then
+						te=$tebase te_target "$work/t.log"
+						res["$k|base"]+=" $(mc_bench $op $block "$tseg" $p)"
+						stop "$tpid"
+					fi
 				done
 			done
 		done
@@ -280,8 +293,15 @@ if [ "$mode" = target ]; then
 	done
 	echo "load after: $(cut -d' ' -f1-3 /proc/loadavg)"
 	med1() { tr ' ' '\n' | { grep . || true; } | sort -g | awk '{a[NR]=$1} END {print a[int((NR+1)/2)]}'; }
-	echo "| op | block | mode | Mooncake -> Mooncake | Mooncake -> te | te / Mooncake |"
-	echo "|---|---|---|---|---|---|"
+	ratio() { awk -v a="$1" -v b="$2" 'BEGIN {if (a > 0) printf "%.2f", b / a; else print "-"}'; }
+	if [ -n "$tebase" ]; then
+		echo "te base: $tebase"
+		echo "| op | block | mode | Mooncake -> Mooncake | Mooncake -> te base | Mooncake -> te | te base / Mooncake | te / Mooncake |"
+		echo "|---|---|---|---|---|---|---|---|"
+	else
+		echo "| op | block | mode | Mooncake -> Mooncake | Mooncake -> te | te / Mooncake |"
+		echo "|---|---|---|---|---|---|"
+	fi
 	for op in write read; do
 		for block in 65536 1048576; do
 			for m in default pool; do
@@ -289,8 +309,14 @@ if [ "$mode" = target ]; then
 				[ $m = default ] || k+=" pool"
 				a=$(echo "${res[$k|mc]}" | med1)
 				b=$(echo "${res[$k|te]}" | med1)
-				echo "| $op | $([ $block = 65536 ] && echo 64 KiB || echo 1 MiB) | $m | $(echo "${res[$k|mc]}" | med) | $(echo "${res[$k|te]}" | med) | $(awk -v a="$a" -v b="$b" 'BEGIN {if (a > 0) printf "%.2f", b / a; else print "-"}') |"
-				case " ${res[$k|mc]} ${res[$k|te]} " in *" 0 "*) fail "a run failed: $k";; esac
+				row="| $op | $([ $block = 65536 ] && echo 64 KiB || echo 1 MiB) | $m | $(echo "${res[$k|mc]}" | med) |"
+				if [ -n "$tebase" ]; then
+					row+=" $(echo "${res[$k|base]}" | med) | $(echo "${res[$k|te]}" | med) | $(ratio "$a" "$(echo "${res[$k|base]}" | med1)") | $(ratio "$a" "$b") |"
+				else
+					row+=" $(echo "${res[$k|te]}" | med) | $(ratio "$a" "$b") |"
+				fi
+				echo "$row"
+				case " ${res[$k|mc]} ${res[$k|te]} ${res[$k|base]:-} " in *" 0 "*) fail "a run failed: $k";; esac
 			done
 		done
 	done
