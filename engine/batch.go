@@ -211,7 +211,8 @@ func (t *task) finish() {
 		t.b.complete(t.idx, 1)
 	}
 	if n != nil {
-		n.steps(1)
+		n.steps(1) // the note counts the batch down for its tasks
+		return
 	}
 	t.b.done(1)
 }
@@ -318,18 +319,14 @@ func finishAll(ts []*task) {
 	}
 	b = nil
 	var bn int64
-	// A submission's notification is stepped once per run of its tasks
-	// (its count is shared by the goroutines completing them).
 	var (
-		nt *note
-		nn int64
 		// The run of completed tasks being published: tasks
 		// [ci, ci+cn) of cb.
 		cb     *batch
 		ci, cn int
 	)
 	for _, t := range ts {
-		n, ok := t.publish()
+		_, ok := t.publish()
 		if ok && (t.b != cb || t.idx != ci+cn) {
 			if cn != 0 {
 				cb.complete(ci, cn)
@@ -339,22 +336,32 @@ func finishAll(ts []*task) {
 		if ok {
 			cn++
 		}
-		if n != nt {
-			if nn != 0 {
-				nt.steps(nn)
-			}
-			nt, nn = n, 0
-		}
-		if n != nil {
-			nn++
-		}
 	}
 	if cn != 0 {
 		cb.complete(ci, cn)
 	}
 	// Only now, with every state published, may the batch count down:
-	// its waiter then sees each task final.
+	// its waiter then sees each task final. A submission's notification
+	// is stepped once per run of its tasks (its count is shared by the
+	// goroutines completing them), and it counts the batch down for
+	// them when it settles; other tasks count their batch down once per
+	// run. A note stepped for the last time may free its batch: none of
+	// its tasks comes later in ts, and the tasks after it keep theirs.
+	var (
+		nt *note
+		nn int64
+	)
 	for _, t := range ts {
+		if n := t.note; n != nt {
+			if nn != 0 {
+				nt.steps(nn)
+			}
+			nt, nn = n, 0
+		}
+		if nt != nil {
+			nn++
+			continue
+		}
 		if t.b != b {
 			if bn != 0 {
 				b.done(bn)

@@ -115,6 +115,9 @@ type transportSet struct {
 	// reach holds the slots' Reacher, nil for transports that reach every
 	// segment offering their protocol.
 	reach [maxTransports]driver.Reacher
+	// notifier holds the slots' Notifier, nil for transports that carry
+	// no notifications (looked up once, not per notified submission).
+	notifier [maxTransports]driver.Notifier
 	// gen grows with every Install and Uninstall (segState.reach).
 	gen uint32
 	// order lists occupied slots in install order (preference order of
@@ -356,6 +359,7 @@ func (e *Engine) Install(tr Transport) error {
 	ns.slots[slot] = t
 	ns.names[slot] = t.Name()
 	ns.reach[slot], _ = t.(driver.Reacher)
+	ns.notifier[slot], _ = t.(driver.Notifier)
 	ns.gen++
 	ns.order = append(slices.Clone(old.order), slot)
 	e.transports.Store(&ns)
@@ -391,6 +395,7 @@ func (e *Engine) Uninstall(name string) error {
 	ns.slots[slot] = nil
 	ns.names[slot] = ""
 	ns.reach[slot] = nil
+	ns.notifier[slot] = nil
 	ns.gen++
 	ns.order = slices.DeleteFunc(slices.Clone(old.order), func(i int) bool { return i == slot })
 	e.transports.Store(&ns)

@@ -47,12 +47,16 @@ type note struct {
 	alone bool
 	msg   []byte // Note.Msg's storage, reused
 
-	// wait counts the submission's tasks not finished plus the note's
-	// first outcome; the last of them settles the note.
+	// wait counts the submission's finished tasks and the note's first
+	// outcome up to need (the tasks plus one, written before dispatch);
+	// the last of them settles the note, which then counts the batch
+	// down for all of them (its tasks do not: one atomic add per
+	// submission, not one per task and one for the note).
 	wait   atomic.Int64
+	need   int64
 	bad    atomic.Bool // a task of the submission failed or was cancelled
 	resend atomic.Bool // the first outcome was transient
-	first  error       // the first outcome, read once wait is 0
+	first  error       // the first outcome, read once wait is need
 	err    error       // the final outcome, read once the batch is done
 }
 
@@ -74,12 +78,22 @@ func (n *note) CompleteNote(err error) {
 	n.steps(1)
 }
 
-// steps counts k of the note's waits down; the last settles it: resend
-// it alone once its data is known to be in place, or end it.
+// steps counts k of the note's waits; the last settles it. Steps that
+// find all the others counted are the last without counting themselves
+// (wait only grows, and the steps add up to need): a note sent after its
+// tasks finished (shm's) costs one atomic add, not two.
 func (n *note) steps(k int64) {
-	if n.wait.Add(-k) != 0 {
-		return
+	// need is read before the add: once it has counted, the last step
+	// may settle the note, and its batch be freed and reused.
+	need := n.need
+	if n.wait.Load() == need-k || n.wait.Add(k) == need {
+		n.settle()
 	}
+}
+
+// settle resends the note alone once its data is known to be in place,
+// or ends it.
+func (n *note) settle() {
 	if !n.resend.Load() {
 		n.final(n.first)
 		return
@@ -92,7 +106,8 @@ func (n *note) steps(k int64) {
 	n.tr.SubmitNotify(nil, &n.Note)
 }
 
-// final ends the note and counts it down in its batch.
+// final ends the note and counts it and its submission's tasks down in
+// its batch.
 func (n *note) final(err error) {
 	if err != nil && n.bad.Load() {
 		err = fmt.Errorf("%w: %w", errNoteNotSent, err)
@@ -101,7 +116,7 @@ func (n *note) final(err error) {
 	if n.alone {
 		n.hold.release()
 	}
-	n.b.done(1)
+	n.b.done(n.need)
 }
 
 // SubmitNotify is Submit followed by a notification: the target receives
@@ -166,18 +181,17 @@ func (e *Engine) prepareNote(b *batch, base, count int, n *Notify, seg SegmentID
 	if b.nnotes == len(b.notes) {
 		b.notes = append(b.notes, &note{b: b})
 	}
+	// The batch's notes after its first nnotes are as FreeBatch left
+	// them (zero but for b and msg's storage): a failure below leaves
+	// nt so again.
 	nt := b.notes[b.nnotes]
-	// Reset field by field: hold (a whole task) is only used alone.
-	if nt.alone {
-		nt.hold = task{}
-		nt.alone = false
+	fail := func(err error) (*note, error) {
+		if nt.alone {
+			nt.hold.release()
+		}
+		*nt = note{b: b, msg: nt.msg[:0]}
+		return nil, err
 	}
-	nt.Note = driver.Note{}
-	nt.tr = nil
-	nt.msg = nt.msg[:0]
-	nt.bad.Store(false)
-	nt.resend.Store(false)
-	nt.first, nt.err = nil, nil
 	var slot int
 	var t0 *task
 	if count == 0 {
@@ -185,8 +199,7 @@ func (e *Engine) prepareNote(b *batch, base, count int, n *Notify, seg SegmentID
 		nt.hold = task{b: b, slot: -1}
 		if seg != LocalSegment {
 			if err := e.resolveSegment(&nt.hold, seg, ts); err != nil {
-				nt.hold.release()
-				return nil, err
+				return fail(err)
 			}
 		}
 		t0 = &nt.hold
@@ -194,18 +207,15 @@ func (e *Engine) prepareNote(b *batch, base, count int, n *Notify, seg SegmentID
 		t0 = &b.tasks[base]
 		for i := base + 1; i < base+count; i++ {
 			if t := &b.tasks[i]; t.seg != t0.seg || t.slot != t0.slot {
-				return nil, fmt.Errorf("%w: request %d: a notification follows requests to one segment over one transport", ErrInvalidRequest, i-base)
+				return fail(fmt.Errorf("%w: request %d: a notification follows requests to one segment over one transport", ErrInvalidRequest, i-base))
 			}
 		}
 	}
 	slot = t0.slot
 	if t0.seg != nil {
-		nr, ok := ts.slots[slot].(driver.Notifier)
-		if !ok {
-			if nt.alone {
-				nt.hold.release()
-			}
-			return nil, fmt.Errorf("%w: %s to %s", ErrNotifyUnsupported, ts.names[slot], t0.seg.name)
+		nr := ts.notifier[slot]
+		if nr == nil {
+			return fail(fmt.Errorf("%w: %s to %s", ErrNotifyUnsupported, ts.names[slot], t0.seg.name))
 		}
 		nt.tr = nr
 		nt.Peer = t0.peer
@@ -218,7 +228,7 @@ func (e *Engine) prepareNote(b *batch, base, count int, n *Notify, seg SegmentID
 	for i := base; i < base+count; i++ {
 		nt.Bytes += uint64(len(b.tasks[i].local))
 	}
-	nt.wait.Store(int64(count) + 1)
+	nt.need = int64(count) + 1
 	b.nnotes++
 	return nt, nil
 }
