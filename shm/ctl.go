@@ -26,7 +26,7 @@ type ctlPage struct {
 	busy [maxSlots]atomic.Int32
 }
 
-const ctlMagic uint64 = 0x7465_7368_6374_6c32 // "teshctl2"
+const ctlMagic uint64 = 0x7465_7368_6374_6c33 // "teshctl3"
 
 // The control memory is the page above followed by the note ring.
 var (
@@ -58,15 +58,18 @@ const noteSlotSize = 32 + driver.MaxNotifyName + driver.MaxNotifyMsg
 // other's as untrusted.
 type noteRing struct {
 	head atomic.Uint64
-	_    [56]byte
-	tail atomic.Uint64
 	// sleep: the target's reader blocks on the socket (or is about to);
-	// a publisher that clears it sends BELL.
+	// a publisher that clears it sends BELL. It shares head's cache
+	// line, which the publisher has just written when it reads sleep
+	// and the target's reader reads while it watches the ring.
 	sleep atomic.Uint32
+	_     [52]byte
+	tail  atomic.Uint64
 	// want: notes wait at the initiator for a slot; the target that
-	// clears it sends ROOM.
+	// clears it sends ROOM. It shares tail's line, which the target has
+	// just written when it reads want.
 	want  atomic.Uint32
-	_     [48]byte
+	_     [52]byte
 	slots [noteSlots]noteSlot
 }
 

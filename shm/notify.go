@@ -208,8 +208,15 @@ func (p *peer) sendNoteLocked(n *driver.Note) {
 }
 
 // roomLocked reports whether the ring has a free slot. noteMu is held.
+// It reads the target's tail only when the tail it last read leaves no
+// slot: the target writes tail after every note, so reading it each time
+// would fetch that cache line from the target's core on every note.
 func (p *peer) roomLocked() bool {
-	return p.head-p.ring.tail.Load() < noteSlots
+	if p.head-p.tail < noteSlots {
+		return true
+	}
+	p.tail = p.ring.tail.Load()
+	return p.head-p.tail < noteSlots
 }
 
 // publishLocked writes n into the next slot and publishes it; it reports
@@ -371,10 +378,13 @@ func (t *Transport) submitNotify(ss []*driver.Slice, n *driver.Note) {
 		doneAll(ss, errForeign)
 		n.Done(errForeign)
 		return
-	case !remoteNotifies(n.Remote):
-		doneAll(ss, errNoNotifyRemote)
-		n.Done(errNoNotifyRemote)
-		return
+	case n.Remote != p.notifyDesc.Load():
+		if !remoteNotifies(n.Remote) {
+			doneAll(ss, errNoNotifyRemote)
+			n.Done(errNoNotifyRemote)
+			return
+		}
+		p.notifyDesc.Store(n.Remote)
 	}
 	if len(ss) == 0 {
 		p.noteMu.Lock()

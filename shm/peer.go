@@ -42,11 +42,15 @@ type peer struct {
 	ring    *noteRing
 	noteMu  sync.Mutex
 	head    uint64      // notes published
+	tail    uint64      // the ring's tail as last read (roomLocked)
 	nfree   []*snote    // notes' states, reused
 	waiting []waitNote  // notes waiting for a slot, oldest first
 	expiry  *time.Timer // fails the waiting notes past their deadline
 	bell    []byte      // BELL, encoded once
 	bells   chan struct{}
+	// notifyDesc is the last descriptor of the target found to carry
+	// notifications (submitNotify): its notes need not look again.
+	notifyDesc atomic.Pointer[segment.Descriptor]
 
 	gone     chan struct{} // closed when the peer goes down
 	done     chan struct{} // closed when the reader has exited
@@ -136,6 +140,7 @@ func dialPeer(ctx context.Context, t *Transport, d *segment.Descriptor, endpoint
 	}
 	p.ring = viewRing(p.ctl.Bytes(), ringOff)
 	p.head = p.ring.head.Load()
+	p.tail = p.ring.tail.Load()
 	p.bell, p.bells = proto.Append(nil, msgNoteBell, 0, nil), make(chan struct{}, 1)
 	for range w.maps {
 		h, pl, fds, err := pc.Recv(1)
