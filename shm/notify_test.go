@@ -32,6 +32,17 @@ func BenchmarkNotify(b *testing.B) {
 	}
 }
 
+// BenchmarkNotifyRemote is BenchmarkNotify with the target in a child
+// process, as deployed: its application's wake-ups run there, not among
+// the initiator's goroutines.
+func BenchmarkNotifyRemote(b *testing.B) {
+	for _, c := range []struct{ tasks, size int }{{1, 4096}, {128, 4096}, {128, 64 << 10}, {64, 1 << 20}} {
+		b.Run(fmt.Sprintf("%dx%d", c.tasks, c.size), func(b *testing.B) {
+			transporttest.BenchNotifyRemote(b, func(testing.TB) engine.Transport { return New(Config{}) }, transporttest.Options{Shared: true}, c.tasks, c.size)
+		})
+	}
+}
+
 // TestNotifyCancel: a batch cancelled while its copies run: the copies
 // not begun are skipped (their tasks end CANCELED) and its notification is
 // never delivered; a batch whose copies all ran completes and is notified.

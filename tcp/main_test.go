@@ -4,6 +4,9 @@ import (
 	"os"
 	"testing"
 
+	"github.com/rdmago/te/engine"
+	"github.com/rdmago/te/engine/transporttest"
+
 	"go.uber.org/goleak"
 )
 
@@ -16,5 +19,6 @@ func TestMain(m *testing.M) {
 		runEMFILETarget()
 		return
 	}
+	transporttest.ServeTargetIfChild(func() engine.Transport { return New(Config{}) })
 	goleak.VerifyTestMain(m)
 }

@@ -454,6 +454,8 @@ func testNotifyCloseAfterWait(t *testing.T, f Factory, o Options) {
 // batch and the notified one after it, of the plain one's time over the
 // notified one's (a CPU taken away for milliseconds, as on a busy
 // machine, moves it little); notify/plain-sum divides the total times.
+// Each notified batch's notification has arrived before the next batch
+// starts, outside the times.
 func BenchNotify(b *testing.B, f Factory, o Options, tasks, size int) {
 	st := enginetest.NewMemStore()
 	b.Cleanup(func() { st.Close() })
@@ -474,15 +476,9 @@ func BenchNotify(b *testing.B, f Factory, o Options, tasks, size int) {
 		return n
 	}
 	tgt, ini := node("target"), node("initiator")
-	ctx := context.Background()
-	seg, err := ini.Engine.OpenSegment(ctx, "target", nil)
+	seg, err := ini.Engine.OpenSegment(context.Background(), "target", nil)
 	if err != nil {
 		b.Fatal(err)
-	}
-	base := engine.AddrOf(tgt.Mem.Bytes())
-	reqs := make([]engine.Request, tasks)
-	for i := range reqs {
-		reqs[i] = engine.Request{Op: engine.Write, Local: ini.Mem.Bytes()[i*size : (i+1)*size], Target: seg, TargetAddr: base + uint64(i*size)}
 	}
 	// The target's application: the time each notification arrives.
 	arrived := make(chan time.Time, 1)
@@ -491,6 +487,71 @@ func BenchNotify(b *testing.B, f Factory, o Options, tasks, size int) {
 			arrived <- time.Now()
 		}
 	}()
+	benchNotify(b, ini, seg, engine.AddrOf(tgt.Mem.Bytes()), tasks, size, func(notified bool) time.Time {
+		if !notified {
+			return time.Time{}
+		}
+		return <-arrived
+	})
+}
+
+// BenchNotifyRemote is BenchNotify with the target engine in a child
+// process (StartRemoteTarget: the package's TestMain calls
+// ServeTargetIfChild), as deployed: the target's application, woken by
+// each notification, runs in its own process, not among the initiator's
+// goroutines. The child counts the notifications it receives in memory
+// after the batches' target range (and the wall-clock time of the last
+// one's arrival), and after every batch, plain or notified, the initiator
+// READs that counter until it has each notification sent so far: as in
+// BenchNotify, the target's delivery is outside the times, and every
+// batch starts with the notifications before it delivered.
+func BenchNotifyRemote(b *testing.B, f Factory, o Options, tasks, size int) {
+	n := tasks * size
+	tgt := StartRemoteTarget(b, o, n+noteCounterLen, "")
+	ini := Initiator(b, o, nil, n+noteCounterLen, f)
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	seg, err := ini.Engine.OpenSegment(ctx, tgt.Name(), nil)
+	cancel()
+	if err != nil {
+		b.Fatal(err)
+	}
+	counter := tgt.Base() + uint64(n)
+	if _, err := tgt.do("countnotes %#x", counter); err != nil {
+		b.Fatal(err)
+	}
+	local := ini.Mem.Bytes()[n : n+noteCounterLen]
+	read := []engine.Request{{Op: engine.Read, Local: local, Target: seg, TargetAddr: counter}}
+	var sent uint64
+	benchNotify(b, ini, seg, tgt.Base(), tasks, size, func(notified bool) time.Time {
+		if notified {
+			sent++
+		}
+		for {
+			if err := ini.Engine.Transfer(context.Background(), read); err != nil {
+				b.Fatal(err)
+			}
+			if got := binary.LittleEndian.Uint64(local[8:]); got > sent {
+				b.Fatalf("target counted %d notifications of %d sent", got, sent)
+			} else if got == sent {
+				return time.Unix(0, int64(binary.LittleEndian.Uint64(local)))
+			}
+		}
+	})
+}
+
+// noteCounterLen is the target memory of BenchNotifyRemote's counter: the
+// last notification's arrival (Unix ns), then the count, little-endian.
+const noteCounterLen = 64
+
+// benchNotify runs BenchNotify's batches from ini to seg (target memory at
+// base) and reports; after each batch, outside the times, sync waits for
+// the target and returns when a notified batch's notification arrived.
+func benchNotify(b *testing.B, ini *enginetest.Node, seg engine.SegmentID, base uint64, tasks, size int, sync func(notified bool) time.Time) {
+	ctx := context.Background()
+	reqs := make([]engine.Request, tasks)
+	for i := range reqs {
+		reqs[i] = engine.Request{Op: engine.Write, Local: ini.Mem.Bytes()[i*size : (i+1)*size], Target: seg, TargetAddr: base + uint64(i*size)}
+	}
 	msg := make([]byte, 64)
 	var plainLat, noteLat, notifyLat []time.Duration
 	var plainTime, noteTime time.Duration
@@ -515,11 +576,11 @@ func BenchNotify(b *testing.B, f Factory, o Options, tasks, size int) {
 		if err != nil {
 			b.Fatal(err)
 		}
+		at := sync(notify)
 		if !notify {
 			plainLat, plainTime = append(plainLat, done), plainTime+done
 			return
 		}
-		at := <-arrived
 		noteLat, noteTime = append(noteLat, done), noteTime+done
 		notifyLat = append(notifyLat, at.Sub(t0))
 	}

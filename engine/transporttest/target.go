@@ -4,6 +4,7 @@ import (
 	"bufio"
 	"context"
 	"crypto/sha256"
+	"encoding/binary"
 	"encoding/hex"
 	"errors"
 	"fmt"
@@ -584,6 +585,26 @@ func (c *child) command(f []string) (string, error) {
 		return "", c.e.UnregisterLocalMemory(b[:1:1])
 	case "close":
 		return "", c.e.Close()
+	case "countnotes":
+		// BenchNotifyRemote's counter: from now on, each notification
+		// received stores its arrival time and the count so far at
+		// [addr, addr+16).
+		if err := arg(1); err != nil {
+			return "", err
+		}
+		b, err := c.mem(nums[0], 16)
+		if err != nil {
+			return "", err
+		}
+		go func() {
+			var n uint64
+			for range c.e.Notifications() {
+				n++
+				binary.LittleEndian.PutUint64(b, uint64(time.Now().UnixNano()))
+				binary.LittleEndian.PutUint64(b[8:], n)
+			}
+		}()
+		return "", nil
 	}
 	return "", fmt.Errorf("unknown command %q", f[0])
 }
