@@ -22,7 +22,11 @@
 #       TENT's optional liburing and hiredis are not needed.
 #   test/interop/mooncake/tent.sh BUILD_DIR [REPS] [SECONDS]
 #       the table (default 3 rounds of 3 s per cell). BUILD_DIR is the
-#       directory above, or the tent build directory itself.
+#       directory above, or the tent build directory itself. With
+#       TE_BASE=PATH (a te binary, say built from main before a change)
+#       its te bench runs in the same rounds too, against the same te
+#       serve (this tree's), as "te base", so a change's ratios stand
+#       side by side.
 #
 # Both sides run as two processes, a target that registers the memory
 # and an initiator that copies into it (TENT's shm transport, like te's,
@@ -88,6 +92,10 @@ trap cleanup EXIT
 
 (cd "$root" && go build -o "$work/te" ./cmd/te)
 te=$work/te
+tebase=${TE_BASE:-}
+if [ -n "$tebase" ]; then
+	[ -x "$tebase" ] || { echo "TE_BASE=$tebase is not an executable te" >&2; exit 2; }
+fi
 batch=128
 blocks=(4096 65536 1048576)
 buf=$((batch * 1048576))
@@ -127,8 +135,8 @@ tent() { # op block -> GB/s
 	awk -v blk="$2" '$1 == blk && $2 == '$batch' { print $3; found = 1 } END { exit !found }' "$work/tent.log" ||
 		{ echo "no result in TENT's output:" >&2; cat "$work/tent.log" >&2; return 1; }
 }
-tebench_te() { # op block -> "shm_GB/s memcpy_GB/s"
-	"$te" bench --segment "$seg" --protocol shm --operation "$1" --block-size "$2" --batch-size $batch \
+tebench_te() { # op block [te] -> "shm_GB/s memcpy_GB/s"
+	"${3:-$te}" bench --segment "$seg" --protocol shm --operation "$1" --block-size "$2" --batch-size $batch \
 		--threads 1 --duration "$((2 * secs))s" --quiet >"$work/te.log" 2>&1 || { cat "$work/te.log" >&2; return 1; }
 	local s m
 	s=$(sed -nE 's/^result: .* over shm: ([0-9.]+) GB\/s.*/\1/p' "$work/te.log")
@@ -146,26 +154,36 @@ res=$work/results
 for r in $(seq "$reps"); do
 	for op in write read; do
 		for blk in "${blocks[@]}"; do
+			sb=0
 			if [ $((r % 2)) -eq 1 ]; then
 				t=$(tent $op $blk)
 				sm=$(tebench_te $op $blk)
+				[ -z "$tebase" ] || read -r sb _ <<<"$(tebench_te $op $blk "$tebase")"
 			else
+				[ -z "$tebase" ] || read -r sb _ <<<"$(tebench_te $op $blk "$tebase")"
 				sm=$(tebench_te $op $blk)
 				t=$(tent $op $blk)
 			fi
 			read -r s m <<<"$sm"
-			echo "$op $blk $t $s $m" >>"$res"
-			printf 'round %d/%d  %-5s %7d B  TENT %6.2f  te %6.2f  memcpy %6.2f GB/s\n' "$r" "$reps" "$op" "$blk" "$t" "$s" "$m" >&2
+			echo "$op $blk $t $s $m $sb" >>"$res"
+			printf 'round %d/%d  %-5s %7d B  TENT %6.2f  te %6.2f  memcpy %6.2f%s GB/s\n' "$r" "$reps" "$op" "$blk" "$t" "$s" "$m" \
+				"$([ -z "$tebase" ] || printf '  te base %6.2f' "$sb")" >&2
 		done
 	done
 done
 echo "end $(date -u '+%Y-%m-%d %H:%M:%S UTC'), load average $(cut -d' ' -f1-3 /proc/loadavg)"
 echo
-echo "| op | block | TENT shm | te shm | memcpy (1 thread) | te / TENT | te / memcpy |"
-echo "|---|---|---|---|---|---|---|"
+if [ -n "$tebase" ]; then
+	echo "te base: $tebase"
+	echo "| op | block | TENT shm | te shm | memcpy (1 thread) | te / TENT | te / memcpy | te base shm | te base / TENT |"
+	echo "|---|---|---|---|---|---|---|---|---|"
+else
+	echo "| op | block | TENT shm | te shm | memcpy (1 thread) | te / TENT | te / memcpy |"
+	echo "|---|---|---|---|---|---|---|"
+fi
 for op in write read; do
 	for blk in "${blocks[@]}"; do
-		awk -v op=$op -v blk=$blk '
+		awk -v op=$op -v blk=$blk -v base="$tebase" '
 		function med(a, n,   i, j, t) {
 			for (i = 1; i <= n; i++) for (j = i + 1; j <= n; j++) if (a[j] < a[i]) { t = a[i]; a[i] = a[j]; a[j] = t }
 			return n % 2 ? a[(n + 1) / 2] : (a[n / 2] + a[n / 2 + 1]) / 2
@@ -175,7 +193,7 @@ for op in write read; do
 			for (i = 2; i <= n; i++) { if (a[i] < lo) lo = a[i]; if (a[i] > hi) hi = a[i] }
 			return sprintf("%.2f (%.2f–%.2f)", med(a, n), lo, hi)
 		}
-		$1 == op && $2 == blk { n++; t[n] = $3; s[n] = $4; m[n] = $5; rt[n] = $4 / $3; rm[n] = $4 / $5 }
+		$1 == op && $2 == blk { n++; t[n] = $3; s[n] = $4; m[n] = $5; rt[n] = $4 / $3; rm[n] = $4 / $5; sb[n] = $6; rb[n] = $6 / $3 }
 		END {
 			if (n == 0) exit 1
 			name = blk >= 1048576 ? blk / 1048576 " MiB" : blk / 1024 " KiB"
@@ -185,7 +203,13 @@ for op in write read; do
 				if (rt[i] < lt) lt = rt[i]; if (rt[i] > ht) ht = rt[i]
 				if (rm[i] < lm) lm = rm[i]; if (rm[i] > hm) hm = rm[i]
 			}
-			printf "| %s | %s | %s | %s | %s | %.2f× (%.2f–%.2f) | %.2f× (%.2f–%.2f) |\n", op, name, ct, cs, cm, ms / mt, lt, ht, ms / mm, lm, hm
+			printf "| %s | %s | %s | %s | %s | %.2f× (%.2f–%.2f) | %.2f× (%.2f–%.2f) |", op, name, ct, cs, cm, ms / mt, lt, ht, ms / mm, lm, hm
+			if (base != "") {
+				cb = cell(sb, n); mb = med(sb, n); lb = hb = rb[1]
+				for (i = 2; i <= n; i++) { if (rb[i] < lb) lb = rb[i]; if (rb[i] > hb) hb = rb[i] }
+				printf " %s | %.2f× (%.2f–%.2f) |", cb, mb / mt, lb, hb
+			}
+			printf "\n"
 		}' "$res"
 	done
 done
