@@ -323,7 +323,7 @@ func TestNotifyFlood(t *testing.T) {
 	const per, total = 8, 12
 	st := enginetest.NewMemStore()
 	defer st.Close()
-	tc := Config{IOTimeout: 600 * time.Millisecond}
+	tc := Config{IOTimeout: time.Second}
 	tgt := newNotifyNode(t, st, "target", 1<<16, tc, total, per)
 	a := newNotifyNode(t, st, "a", 1<<16, tc, 0, 0)
 	b := newNotifyNode(t, st, "b", 1<<16, tc, 0, 0)
