@@ -223,8 +223,9 @@ func (t *task) finish() {
 // in runs that share them, all before any task's state is published,
 // the completed tasks of one batch are published in runs of consecutive
 // ones (b.complete) and the batch is counted down once per run of one
-// batch.
-func finishAll(ts []*task) {
+// batch. fold, a note whose sending succeeded (driver.DoneAllNote), is
+// stepped for that in the step of its tasks in ts, or alone after them.
+func finishAll(ts []*task, fold *note) {
 	var (
 		reg, treg   *region
 		regN, tregN int64
@@ -354,6 +355,9 @@ func finishAll(ts []*task) {
 	for _, t := range ts {
 		if n := t.note; n != nt {
 			if nn != 0 {
+				if nt == fold {
+					nn, fold = nn+1, nil
+				}
 				nt.steps(nn)
 			}
 			nt, nn = n, 0
@@ -371,10 +375,16 @@ func finishAll(ts []*task) {
 		bn++
 	}
 	if nn != 0 {
+		if nt == fold {
+			nn, fold = nn+1, nil
+		}
 		nt.steps(nn)
 	}
 	if bn != 0 {
 		b.done(bn)
+	}
+	if fold != nil {
+		fold.steps(1)
 	}
 }
 

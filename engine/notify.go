@@ -78,6 +78,20 @@ func (n *note) CompleteNote(err error) {
 	n.steps(1)
 }
 
+// CompleteAllNote completes ss (bound to the engine's completers) and the
+// note's first sending as a success in one step (driver.DoneAllNote).
+func (n *note) CompleteAllNote(ss []*driver.Slice) {
+	if n.Attempt() > 0 {
+		// A resend goes alone; should a transport pass slices with one,
+		// count them apart.
+		completeAll(ss, nil)
+		n.final(nil)
+		return
+	}
+	n.first = nil
+	completeAll(ss, n)
+}
+
 // steps counts k of the note's waits; the last settles it. Steps that
 // find all the others counted are the last without counting themselves
 // (wait only grows, and the steps add up to need): a note sent after its

@@ -236,3 +236,79 @@ func TestInboxLateOldIncarnation(t *testing.T) {
 		t.Fatalf("replaced incarnation's note: %v, want ErrPeerReset", err)
 	}
 }
+
+// foldFake completes a notified submission's slices and its note with
+// driver.DoneAllNote: the slices before split with DoneAll first, the
+// rest with the note (split 0: all of them; split len(ss): none, so the
+// note alone).
+type foldFake struct {
+	*fake
+	split int
+}
+
+func (f *foldFake) Driver() driver.Transport { return f }
+
+func (f *foldFake) SubmitNotify(ss []*driver.Slice, n *driver.Note) {
+	k := min(f.split, len(ss))
+	driver.DoneAll(ss[:k])
+	driver.DoneAllNote(ss[k:], n)
+}
+
+// TestDoneAllNote: a note completed with its slices in one step
+// (driver.DoneAllNote), whether with all of them, the last of them or
+// none, completes its batch with every task COMPLETED and its bytes, the
+// pins and in-flight counts dropped; completing the note again panics.
+func TestDoneAllNote(t *testing.T) {
+	st := enginetest.NewMemStore()
+	defer st.Close()
+	tgt := enginetest.NewNode(t, engine.Config{Name: "target", Store: st}, 1<<16, &fake{name: "fake"})
+	ff := &foldFake{fake: &fake{name: "fake"}}
+	ini := enginetest.NewNode(t, engine.Config{Name: "ini", Store: st}, 1<<16, ff)
+	e := ini.Engine
+	seg, err := e.OpenSegment(ctxT(t, 5*time.Second), "target", nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	reqs := make([]engine.Request, 4)
+	for i := range reqs {
+		reqs[i] = engine.Request{Op: engine.Write, Local: ini.Mem.Bytes()[i*1024 : (i+1)*1024], Target: seg, TargetAddr: engine.AddrOf(tgt.Mem.Bytes()) + uint64(i*1024)}
+	}
+	for _, split := range []int{0, 3, 4} {
+		ff.split = split
+		for range 3 { // the batch and its note reused
+			b, _ := e.AllocateBatch(len(reqs))
+			if err := e.SubmitNotify(b, reqs, engine.Notify{Name: "n"}); err != nil {
+				t.Fatal(err)
+			}
+			if err := e.Wait(ctxT(t, 5*time.Second), b); err != nil {
+				t.Fatalf("split %d: %v", split, err)
+			}
+			if bs, _ := e.BatchStatus(b); bs.State != engine.StateCompleted || bs.Transferred != 4096 {
+				t.Fatalf("split %d: %+v, want COMPLETED with 4096 bytes", split, bs)
+			}
+			for i := range reqs {
+				if ts, _ := e.Status(b, i); ts.State != engine.StateCompleted || ts.Transferred != 1024 {
+					t.Fatalf("split %d, task %d: %+v", split, i, ts)
+				}
+			}
+			if err := e.FreeBatch(b); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	func() {
+		defer func() {
+			if recover() == nil {
+				t.Error("a note completed twice did not panic")
+			}
+		}()
+		var n driver.Note
+		driver.DoneAllNote(nil, &n)
+	}()
+	if err := e.CloseSegment(seg); err != nil {
+		t.Fatalf("close segment after DoneAllNote: %v (in-flight count left)", err)
+	}
+	if err := e.UnregisterLocalMemory(ini.Mem.Bytes()); err != nil {
+		t.Fatalf("unregister after DoneAllNote: %v (pin left)", err)
+	}
+}

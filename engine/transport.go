@@ -110,7 +110,11 @@ func (s *slice) Complete(n uint64, err error) {
 // to the engine's completers (driver.DoneAll): the counters of a run of
 // slices to one peer are added once, and the tasks they finish are
 // released and counted down in runs (finishAll).
-func (s *slice) CompleteAll(ss []*driver.Slice) {
+func (s *slice) CompleteAll(ss []*driver.Slice) { completeAll(ss, nil) }
+
+// completeAll is CompleteAll; a note fold (non-nil) also counts its
+// sending's success in the step of its tasks (driver.DoneAllNote).
+func completeAll(ss []*driver.Slice, fold *note) {
 	var (
 		fin   [64]*task
 		k     int
@@ -170,13 +174,13 @@ func (s *slice) CompleteAll(ss []*driver.Slice) {
 		if ns == 1 || t.done.Add(1) == ns { // as in Complete
 			fin[k] = t
 			if k++; k == len(fin) {
-				finishAll(fin[:])
+				finishAll(fin[:], nil)
 				k = 0
 			}
 		}
 	}
 	flush()
-	finishAll(fin[:k])
+	finishAll(fin[:k], fold)
 }
 
 // Canceled implements the engine side of driver.Slice.Canceled.

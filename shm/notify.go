@@ -10,6 +10,7 @@ import (
 
 	"github.com/rdmago/te/engine"
 	"github.com/rdmago/te/engine/driver"
+	"github.com/rdmago/te/internal/cost"
 	"github.com/rdmago/te/internal/uds"
 	"github.com/rdmago/te/internal/wire"
 	"github.com/rdmago/te/segment"
@@ -178,22 +179,74 @@ func (p *peer) copied(n *driver.Note, f failures) {
 	p.sendNoteLocked(n)
 }
 
+// copyNote copies a submission of at most copyChunk slices in the
+// calling goroutine and sends its note: when every copy succeeded and
+// the ring has a slot at once, it publishes the note before it completes
+// the slices, and completes both in one step (driver.DoneAllNote);
+// otherwise it completes the slices and then sends or fails the note as
+// copied does.
+func (p *peer) copyNote(ss []*driver.Slice, res []result, n *driver.Note) {
+	c0 := cost.Now()
+	copyRun(ss, res, false)
+	c0 = cost.Move.Since(c0)
+	ok := true
+	for i := range ss {
+		if res[i].err != nil {
+			ok = false
+			break
+		}
+	}
+	if ok {
+		p.noteMu.Lock()
+		if p.publishNowLocked(n) {
+			driver.DoneAllNote(ss, n)
+			cost.Complete.Since(c0)
+			return
+		}
+		p.noteMu.Unlock()
+		driver.DoneAll(ss)
+		cost.Complete.Since(c0)
+		p.copied(n, failures{})
+		return
+	}
+	var f failures
+	for i, s := range ss {
+		if err := res[i].err; err != nil {
+			f.add(err)
+		}
+		s.Done(res[i].n, res[i].err)
+	}
+	clear(res[:len(ss)])
+	cost.Complete.Since(c0)
+	p.copied(n, f)
+}
+
+// publishNowLocked publishes n in the ring if the peer is up, no note
+// waits and a slot is free; then it releases noteMu (and rings), and the
+// caller completes n as delivered. Otherwise noteMu stays held.
+func (p *peer) publishNowLocked(n *driver.Note) bool {
+	if p.dead.Load() || p.ring == nil || len(p.waiting) > 0 || !p.roomLocked() {
+		return false
+	}
+	bell := p.publishLocked(n)
+	p.noteMu.Unlock()
+	if bell {
+		p.ringBell()
+	}
+	return true
+}
+
 // sendNoteLocked publishes n in the ring and completes it, or leaves it
 // waiting for a slot (then ROOM or the expiry timer completes it).
 // noteMu is held on entry and released.
 func (p *peer) sendNoteLocked(n *driver.Note) {
+	if p.publishNowLocked(n) {
+		n.Done(nil)
+		return
+	}
 	if p.dead.Load() || p.ring == nil {
 		p.noteMu.Unlock()
 		n.Done(errGone)
-		return
-	}
-	if len(p.waiting) == 0 && p.roomLocked() {
-		bell := p.publishLocked(n)
-		p.noteMu.Unlock()
-		if bell {
-			p.ringBell()
-		}
-		n.Done(nil)
 		return
 	}
 	p.waiting = append(p.waiting, waitNote{n, time.Now().Add(p.t.cfg.IOTimeout / 2)})

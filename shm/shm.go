@@ -735,6 +735,10 @@ func (t *Transport) submit(ss []*driver.Slice, p *peer, n *driver.Note) {
 		t0 = time.Now()
 	}
 	var res [copyChunk]result
+	if n != nil && len(ss) <= copyChunk && total == 0 {
+		p.copyNote(ss, res[:], n)
+		return
+	}
 	var f failures
 	for len(ss) > 0 {
 		k := min(len(ss), copyChunk)
