@@ -88,6 +88,14 @@ type Config struct {
 	// rail (default 4096, ~18 MiB): receives on a target, SEND sources on
 	// an initiator. QPs created when they run short get fewer receives.
 	NotifyBuffers int
+	// RailPostBytes bounds the bytes of slices a rail keeps posted when
+	// the transport has more than one rail (default 1 MiB; at least one
+	// slice is posted). What Submit routed to the rail beyond it waits in
+	// the rail, where another rail that has room and nothing of its own
+	// left takes it (the newest first), so rails that run at different
+	// speeds finish a batch together instead of one idling while the
+	// other works through its share. Negative: no bound.
+	RailPostBytes int64
 	// SpinPolls is how many empty CQ polls a rail owner spends, while work
 	// is in flight, before it sleeps on the completion channel (default 64).
 	SpinPolls int
@@ -135,6 +143,9 @@ func (c *Config) defaults() {
 	}
 	if c.CQDepth <= 0 {
 		c.CQDepth = 4096
+	}
+	if c.RailPostBytes == 0 {
+		c.RailPostBytes = 1 << 20
 	}
 	if c.MaxEndpoints <= 0 {
 		c.MaxEndpoints = 65536

@@ -94,18 +94,22 @@ func (ep *endpoint) failure() error {
 	return fmt.Errorf("rdma: endpoint to %s closed: %w", ep.p.name, driver.ErrTransient)
 }
 
-// pickQP returns the next QP with a free send slot, round robin.
+// pickQP returns the QP with the most free send slots, i.e. the fewest
+// work requests outstanding (ties round robin), or nil if none has one: a
+// QP that completes faster than the others gets more of the slices, so
+// the QPs of a path finish a batch together.
 func (ep *endpoint) pickQP() *qpState {
-	for range ep.qps {
-		q := ep.qps[ep.rr]
-		if ep.rr++; ep.rr == len(ep.qps) {
-			ep.rr = 0
-		}
-		if q.credits > 0 {
-			return q
+	var best *qpState
+	n := len(ep.qps)
+	for i := range n {
+		if q := ep.qps[(ep.rr+i)%n]; q.credits > 0 && (best == nil || q.credits > best.credits) {
+			best = q
 		}
 	}
-	return nil
+	if ep.rr++; ep.rr == n {
+		ep.rr = 0
+	}
+	return best
 }
 
 // peer is the transport's state for one incarnation of a remote segment:

@@ -112,7 +112,20 @@ type rail struct {
 	wake    chan struct{}
 	quit    chan struct{}
 	ownerWG sync.WaitGroup
-	helpWG  sync.WaitGroup
+
+	// Slices held back (Config.RailPostBytes): heldMu guards held[hh:],
+	// which the owner posts from the front and an idle sibling rail takes
+	// from the back (steal); nheld mirrors its length for the siblings,
+	// heldShut is set once the owner has failed what was left. hungry: the
+	// owner sleeps with room to post and nothing held, so a sibling that
+	// holds slices wakes it.
+	heldMu   sync.Mutex
+	held     []item
+	hh       int
+	heldShut bool
+	nheld    atomic.Int32
+	hungry   atomic.Bool
+	helpWG   sync.WaitGroup
 
 	// sliceTimeout is Config.SliceTimeout or its default for this rail.
 	sliceTimeout time.Duration
@@ -126,6 +139,14 @@ type rail struct {
 	nextScan time.Duration
 	timer    *time.Timer
 	work     []item
+	// holdCap is Config.RailPostBytes with more than one rail, else 0 (no
+	// holding back); posted counts the bytes of the slices posted and not
+	// completed; hold collects one round's slices to hold; take is what
+	// refill and steal move out of a held queue.
+	holdCap  int64
+	posted   int64
+	hold     []item
+	take     []item
 	slots    []slot
 	free     int32
 	inflight int
@@ -207,6 +228,9 @@ func openRail(t *Transport, idx int, v railVerbs) *rail {
 }
 
 func (r *rail) start() {
+	if len(r.t.rails) > 1 && r.t.cfg.RailPostBytes > 0 {
+		r.holdCap = r.t.cfg.RailPostBytes
+	}
 	r.ownerWG.Add(1)
 	go r.run()
 	r.helpWG.Add(2)
@@ -352,6 +376,9 @@ func (r *rail) run() {
 			r.work[i] = item{}
 			r.handle(it)
 		}
+		if r.holdCap > 0 {
+			had = r.refill() || had
+		}
 		r.flushChain()
 		if had {
 			cost.Move.Since(c0)
@@ -373,11 +400,13 @@ func (r *rail) run() {
 			continue
 		}
 		idle = 0
+		r.setHungry()
 		if r.inflight == 0 && r.rposted == 0 && len(r.blocked) == 0 {
 			select {
 			case <-r.wake:
 			case <-r.quit:
 			}
+			r.hungry.Store(false)
 			continue
 		}
 		// Arm, then poll once more: a completion that landed before the
@@ -393,6 +422,7 @@ func (r *rail) run() {
 			wait = time.Millisecond
 		}
 		if r.poll() > 0 {
+			r.hungry.Store(false)
 			continue
 		}
 		if wait < 0 {
@@ -400,6 +430,7 @@ func (r *rail) run() {
 			case <-r.wake:
 			case <-r.quit:
 			}
+			r.hungry.Store(false)
 			continue
 		}
 		r.timer.Reset(wait)
@@ -409,6 +440,182 @@ func (r *rail) run() {
 		case <-r.timer.C:
 		}
 		r.timer.Stop()
+		r.hungry.Store(false)
+	}
+}
+
+// setHungry tells the siblings, before the owner sleeps, whether it could
+// take slices they hold.
+func (r *rail) setHungry() {
+	if r.holdCap > 0 && r.posted < r.holdCap && r.nheld.Load() == 0 {
+		r.hungry.Store(true)
+	}
+}
+
+// holds says whether a slice for a ready endpoint waits in the rail
+// rather than being posted now: the rail has its RailPostBytes posted,
+// or slices held before it (they go first). A slice whose submission
+// carries a notification is never held: its markers follow the
+// endpoints its slices were routed to.
+func (r *rail) holds(it *item) bool {
+	return r.holdCap > 0 && it.tr == nil && (len(r.hold) > 0 || r.nheld.Load() > 0 || r.posted >= r.holdCap)
+}
+
+// refill moves this round's held slices behind those held before and
+// posts from the front of the queue while the rail has room; with none
+// of its own held, it takes some that a sibling holds (steal). It says
+// whether it posted any.
+func (r *rail) refill() bool {
+	if len(r.hold) == 0 && r.nheld.Load() == 0 {
+		return r.posted < r.holdCap && r.steal()
+	}
+	r.heldMu.Lock()
+	if r.heldShut {
+		r.heldMu.Unlock()
+		// The owner is shutting down: the held slices fail with the rest.
+		r.failHeld(r.hold)
+		r.hold = r.hold[:0]
+		return true
+	}
+	r.held = append(r.held, r.hold...)
+	clear(r.hold)
+	r.hold = r.hold[:0]
+	for room := r.holdCap - r.posted; r.hh < len(r.held) && room > 0; r.hh++ {
+		room -= int64(len(r.held[r.hh].s.Local))
+		r.take = append(r.take, r.held[r.hh])
+		r.held[r.hh] = item{}
+	}
+	r.compactHeld()
+	left := len(r.held) - r.hh
+	r.nheld.Store(int32(left))
+	r.heldMu.Unlock()
+	took := len(r.take) > 0
+	r.postTaken()
+	if left > 0 {
+		for _, o := range r.t.rails {
+			if o != r && o.hungry.Load() {
+				o.kick()
+			}
+		}
+	}
+	return took
+}
+
+// compactHeld keeps the held queue's array from growing while it never
+// runs empty (heldMu held).
+func (r *rail) compactHeld() {
+	if r.hh == len(r.held) {
+		r.held, r.hh = r.held[:0], 0
+	} else if r.hh > len(r.held)/2 {
+		n := copy(r.held, r.held[r.hh:])
+		clear(r.held[n:])
+		r.held, r.hh = r.held[:n], 0
+	}
+}
+
+// postTaken posts the slices refill or steal took.
+func (r *rail) postTaken() {
+	for i := range r.take {
+		it := r.take[i]
+		r.take[i] = item{}
+		r.postSlice(it)
+	}
+	r.take = r.take[:0]
+}
+
+// steal takes, for a rail with room and nothing of its own held, up to
+// its room and at most half of what a sibling holds, from the back of the
+// sibling's queue, and posts it on this rail's endpoint to the same peer.
+// Only slices this rail could have been given move: to a peer whose
+// endpoint on this rail is ready, allowed by the region's preferred rails.
+func (r *rail) steal() bool {
+	if !r.up.Load() {
+		return false
+	}
+	k := len(r.t.rails)
+	for i := 1; i < k; i++ {
+		if o := r.t.rails[(r.idx+i)%k]; o.nheld.Load() > 0 && r.stealFrom(o) {
+			return true
+		}
+	}
+	return false
+}
+
+func (r *rail) stealFrom(o *rail) bool {
+	o.heldMu.Lock()
+	if o.heldShut {
+		o.heldMu.Unlock()
+		return false
+	}
+	room := r.holdCap - r.posted
+	want := (len(o.held) - o.hh + 1) / 2
+	j := len(o.held)
+	for i := len(o.held) - 1; i >= o.hh && want > 0 && room > 0; i-- {
+		it := o.held[i]
+		ep := r.stealable(&it)
+		if ep == nil {
+			j--
+			o.held[j] = it
+			continue
+		}
+		n := int64(len(it.s.Local))
+		room -= n
+		want--
+		it.ep.busy.Add(-1)
+		ep.busy.Add(1)
+		o.outstanding.Add(-n)
+		r.outstanding.Add(n)
+		r.take = append(r.take, item{kind: itemSlice, s: it.s, ep: ep, rkey: remoteKeys(it.s, r.t.proto())[ep.rrail]})
+	}
+	if len(r.take) > 0 {
+		// o.held[j:] are the ones passed by, in order; close the gap.
+		cut := len(o.held) - len(r.take) - (len(o.held) - j)
+		n := copy(o.held[cut:], o.held[j:])
+		clear(o.held[cut+n:])
+		o.held = o.held[:cut+n]
+		o.nheld.Store(int32(len(o.held) - o.hh))
+	}
+	o.heldMu.Unlock()
+	if len(r.take) == 0 {
+		return false
+	}
+	r.postTaken()
+	return true
+}
+
+// stealable returns this rail's endpoint for a slice held by a sibling
+// rail, or nil if the slice cannot move here (see steal).
+func (r *rail) stealable(it *item) *endpoint {
+	p := it.ep.p
+	if p.closed.Load() {
+		return nil
+	}
+	bit := uint64(1) << (r.idx % 64)
+	usable := p.usable(len(r.t.rails))
+	if usable&bit == 0 {
+		return nil
+	}
+	if pu := it.s.LocalKey.(*regKey).prefer & usable; pu != 0 && pu&bit == 0 {
+		return nil
+	}
+	rr := remoteRail(r.idx, p.nRemote)
+	if rr >= len(remoteKeys(it.s, r.t.proto())) {
+		return nil
+	}
+	ep := p.eps[r.idx*p.nRemote+rr].Load()
+	if ep == nil || ep.r != r || ep.state.Load() != epReady {
+		return nil
+	}
+	return ep
+}
+
+// failHeld fails held slices with the transport's closing error.
+func (r *rail) failHeld(its []item) {
+	closed := fmt.Errorf("rdma: transport closed: %w", driver.ErrClosed)
+	for i := range its {
+		it := its[i]
+		its[i] = item{}
+		r.finish(it.s, it.tr, it.ep, 0, closed)
 	}
 }
 
@@ -443,17 +650,11 @@ func (r *rail) handle(it item) {
 	ep := it.ep
 	switch it.kind {
 	case itemSlice:
-		switch ep.state.Load() {
-		case epReady:
-			if len(ep.waiting) > 0 || !r.post(ep, it.s, it.tr, it.rkey) {
-				ep.waiting = append(ep.waiting, pend{s: it.s, tr: it.tr, rkey: it.rkey})
-				r.block(ep)
-			}
-		case epConnecting:
-			ep.waiting = append(ep.waiting, pend{s: it.s, tr: it.tr, rkey: it.rkey})
-		default:
-			r.finish(it.s, it.tr, ep, 0, ep.failure())
+		if ep.state.Load() == epReady && r.holds(&it) {
+			r.hold = append(r.hold, it)
+			return
 		}
+		r.postSlice(it)
 	case itemReady:
 		switch err := ep.failure(); {
 		case ep.state.Load() == epReady:
@@ -523,6 +724,23 @@ func (r *rail) handle(it item) {
 	}
 }
 
+// postSlice posts a slice on its endpoint, or queues it there until the
+// endpoint is ready or has a credit, or fails it with the endpoint.
+func (r *rail) postSlice(it item) {
+	ep := it.ep
+	switch ep.state.Load() {
+	case epReady:
+		if len(ep.waiting) > 0 || !r.post(ep, it.s, it.tr, it.rkey) {
+			ep.waiting = append(ep.waiting, pend{s: it.s, tr: it.tr, rkey: it.rkey})
+			r.block(ep)
+		}
+	case epConnecting:
+		ep.waiting = append(ep.waiting, pend{s: it.s, tr: it.tr, rkey: it.rkey})
+	default:
+		r.finish(it.s, it.tr, ep, 0, ep.failure())
+	}
+}
+
 // enqueueHook, set only by tests, sees each time Submit takes a rail's
 // queue lock.
 var enqueueHook func(rail int)
@@ -556,6 +774,7 @@ func (r *rail) post(ep *endpoint, s *driver.Slice, tr *noteTrack, rkey uint32) b
 	ep.inflight++
 	ep.posted.Add(1)
 	r.inflight++
+	r.posted += int64(n)
 	s.Posted()
 	op := uverbs.WRRDMAWrite
 	if s.Op == driver.Read {
@@ -617,6 +836,7 @@ func (r *rail) release(idx int32, sl *slot) {
 	q.ep.inflight--
 	q.ep.posted.Add(-1)
 	r.inflight--
+	r.posted -= int64(sl.n)
 	*sl = slot{gen: sl.gen, next: r.free}
 	r.free = idx
 }
@@ -996,6 +1216,15 @@ func (r *rail) shutdown() {
 	rest := r.in
 	r.in = nil
 	r.inMu.Unlock()
+	r.failHeld(r.hold)
+	r.hold = nil
+	r.heldMu.Lock()
+	r.heldShut = true
+	held := r.held[r.hh:]
+	r.held, r.hh = nil, 0
+	r.nheld.Store(0)
+	r.heldMu.Unlock()
+	r.failHeld(held)
 	for _, it := range rest {
 		switch it.kind {
 		case itemSlice:

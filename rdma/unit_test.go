@@ -660,3 +660,92 @@ func bufferKeys(d *segment.Descriptor, i int) []uint32 {
 	p, _ := d.Protocol(segment.ProtoRDMA)
 	return p.RDMA.Keys(i)
 }
+
+// TestFakeHeldSlices: with more than one rail, a rail keeps at most
+// Config.RailPostBytes of slices posted and holds the rest, and a rail
+// with room and nothing of its own left takes what another holds: while
+// rail a0's work requests do not complete, rail a1 carries all of a0's
+// share of the batch but the slices a0 had posted. Held slices fail with
+// ErrClosed when the transport closes.
+func TestFakeHeldSlices(t *testing.T) {
+	const tasks, blk, posted = 64, 16 << 10, 4
+	cfg := Config{RailPostBytes: posted * blk}
+	t.Run("steal", func(t *testing.T) {
+		f := newFabric()
+		ini, tgt, seg := fakePair(t, f, cfg, tasks*blk, 2)
+		reqs := fakeRequests(engine.Write, ini, tgt, seg, tasks, blk)
+		// Both rails' endpoints ready first: slices that wait for a
+		// handshake are posted when it ends, not held.
+		if err := transfer(t, ini.Engine, reqs, 10*time.Second); err != nil {
+			t.Fatal(err)
+		}
+		before := ini.tr.Stats()
+		slow := ini.devs[0]
+		f.setPost(func(q *fakeQP, wr *uverbs.SendWR) (verdict, uverbs.WCStatus) {
+			if q.d == slow {
+				return hold, 0
+			}
+			return deliver, 0
+		})
+		rand.Read(ini.Mem.Bytes())
+		errc := make(chan error, 1)
+		go func() { errc <- transfer(t, ini.Engine, reqs, 10*time.Second) }()
+		waitFor(t, "rail a1 to carry all but a0's posted slices", func() bool {
+			return ini.tr.Stats()[1].Slices-before[1].Slices == tasks-posted
+		})
+		if n := f.nheld(); n != posted {
+			t.Fatalf("%d work requests posted on the stalled rail, want %d (RailPostBytes)", n, posted)
+		}
+		if len(errc) != 0 {
+			t.Fatalf("batch done with work requests held: %v", <-errc)
+		}
+		f.release(-1)
+		if err := <-errc; err != nil {
+			t.Fatal(err)
+		}
+		if !bytes.Equal(ini.Mem.Bytes(), tgt.Mem.Bytes()) {
+			t.Fatal("target memory differs")
+		}
+		after := ini.tr.Stats()
+		if got := after[0].Slices - before[0].Slices; got != posted {
+			t.Fatalf("stalled rail completed %d slices, want %d: %+v", got, posted, after)
+		}
+		for _, r := range after {
+			if r.Outstanding != 0 {
+				t.Fatalf("bytes outstanding after the batch: %+v", after)
+			}
+		}
+	})
+	t.Run("close", func(t *testing.T) {
+		f := newFabric()
+		ini, tgt, seg := fakePair(t, f, cfg, tasks*blk, 2)
+		reqs := fakeRequests(engine.Write, ini, tgt, seg, tasks, blk)
+		if err := transfer(t, ini.Engine, reqs, 10*time.Second); err != nil {
+			t.Fatal(err)
+		}
+		f.setPost(holdAll)
+		e := ini.Engine
+		b, err := e.AllocateBatch(tasks)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := e.Submit(b, reqs); err != nil {
+			t.Fatal(err)
+		}
+		waitFor(t, "both rails' posted slices held", func() bool { return f.nheld() == 2*posted })
+		if err := e.Close(); err != nil {
+			t.Fatal(err)
+		}
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		defer cancel()
+		if err := e.Wait(ctx, b); ctx.Err() != nil {
+			t.Fatalf("batch still in flight after Close: %v", err)
+		}
+		for i := range reqs {
+			st, _ := e.Status(b, i)
+			if st.State != engine.StateFailed || !errors.Is(st.Err, engine.ErrClosed) {
+				t.Fatalf("task %d after Close: %v, %v; want failed with ErrClosed", i, st.State, st.Err)
+			}
+		}
+	})
+}
