@@ -525,9 +525,13 @@ func (r *rail) postTaken() {
 
 // steal takes, for a rail with room and nothing of its own held, up to
 // its room and at most half of what a sibling holds, from the back of the
-// sibling's queue, and posts it on this rail's endpoint to the same peer.
-// Only slices this rail could have been given move: to a peer whose
-// endpoint on this rail is ready, allowed by the region's preferred rails.
+// sibling's queue, and posts it on this rail's endpoint to the same peer,
+// each slice only while this rail, at its measured rate, would be done
+// with it before the sibling would (with what the sibling has posted and
+// held before it), so a slower rail does not take work it would finish
+// last. Only slices this rail could have been given move: to a peer
+// whose endpoint on this rail is ready, allowed by the region's preferred
+// rails.
 func (r *rail) steal() bool {
 	if !r.up.Load() {
 		return false
@@ -549,18 +553,28 @@ func (r *rail) stealFrom(o *rail) bool {
 	}
 	room := r.holdCap - r.posted
 	want := (len(o.held) - o.hh + 1) / 2
+	rate, orate := float64(r.rate.Load()), float64(o.rate.Load())
+	if rate == 0 || orate == 0 { // not measured yet: as fast as the other
+		rate, orate = 1, 1
+	}
+	mine, theirs := float64(r.posted), float64(o.outstanding.Load())
 	j := len(o.held)
 	for i := len(o.held) - 1; i >= o.hh && want > 0 && room > 0; i-- {
 		it := o.held[i]
+		n := int64(len(it.s.Local))
+		if (mine+float64(n))/rate >= theirs/orate {
+			break
+		}
 		ep := r.stealable(&it)
 		if ep == nil {
 			j--
 			o.held[j] = it
 			continue
 		}
-		n := int64(len(it.s.Local))
 		room -= n
 		want--
+		mine += float64(n)
+		theirs -= float64(n)
 		it.ep.busy.Add(-1)
 		ep.busy.Add(1)
 		o.outstanding.Add(-n)
