@@ -2,6 +2,7 @@ package sock
 
 import (
 	"io"
+	"net"
 	"syscall"
 
 	"github.com/rdmago/te/internal/unix"
@@ -136,7 +137,7 @@ func (r *RawIO) ReadWait(p []byte, want int) (int, error) {
 	r.p = nil
 	switch {
 	case err != nil:
-		return 0, err
+		return 0, closedErr(err)
 	case r.rerr != nil:
 		return 0, r.rerr
 	case r.n == 0:
@@ -197,7 +198,18 @@ func (r *RawIO) WriteBuffers(bufs [][]byte) (int64, error) {
 	if err == nil {
 		err = r.werr
 	}
-	return r.wn, err
+	return r.wn, closedErr(err)
+}
+
+// closedErr is net.ErrClosed for the error a closed *os.File's RawConn
+// returns (internal/poll's ErrFileClosing, which os does not export and
+// wraps only in File's own methods), so a socket accepted by Listener
+// reports its Close as a net.Conn's does; other errors as they are.
+func closedErr(err error) error {
+	if err != nil && err.Error() == "use of closed file" {
+		return net.ErrClosed
+	}
+	return err
 }
 
 func (r *RawIO) try(fd uintptr) bool {
@@ -212,7 +224,7 @@ func (r *RawIO) try(fd uintptr) bool {
 // nothing left).
 func (r *RawIO) TryWriteBuffers(bufs [][]byte) (bool, error) {
 	r.bufs, r.off, r.wn, r.werr = bufs, 0, 0, nil
-	err := r.rc.Write(r.tryf)
+	err := closedErr(r.rc.Write(r.tryf))
 	if err == nil {
 		err = r.werr
 	}
@@ -232,5 +244,5 @@ func (r *RawIO) Finish() (int64, error) {
 	if err == nil {
 		err = r.werr
 	}
-	return r.wn, err
+	return r.wn, closedErr(err)
 }

@@ -8,6 +8,7 @@ package unix
 // for the calls (and a goroutine in a raw system call cannot move).
 
 import (
+	"net/netip"
 	"unsafe"
 
 	sys "golang.org/x/sys/unix"
@@ -77,4 +78,49 @@ func GetsockoptTCPInfoNonblock(fd int, info *TCPInfo) error {
 		return e
 	}
 	return nil
+}
+
+// Accept4Nonblock is accept4(2) of a non-blocking listening socket made
+// with RawSyscall (see ReadNonblock); the accepted descriptor is
+// non-blocking and close-on-exec, and its peer's address is written to
+// sa. EAGAIN when no connection waits.
+func Accept4Nonblock(fd int, sa *RawSockaddrAny) (int, error) {
+	l := uint32(unsafe.Sizeof(*sa))
+	r, _, e := sys.RawSyscall6(sys.SYS_ACCEPT4, uintptr(fd), uintptr(unsafe.Pointer(sa)), uintptr(unsafe.Pointer(&l)), sys.SOCK_NONBLOCK|sys.SOCK_CLOEXEC, 0, 0)
+	if e != 0 {
+		return -1, e
+	}
+	return int(r), nil
+}
+
+// SetsockoptIntNonblock is setsockopt(2) of an int option made with
+// RawSyscall6 (see SetRcvlowatNonblock).
+func SetsockoptIntNonblock(fd, level, opt, v int) error {
+	x := int32(v)
+	_, _, e := sys.RawSyscall6(sys.SYS_SETSOCKOPT, uintptr(fd), uintptr(level), uintptr(opt), uintptr(unsafe.Pointer(&x)), 4, 0)
+	if e != 0 {
+		return e
+	}
+	return nil
+}
+
+// SockaddrAddrPort is the IPv4 or IPv6 address and port in sa (the zero
+// AddrPort for other families), allocating nothing. The casts read the
+// family's struct where the kernel wrote it, inside sa.
+func SockaddrAddrPort(sa *RawSockaddrAny) netip.AddrPort {
+	switch sa.Addr.Family {
+	case sys.AF_INET:
+		in := (*sys.RawSockaddrInet4)(unsafe.Pointer(sa))
+		return netip.AddrPortFrom(netip.AddrFrom4(in.Addr), ntohs(in.Port))
+	case sys.AF_INET6:
+		in := (*sys.RawSockaddrInet6)(unsafe.Pointer(sa))
+		return netip.AddrPortFrom(netip.AddrFrom16(in.Addr), ntohs(in.Port))
+	}
+	return netip.AddrPort{}
+}
+
+// ntohs: the kernel's port is in network order in memory.
+func ntohs(p uint16) uint16 {
+	b := (*[2]byte)(unsafe.Pointer(&p))
+	return uint16(b[0])<<8 | uint16(b[1])
 }

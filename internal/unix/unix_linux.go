@@ -12,6 +12,7 @@ type (
 	Errno           = sys.Errno
 	Iovec           = sys.Iovec
 	Msghdr          = sys.Msghdr
+	RawSockaddrAny  = sys.RawSockaddrAny
 	SockaddrNetlink = sys.SockaddrNetlink
 	Stat_t          = sys.Stat_t
 	Sysinfo_t       = sys.Sysinfo_t
@@ -76,6 +77,7 @@ const (
 	S_IFMT             = sys.S_IFMT
 	S_IFREG            = sys.S_IFREG
 	TCP_INFO           = sys.TCP_INFO
+	TCP_NODELAY        = sys.TCP_NODELAY
 )
 
 // System calls and helpers.
@@ -90,6 +92,7 @@ var (
 	Fstat                     = sys.Fstat
 	Ftruncate                 = sys.Ftruncate
 	Geteuid                   = sys.Geteuid
+	GetsockoptInt             = sys.GetsockoptInt
 	GetsockoptTCPInfo         = sys.GetsockoptTCPInfo
 	GetsockoptUcred           = sys.GetsockoptUcred
 	GetsockoptUint64          = sys.GetsockoptUint64

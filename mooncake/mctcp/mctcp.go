@@ -29,6 +29,7 @@ import (
 
 	"github.com/rdmago/te/engine/driver"
 	"github.com/rdmago/te/internal/acceptor"
+	"github.com/rdmago/te/internal/sock"
 	"github.com/rdmago/te/mooncake"
 	"github.com/rdmago/te/segment"
 )
@@ -98,7 +99,7 @@ type Transport struct {
 	host driver.Host
 	log  *slog.Logger
 
-	ln       net.Listener
+	ln       *sock.Listener
 	endpoint string
 
 	ctx    context.Context // cancelled by Close
@@ -108,12 +109,16 @@ type Transport struct {
 	closeOnce sync.Once
 	mu        sync.Mutex
 	closed    bool
-	conns     map[net.Conn]*sconn
+	conns     map[sock.Conn]*sconn
 	perSource map[netip.Addr]int
 	spare     sync.Pool    // *sconn, buffers of closed connections
 	handoff   chan *sconn  // admit to an idle server goroutine
 	idle      atomic.Int32 // server goroutines in next
 	peers     map[*peer]struct{}
+	// clock is the watchdog's time (unix nanoseconds), at most a tick
+	// behind: the target stamps a connection's waits with it, not with
+	// time.Now per request.
+	clock atomic.Int64
 
 	// Notifications (notify.go): the submission each slice of a
 	// SubmitNotify belongs to, while any is pending.
@@ -151,8 +156,8 @@ func New(cfg Config) *Transport {
 		cfg.MaxConnsPerSource = DefaultMaxConnsPerSource
 	}
 	cfg.MaxConnsPerSource = min(cfg.MaxConnsPerSource, cfg.MaxConns)
-	t := &Transport{cfg: cfg, conns: map[net.Conn]*sconn{}, perSource: map[netip.Addr]int{}, peers: map[*peer]struct{}{}}
-	t.spare.New = newSconn
+	t := &Transport{cfg: cfg, conns: map[sock.Conn]*sconn{}, perSource: map[netip.Addr]int{}, peers: map[*peer]struct{}{}}
+	t.spare.New = func() any { return newSconn(&t.clock) }
 	t.handoff = make(chan *sconn)
 	t.ctx, t.cancel = context.WithCancel(context.Background())
 	return t
@@ -181,11 +186,7 @@ func (t *Transport) Install(h driver.Host) error {
 	if t.host != nil {
 		return errors.New("mctcp: already installed")
 	}
-	// No keepalive probes on accepted connections (four system calls
-	// each, and Mooncake's initiator may open one per request): a
-	// connection idle for its initiator is what admission closes first.
-	lc := net.ListenConfig{KeepAlive: -1}
-	ln, err := lc.Listen(context.Background(), "tcp", t.cfg.Listen)
+	ln, err := net.Listen("tcp", t.cfg.Listen)
 	if err != nil {
 		return fmt.Errorf("mctcp: listen %s: %w", t.cfg.Listen, err)
 	}
@@ -193,15 +194,29 @@ func (t *Transport) Install(h driver.Host) error {
 	if ep == "" {
 		ep = advertised(ln.Addr().(*net.TCPAddr))
 	}
-	t.host, t.log, t.ln, t.endpoint = h, h.Logger(), ln, ep
+	// Connections are accepted with raw calls (sock.Listener): NODELAY
+	// set, so status words leave at once; no keepalive probes (four
+	// system calls each, and Mooncake's initiator may open a connection
+	// per request): a connection idle for its initiator is what
+	// admission closes first.
+	sl, err := sock.NewListener(ln.(*net.TCPListener), true)
+	if err != nil {
+		return fmt.Errorf("mctcp: listen %s: %w", t.cfg.Listen, err)
+	}
+	t.host, t.log, t.ln, t.endpoint = h, h.Logger(), sl, ep
+	t.clock.Store(time.Now().UnixNano())
 	if t.log == nil {
 		t.log = slog.New(slog.DiscardHandler)
 	}
-	mooncake.WarnExposed(t.log, "the Mooncake TCP data port", ln.Addr())
+	mooncake.WarnExposed(t.log, "the Mooncake TCP data port", sl.Addr())
 	t.wg.Add(2)
 	go func() {
 		defer t.wg.Done()
-		acceptor.Run(t.log, "mctcp", ln.Addr(), t.ctx.Done(), ln.Accept, t.admit)
+		accept := func() (accepted, error) {
+			c, peer, err := sl.Accept()
+			return accepted{c, peer}, err
+		}
+		acceptor.Run(t.log, "mctcp", sl.Addr(), t.ctx.Done(), accept, t.admit)
 	}()
 	go t.watchdog()
 	return nil
@@ -326,16 +341,19 @@ func (t *Transport) forget(p *peer) {
 // watchdog fails lanes whose oldest request has seen no answer for
 // IOTimeout, counting ticks without progress, and closes the target's
 // connections stalled mid-request (sconn.stalled) for IOTimeout: a stalled
-// peer cannot keep memory pinned for longer than IOTimeout and a tick.
+// peer cannot keep memory pinned for longer than IOTimeout and three
+// ticks (a quarter of IOTimeout). It keeps t.clock: a stamp taken from it
+// is up to a tick early, so a connection is closed once its stamp is
+// IOTimeout and a tick old, never before IOTimeout has passed.
 func (t *Transport) watchdog() {
 	defer t.wg.Done()
-	tick := max(t.cfg.IOTimeout/4, time.Millisecond)
+	tick := max(t.cfg.IOTimeout/12, time.Millisecond)
 	limit := int((t.cfg.IOTimeout + tick - 1) / tick)
 	tk := time.NewTicker(tick)
 	defer tk.Stop()
 	var (
 		lanes   []*lane
-		stalled []net.Conn
+		stalled []accepted
 	)
 	for {
 		select {
@@ -344,23 +362,25 @@ func (t *Transport) watchdog() {
 		case <-tk.C:
 		}
 		lanes, stalled = lanes[:0], stalled[:0]
-		since := time.Now().Add(-t.cfg.IOTimeout).UnixNano()
+		now := time.Now().UnixNano()
+		t.clock.Store(now)
+		since := now - int64(t.cfg.IOTimeout+tick)
 		t.mu.Lock()
 		for p := range t.peers {
 			lanes = append(lanes, p.lanes...)
 		}
 		for c, sc := range t.conns {
 			if s := sc.stalled.Load(); s != 0 && s <= since {
-				stalled = append(stalled, c)
+				stalled = append(stalled, accepted{c, sc.peer})
 			}
 		}
 		t.mu.Unlock()
 		for _, l := range lanes {
 			l.checkStall(limit)
 		}
-		for _, c := range stalled {
-			t.log.Debug("mctcp: connection stalled mid-request; closed", "remote", c.RemoteAddr(), "io_timeout", t.cfg.IOTimeout)
-			c.Close()
+		for _, a := range stalled {
+			t.log.Debug("mctcp: connection stalled mid-request; closed", "remote", a.peer, "io_timeout", t.cfg.IOTimeout)
+			a.c.Close()
 		}
 		clear(stalled)
 	}

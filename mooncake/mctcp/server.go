@@ -8,7 +8,6 @@ import (
 	"net"
 	"net/netip"
 	"sync/atomic"
-	"time"
 
 	"github.com/rdmago/te/engine/driver"
 	"github.com/rdmago/te/internal/sock"
@@ -24,8 +23,9 @@ const connBufSize = 64 << 10
 // come from Transport.spare, and the read buffer only once a small
 // payload needs it.
 type sconn struct {
-	c   *net.TCPConn
-	src netip.Addr
+	c    sock.Conn
+	src  netip.Addr
+	peer netip.AddrPort // for logs
 	// waiting is when the connection began to wait for its initiator
 	// (unix nanoseconds), 0 while the target works on a request.
 	waiting atomic.Int64
@@ -35,6 +35,8 @@ type sconn struct {
 	// deadlines: a deadline set and cleared per request costs timer
 	// updates that wake the runtime's network poller.
 	stalled atomic.Int64
+
+	clock *atomic.Int64 // Transport.clock
 
 	rw *sock.RawIO   // c's socket I/O, outside the scheduler
 	br *bufio.Reader // over rw; nil until a request smaller than directRead
@@ -112,12 +114,12 @@ func (g *gather) reset() {
 }
 
 // wait: the connection waits for its initiator's next request.
-func (sc *sconn) wait() { sc.waiting.Store(time.Now().UnixNano()) }
+func (sc *sconn) wait() { sc.waiting.Store(sc.clock.Load()) }
 
 // stall: it waits for the rest of a request or for its reply to leave;
 // both bounded by IOTimeout.
 func (sc *sconn) stall() {
-	now := time.Now().UnixNano()
+	now := sc.clock.Load()
 	sc.waiting.Store(now)
 	sc.stalled.Store(now)
 }
@@ -144,6 +146,12 @@ func (sc *sconn) reader() *bufio.Reader {
 	return sc.br
 }
 
+// accepted is a connection as the listener hands it over.
+type accepted struct {
+	c    sock.Conn
+	peer netip.AddrPort
+}
+
 // maxIdleServers bounds the goroutines that, their connection closed,
 // wait for the next one: Mooncake's initiator opens a connection per
 // request unless pooled, and a goroutine that has served one has its
@@ -153,23 +161,15 @@ const maxIdleServers = 256
 // admit serves c unless the target is at a bound and no connection can
 // make room: then the one that has waited longest for its initiator is
 // closed instead, so held connections cannot lock initiators out.
-func (t *Transport) admit(c net.Conn) {
-	tc, ok := c.(*net.TCPConn)
-	if !ok {
-		c.Close()
-		return
-	}
-	var src netip.Addr
-	if a, ok := c.RemoteAddr().(*net.TCPAddr); ok {
-		src = a.AddrPort().Addr().Unmap()
-	}
+func (t *Transport) admit(a accepted) {
+	c, src := a.c, a.peer.Addr()
 	t.mu.Lock()
 	if t.closed {
 		t.mu.Unlock()
 		c.Close()
 		return
 	}
-	var victim net.Conn
+	var victim sock.Conn
 	full := len(t.conns) >= t.cfg.MaxConns
 	srcFull := t.perSource[src] >= t.cfg.MaxConnsPerSource
 	if full || srcFull {
@@ -187,16 +187,16 @@ func (t *Transport) admit(c net.Conn) {
 		if vs == nil {
 			t.mu.Unlock()
 			c.Close()
-			t.log.Debug("mctcp: connection refused: every slot busy", "remote", c.RemoteAddr())
+			t.log.Debug("mctcp: connection refused: every slot busy", "remote", a.peer)
 			return
 		}
 		victim = vs.c // read under mu: once dropped, vs may serve another connection
 		t.dropLocked(victim)
 	}
 	sc := t.spare.Get().(*sconn)
-	sc.c, sc.src = tc, src
+	sc.c, sc.src, sc.peer = c, src, a.peer
 	sc.wait()
-	t.conns[tc] = sc
+	t.conns[c] = sc
 	t.perSource[src]++
 	t.wg.Add(1) // for a new server, unless an idle one takes sc
 	t.mu.Unlock()
@@ -211,7 +211,7 @@ func (t *Transport) admit(c net.Conn) {
 	}
 }
 
-func (t *Transport) dropLocked(c net.Conn) {
+func (t *Transport) dropLocked(c sock.Conn) {
 	sc, ok := t.conns[c]
 	if !ok {
 		return
@@ -248,8 +248,6 @@ func (t *Transport) next() *sconn {
 }
 
 func (t *Transport) serveOne(sc *sconn) {
-	// Accepted TCP connections have TCP_NODELAY set by the net package:
-	// status words leave at once.
 	err := sc.rw.Reset(sc.c)
 	if err == nil {
 		if sc.br != nil {
@@ -258,7 +256,7 @@ func (t *Transport) serveOne(sc *sconn) {
 		err = t.serveConn(sc)
 	}
 	if err != nil && !errors.Is(err, io.EOF) && !errors.Is(err, net.ErrClosed) {
-		t.log.Debug("mctcp: serve connection", "remote", sc.c.RemoteAddr(), "err", err)
+		t.log.Debug("mctcp: serve connection", "remote", sc.peer, "err", err)
 	}
 	sc.c.Close()
 	t.mu.Lock()
@@ -270,8 +268,8 @@ func (t *Transport) serveOne(sc *sconn) {
 	t.spare.Put(sc)
 }
 
-func newSconn() any {
-	sc := &sconn{rw: sock.NewRawIO(2 * maxPerWrite)}
+func newSconn(clock *atomic.Int64) *sconn {
+	sc := &sconn{clock: clock, rw: sock.NewRawIO(2 * maxPerWrite)}
 	sc.g.init()
 	return sc
 }
@@ -451,7 +449,7 @@ func (t *Transport) reject(sc *sconn, v2 bool, why error) error {
 	sc.stall()
 	sc.g.flush(sc.rw)
 	if errors.Is(why, driver.ErrOutOfRange) || errors.Is(why, driver.ErrMemoryBusy) {
-		t.log.Debug("mctcp: request rejected", "remote", sc.c.RemoteAddr(), "err", why)
+		t.log.Debug("mctcp: request rejected", "remote", sc.peer, "err", why)
 		return nil
 	}
 	return why
