@@ -97,8 +97,12 @@ tebench() {
 	awk -F'[:,]' '/"results"/{res=1} res && /"rails"/{r=1} res && !r && /"gb_per_s"/{rate=$2*1e9/1048576} r && /"bytes"/{b=b " " $2+0} END{printf "%.2f%s\n", rate+0, b}' $W/te.json
 }
 
-# ptbw TOOL SIZE ITERS "SRV:CLI:SGID:CGID ..." -> "MB/s n": the summed BW average
-# (perftest's MB/sec, 2^20 bytes) of n perftest pairs, one per rail, run at once
+# ptbw TOOL SIZE ITERS "SRV:CLI:SGID:CGID ..." -> "MB/s n agg": the summed BW average
+# (perftest's MB/sec, 2^20 bytes) of n perftest pairs, one per rail, run at once, and
+# their aggregate: all bytes over the slower pair's time (bytes / its BW average).
+# The sum overstates what the pairs moved together when one pair finishes first
+# (the other then runs alone for the rest of its bytes); te's rate is its bytes
+# over its whole run.
 ptbw() {
 	tool=$1 size=$2 iters=$3 pairs=$4
 	for try in 1 2 3; do
@@ -130,7 +134,7 @@ ptbw() {
 		cat $W/pt-cli*.log $W/pt-srv*.log >&2
 		return 1
 	fi
-	cat $W/pt-cli*.log | awk '$1 ~ /^[0-9]+$/ && NF >= 5 {s += $4; n++} END{print s, n}'
+	cat $W/pt-cli*.log | awk '$1 ~ /^[0-9]+$/ && NF >= 5 {s += $4; n++; b += $1 * $2; t = $1 * $2 / 1048576 / ($4 > 0 ? $4 : 1); if (t > tm) tm = t} END{printf "%s %d %.2f\n", s, n, (tm > 0 ? b / 1048576 / tm : 0)}'
 }
 
 # row NAME OP BLOCK ITERS RAILS
@@ -141,7 +145,7 @@ row() {
 	if [ $rails = 2 ]; then
 		devs="$SR_DEV0,$SR_DEV2" pairs="$pairs $SR_DEV3:$SR_DEV2:$SR_GID3:$SR_GID2"
 	fi
-	: > $W/te.v; : > $W/pt.v; : > $W/te.r; : > $W/te.c; : > $W/pt.c
+	: > $W/te.v; : > $W/pt.v; : > $W/pt.a; : > $W/te.r; : > $W/te.c; : > $W/pt.c
 	for r in $(seq 1 $RUNS); do
 		c0=$(ctrs)
 		t=$(tebench $op $blk $devs) && {
@@ -151,7 +155,7 @@ row() {
 		c1=$(ctrs)
 		p=$(ptbw ib_${op}_bw $size $iters "$pairs") && {
 			set -- $p
-			if [ "$2" = $rails ]; then echo $1 >> $W/pt.v; else fail "perftest $name: $2 result lines for $rails rails"; fi
+			if [ "$2" = $rails ]; then echo $1 >> $W/pt.v; echo $3 >> $W/pt.a; else fail "perftest $name: $2 result lines for $rails rails"; fi
 		}
 		ctrdelta "$c0" "$c1" $W/te.c
 		ctrdelta "$c1" "$(ctrs)" $W/pt.c
@@ -162,6 +166,10 @@ row() {
 	echo "$line" >> "$OUT"
 	echo "   te:       $(tr '\n' ' ' < $W/te.v)" >> "$OUT"
 	echo "   perftest: $(tr '\n' ' ' < $W/pt.v)" >> "$OUT"
+	if [ $rails != 1 ]; then
+		pa=$(median < $W/pt.a)
+		echo "   perftest aggregate (all bytes / the slower pair's time): $(tr '\n' ' ' < $W/pt.a); median $pa, te/aggregate $(awk -v t="$tv" -v p="$pa" 'BEGIN{printf "%.2f", (p>0 ? t/p : 0)}')" >> "$OUT"
+	fi
 	[ $rails = 1 ] || echo "   te bytes per rail, per run: $(tr '\n' '/' < $W/te.r)" >> "$OUT"
 	echo "   rxe, all runs: te $(ctrsum $W/te.c); perftest $(ctrsum $W/pt.c)" >> "$OUT"
 }
