@@ -27,6 +27,14 @@ type frameReader struct {
 	rw     *sock.RawIO     // c's reads, outside the scheduler
 	vr     *sock.VecReader // made for the first vector
 	direct bool            // the last payload was large
+	// exactAfterVec makes a vector's payloads read straight into memory
+	// count as a large payload: the next header is then read exactly, so
+	// the payloads behind it do not pass through the buffer (the
+	// initiator: a READV reply's header, then its payloads, with no copy
+	// of up to connBufSize bytes from the buffer). The target leaves it
+	// off: a vector request's entries follow its header, and one read
+	// brings in both.
+	exactAfterVec bool
 	// timeout, when set, bounds reading the rest of a frame once it has
 	// begun (header, payload, discarded payload): a sender that stalls
 	// mid-frame must not hold the connection, or keep the destination
@@ -163,6 +171,7 @@ func (r *frameReader) readv(dsts [][]byte) error {
 		}
 		r.vr = vr
 	}
+	r.direct = r.exactAfterVec
 	for i < len(dsts) {
 		n, err := r.vr.Read(dsts[i:])
 		if err != nil {

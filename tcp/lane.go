@@ -594,6 +594,7 @@ func (l *lane) readReplies(c *net.TCPConn, rw *sock.RawIO) error {
 		return l.cause(c, fmt.Errorf("%w: read from %s at %s: %v", ErrConnection, l.p.name, l.p.addr, err))
 	}
 	fr := newFrameReader(c, rw)
+	fr.exactAfterVec = true
 	for {
 		if err := fr.header(&hb, 0); err != nil {
 			return connErr(err)
@@ -602,6 +603,11 @@ func (l *lane) readReplies(c *net.TCPConn, rw *sock.RawIO) error {
 		h, err := decodeHeader(hb[:])
 		if err != nil {
 			return fmt.Errorf("%w: from %s: %v", ErrProtocol, l.p.addr, err)
+		}
+		if h.length == 0 {
+			// No payload follows: the next headers may come several
+			// to a read, through the buffer.
+			fr.direct = false
 		}
 		if h.vector() {
 			if err := l.readVector(c, fr, &h, connErr); err != nil {
