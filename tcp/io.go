@@ -30,10 +30,9 @@ type frameReader struct {
 	// exactAfterVec makes a vector's payloads read straight into memory
 	// count as a large payload: the next header is then read exactly, so
 	// the payloads behind it do not pass through the buffer (the
-	// initiator: a READV reply's header, then its payloads, with no copy
-	// of up to connBufSize bytes from the buffer). The target leaves it
-	// off: a vector request's entries follow its header, and one read
-	// brings in both.
+	// initiator: a READV reply's header, then its payloads; the target:
+	// a WRITEV's header, its entries (head), then its payloads), with no
+	// copy of up to connBufSize bytes through the buffer.
 	exactAfterVec bool
 	// timeout, when set, bounds reading the rest of a frame once it has
 	// begun (header, payload, discarded payload): a sender that stalls
@@ -132,6 +131,23 @@ func (r *frameReader) payload(dst []byte) error {
 		return err
 	}
 	return nil
+}
+
+// head reads what follows a vector's header before its payloads (a
+// request's entries, a reply's statuses): exactly, when the header was
+// read so (the stream then sits at a frame boundary after payloads read
+// straight into memory), so the payloads behind it are not drawn into the
+// buffer; else through the buffer.
+func (r *frameReader) head(dst []byte) error {
+	if !r.direct || r.br.Buffered() > 0 {
+		return r.payload(dst)
+	}
+	if r.timeout > 0 {
+		r.c.SetReadDeadline(time.Now().Add(r.timeout))
+		defer r.c.SetReadDeadline(time.Time{})
+	}
+	_, err := io.ReadFull(r.rw, dst)
+	return err
 }
 
 // readv fills the buffers of dsts in order (a vector's payloads): what

@@ -765,7 +765,7 @@ func (l *lane) readVectorData(fr *frameReader, h *header, its []item, connErr fu
 	case statusOK:
 		clear(st)
 	case statusVec:
-		if err := fr.payload(st); err != nil {
+		if err := fr.head(st); err != nil {
 			return connErr(err)
 		}
 	default:

@@ -188,6 +188,7 @@ func (t *Transport) serveConn(sc *sconn) error {
 	}
 	fr := newFrameReader(c, sc.rw)
 	fr.timeout = t.cfg.IOTimeout
+	fr.exactAfterVec = true
 	g := newGather(maxFramesPerWrite)
 	defer g.reset()
 	var hb [headerLen]byte
@@ -343,7 +344,7 @@ func (t *Transport) serveVector(sc *sconn, fr *frameReader, g *gather, v *vecSta
 	if fr.br.Buffered() < len(ents) {
 		sc.wait()
 	}
-	err = fr.payload(ents)
+	err = fr.head(ents)
 	sc.work()
 	if err != nil {
 		return 0, 0, err
@@ -364,6 +365,11 @@ func (t *Transport) serveVector(sc *sconn, fr *frameReader, g *gather, v *vecSta
 		okBytes += length
 	}
 	op := driver.Read
+	if h.op == opReadV {
+		// No payload follows: the next requests may come several to a
+		// read, through the buffer.
+		fr.direct = false
+	}
 	if h.op == opWriteV {
 		op = driver.Write
 		sc.wait()
