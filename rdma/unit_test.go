@@ -749,3 +749,31 @@ func TestFakeHeldSlices(t *testing.T) {
 		}
 	})
 }
+
+// TestFakeHeldAllocs: batches whose slices are held back (RailPostBytes of
+// four slices against 64 per rail) and taken by the other rail allocate
+// nothing in steady state.
+func TestFakeHeldAllocs(t *testing.T) {
+	if raceOn {
+		t.Skip("the race detector allocates on its own")
+	}
+	f := newFabric()
+	const tasks, blk = 128, 4096
+	ini, tgt, seg := fakePair(t, f, Config{RailPostBytes: 4 * blk}, tasks*blk, 2)
+	run, failed := enginetest.BatchLoop(context.Background(), ini.Engine, fakeRequests(engine.Write, ini, tgt, seg, tasks, blk))
+	for range 8 {
+		run()
+	}
+	allocs := enginetest.AllocsPerRun(20, run)
+	if err := failed(); err != nil {
+		t.Fatal(err)
+	}
+	if allocs != 0 {
+		t.Fatalf("%v allocations per batch of %d with slices held", allocs, tasks)
+	}
+	for _, r := range ini.tr.Stats() {
+		if r.Slices == 0 || r.Outstanding != 0 {
+			t.Fatalf("rails after the batches: %+v", ini.tr.Stats())
+		}
+	}
+}
