@@ -30,6 +30,9 @@
 #   SR_MTU           veth MTU (default 1500 -> RoCE MTU 1024; 9000 -> 4096)
 #   SR_SMP, SR_MEM   guest vCPUs (default 2) and MiB (default 1024)
 #   SR_ACCEL         qemu accelerator (default tcg: the same emulation everywhere; kvm if you have it)
+#   SR_CPU           qemu -cpu model (default max,-cx16: Debian's QEMU 7.2 TCG left garbage in
+#                    EFLAGS after the guest's cmpxchg16b and 6.12 double-faulted in SLUB's
+#                    fast path, twice in five local runs; without CX16 the kernel emulates it)
 #   SR_OUT           host dir that receives the guest's /out (tests write artefacts there)
 #   SR_PAYLOAD       dir copied to /payload in the guest; its run.sh runs after the tests
 #   SR_KPKG          kernel package, concrete or meta (default linux-image-amd64, i.e. 6.1;
@@ -369,7 +372,7 @@ boot() {
 	local t0 rc=0
 	t0=$(now_us)
 	set +e
-	timeout -k 5 "$tmo" qemu-system-x86_64 -M pc -accel "${SR_ACCEL:-tcg}" -cpu max -smp "$SMP" -m "$MEM" \
+	timeout -k 5 "$tmo" qemu-system-x86_64 -M pc -accel "${SR_ACCEL:-tcg}" -cpu "${SR_CPU:-max,-cx16}" -smp "$SMP" -m "$MEM" \
 		-display none -monitor none -serial stdio -no-reboot -nic none \
 		-kernel "$VMLINUX" -initrd "$initrd" -append "$append" "${extra[@]}" \
 		-d guest_errors,cpu_reset -D "${LOGF%.log}.qemu.log" < /dev/null 2>&1 | stream
