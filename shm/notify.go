@@ -187,15 +187,8 @@ func (p *peer) copied(n *driver.Note, f failures) {
 // copied does.
 func (p *peer) copyNote(ss []*driver.Slice, res []result, n *driver.Note) {
 	c0 := cost.Now()
-	copyRun(ss, res, false)
+	ok := copyRun(ss, res, false)
 	c0 = cost.Move.Since(c0)
-	ok := true
-	for i := range ss {
-		if res[i].err != nil {
-			ok = false
-			break
-		}
-	}
 	if ok {
 		p.noteMu.Lock()
 		if p.publishNowLocked(n) {

@@ -14,6 +14,7 @@ import (
 
 	"github.com/rdmago/te/auth"
 	"github.com/rdmago/te/engine/driver"
+	"github.com/rdmago/te/internal/blockcopy"
 	"github.com/rdmago/te/internal/control"
 	"github.com/rdmago/te/internal/dma"
 	"github.com/rdmago/te/internal/uds"
@@ -435,18 +436,22 @@ type result struct {
 // not per slice; the target's unregistration waits for the run (at most
 // a chunk of slices) as it waits for one copy. With posted, each slice
 // is marked posted (driver.Slice.Posted) as its copy starts: a copier's
-// slices wait in a queue before that.
-func copyRun(ss []*driver.Slice, res []result, posted bool) {
+// slices wait in a queue before that. It reports whether every slice
+// succeeded (then the callers need not look at res again).
+func copyRun(ss []*driver.Slice, res []result, posted bool) (ok bool) {
+	ok = true
 	var p *peer
 	var m *mapping
 	for i, s := range ss {
-		sp, ok := s.Peer.(*peer)
-		if !ok {
+		sp, mine := s.Peer.(*peer)
+		if !mine {
 			res[i] = result{0, errForeign}
+			ok = false
 			continue
 		}
 		if s.Canceled() {
 			res[i] = result{0, errSliceCanceled}
+			ok = false
 			continue
 		}
 		if sp != p {
@@ -468,6 +473,7 @@ func copyRun(ss []*driver.Slice, res []result, posted bool) {
 			var err error
 			if m, err = p.hold(s.RemoteAddr, n); err != nil {
 				res[i] = result{0, err}
+				ok = false
 				continue
 			}
 		}
@@ -476,9 +482,9 @@ func copyRun(ss []*driver.Slice, res []result, posted bool) {
 		}
 		off := s.RemoteAddr - m.addr
 		if s.Op == driver.Write {
-			copy(m.mem[off:off+n], s.Local)
+			blockcopy.Copy(m.mem[off:off+n], s.Local)
 		} else {
-			copy(s.Local, m.mem[off:off+n])
+			blockcopy.Copy(s.Local, m.mem[off:off+n])
 		}
 		res[i] = result{n, nil}
 	}
@@ -488,6 +494,7 @@ func copyRun(ss []*driver.Slice, res []result, posted bool) {
 	if p != nil {
 		p.users.Add(-1)
 	}
+	return ok
 }
 
 // stop marks the peer down: no copy starts after it, and a copy waiting

@@ -403,23 +403,19 @@ func (p *pace) learn(shared bool, bytes uint64, d time.Duration) {
 // returns their failures, for the submission's note.
 func copyDone(ss []*driver.Slice, res []result, posted bool) (f failures) {
 	c0 := cost.Now()
-	copyRun(ss, res, posted)
+	ok := copyRun(ss, res, posted)
 	c0 = cost.Move.Since(c0)
-	ok := true
-	for i := range ss {
-		if res[i].err != nil {
-			ok = false
-			f.add(res[i].err)
-		}
-	}
 	if ok {
 		driver.DoneAll(ss)
 	} else {
 		for i, s := range ss {
+			if res[i].err != nil {
+				f.add(res[i].err)
+			}
 			s.Done(res[i].n, res[i].err)
 		}
+		clear(res[:len(ss)])
 	}
-	clear(res[:len(ss)])
 	cost.Complete.Since(c0)
 	return f
 }
