@@ -10,6 +10,7 @@ import (
 	"sync/atomic"
 
 	"github.com/rdmago/te/engine/driver"
+	"github.com/rdmago/te/internal/blockcopy"
 	"github.com/rdmago/te/internal/cost"
 	"github.com/rdmago/te/segment"
 )
@@ -759,9 +760,9 @@ func (e *Engine) submit(id BatchID, reqs []Request, n *Notify, seg SegmentID) er
 			c0 = cost.Slice.Since(c0)
 		}
 		if t.op == Write {
-			copy(t.tmem, t.local)
+			blockcopy.Copy(t.tmem, t.local)
 		} else {
-			copy(t.local, t.tmem)
+			blockcopy.Copy(t.local, t.tmem)
 		}
 	}
 	if local {
