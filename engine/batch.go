@@ -486,7 +486,8 @@ type batch struct {
 	notes     []*note // notes of submissions, the first nnotes in use; reused
 	nnotes    int
 	notify    chan struct{}
-	chunks    [][]slice // slice arena; never moves once allocated
+	finished  func() bool // pending is 0; made once, for driver.Helper
+	chunks    [][]slice   // slice arena; never moves once allocated
 	nslices   int
 	scratch   []*driver.Slice
 	start     atomic.Int64 // when pending last rose from 0, ns on the engine's clock
@@ -570,6 +571,7 @@ func (e *Engine) AllocateBatch(capacity int) (BatchID, error) {
 	}
 	if b == nil {
 		b = &batch{e: e, notify: make(chan struct{}, 1)}
+		b.finished = func() bool { return b.pending.Load() == 0 }
 		b.tasks = make([]task, capacity)
 		b.completed = make([]atomic.Uint64, (capacity+63)/64)
 	}
@@ -1163,6 +1165,19 @@ func (e *Engine) Wait(ctx context.Context, id BatchID) error {
 	b := e.batches.get(id)
 	if b == nil {
 		return fmt.Errorf("%w: %#x", ErrInvalidBatch, uint64(id))
+	}
+	if b.pending.Load() > 0 {
+		// Transports that let the waiter read its completions itself
+		// save the hand-off from their goroutine to this one.
+		ts := e.transports.Load()
+		for _, h := range ts.helper {
+			if h != nil {
+				h.Help(ctx, b.finished)
+				if b.pending.Load() == 0 {
+					break
+				}
+			}
+		}
 	}
 	for b.pending.Load() > 0 {
 		select {

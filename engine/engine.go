@@ -118,6 +118,9 @@ type transportSet struct {
 	// notifier holds the slots' Notifier, nil for transports that carry
 	// no notifications (looked up once, not per notified submission).
 	notifier [maxTransports]driver.Notifier
+	// helper holds the slots' Helper, nil for transports whose
+	// completions only their own goroutines deliver (Wait asks each).
+	helper [maxTransports]driver.Helper
 	// gen grows with every Install and Uninstall (segState.reach).
 	gen uint32
 	// order lists occupied slots in install order (preference order of
@@ -360,6 +363,7 @@ func (e *Engine) Install(tr Transport) error {
 	ns.names[slot] = t.Name()
 	ns.reach[slot], _ = t.(driver.Reacher)
 	ns.notifier[slot], _ = t.(driver.Notifier)
+	ns.helper[slot], _ = t.(driver.Helper)
 	ns.gen++
 	ns.order = append(slices.Clone(old.order), slot)
 	e.transports.Store(&ns)
@@ -396,6 +400,7 @@ func (e *Engine) Uninstall(name string) error {
 	ns.names[slot] = ""
 	ns.reach[slot] = nil
 	ns.notifier[slot] = nil
+	ns.helper[slot] = nil
 	ns.gen++
 	ns.order = slices.DeleteFunc(slices.Clone(old.order), func(i int) bool { return i == slot })
 	e.transports.Store(&ns)

@@ -159,3 +159,21 @@ type Region interface {
 	// Release drops a pin taken by Host.AcquireLocal.
 	Release()
 }
+
+// Helper is implemented by a transport whose completions the caller of
+// the engine's Wait can read itself, on its own goroutine, instead of
+// being woken by the transport's goroutine that read them: on a loopback
+// TCP lane that hand-off (the reader readying the waiter, the runtime
+// waking an idle thread for it) costs as much as a tenth of a batch.
+//
+// The engine calls Help from Wait while the batch is in flight, with
+// done reporting whether the batch has finished. Help completes what it
+// reads through Slice.Done and DoneAll as the transport's goroutines
+// would (slices of other batches included) and returns when done
+// reports true, when nothing is left that this caller can read (the
+// transport's goroutines deliver the rest), or soon after ctx ends: it
+// must not wait on a peer past ctx, nor for long without making
+// progress. It must not allocate.
+type Helper interface {
+	Help(ctx context.Context, done func() bool)
+}
