@@ -22,6 +22,7 @@ type drv struct{ t *Transport }
 var (
 	_ driver.Transport = drv{}
 	_ driver.Notifier  = drv{}
+	_ driver.Helper    = drv{}
 )
 
 func (d drv) Name() string                         { return segment.ProtoTCP }
@@ -42,6 +43,9 @@ func (d drv) SubmitNotify(ss []*driver.Slice, n *driver.Note) {
 	d.t.submitNotify(ss, n)
 }
 func (d drv) Close() error { return d.t.shutdown() }
+
+// Help reads the replies of idle lanes for a caller of Wait (driver.Helper).
+func (d drv) Help(ctx context.Context, done func() bool) { d.t.help(ctx, done) }
 
 // Inspect describes the lanes (driver.Inspector).
 func (d drv) Inspect() driver.TransportState { return d.t.inspect() }

@@ -170,6 +170,7 @@ type lane struct {
 	pending []item
 	conn    *net.TCPConn
 	rw      *sock.RawIO // conn's I/O: the writer's writes, the reader's reads
+	rd      *reader     // who reads conn's replies (kept after a failure)
 	ring    ring        // requests on conn awaiting replies
 	reading bool        // the reader owns a popped request (payload in progress)
 	// writing is set while the writer's writev may still read the payloads
@@ -298,10 +299,13 @@ func (l *lane) sendInline() {
 func (l *lane) close() {
 	l.mu.Lock()
 	l.closed = true
-	c := l.conn
+	c, rd := l.conn, l.rd
 	l.mu.Unlock()
 	if c != nil {
 		c.Close() // the reader fails what is in flight
+	}
+	if rd != nil {
+		rd.wake() // a parked reader too
 	}
 	l.wake()
 }
@@ -425,11 +429,12 @@ func (l *lane) connect(ctx context.Context) error {
 		return fmt.Errorf("%w: %s at %s: %w", ErrConnection, l.p.name, l.p.addr, err)
 	}
 	l.conn, l.rw = tc, rw
+	l.rd = newReader(l, tc, rw)
 	l.ctr.connects.Add(1)
 	l.gen = l.p.gens.Add(1)
 	l.stall = 0
 	l.p.wg.Add(1)
-	go l.readLoop(tc, rw)
+	go l.readLoop(l.rd)
 	return nil
 }
 
@@ -491,6 +496,9 @@ func (l *lane) send(conn *net.TCPConn, rw *sock.RawIO, batch []item, inline bool
 		}
 		l.held -= k
 		l.writing = true
+		if rd := l.rd; rd != nil && rd.c == conn && rd.mode == rIdle && l.ring.n > 0 {
+			rd.offer()
+		}
 		l.mu.Unlock()
 		batch = batch[k:]
 		var err error
@@ -580,27 +588,62 @@ func (l *lane) addVector(its []item, more bool) {
 	}
 }
 
-func (l *lane) readLoop(c *net.TCPConn, rw *sock.RawIO) {
+func (l *lane) readLoop(r *reader) {
 	defer l.p.wg.Done()
-	err := l.readReplies(c, rw)
-	l.fail(c, err)
+	for {
+		err := l.readReplies(r, nil, nil)
+		if err == errYield {
+			r.park()
+			continue
+		}
+		l.fail(r.c, err)
+		return
+	}
+}
+
+// connErr is a failed read of c, or why c was failed.
+func (l *lane) connErr(c *net.TCPConn, err error) error {
+	return l.cause(c, fmt.Errorf("%w: read from %s at %s: %v", ErrConnection, l.p.name, l.p.addr, err))
 }
 
 // readReplies completes requests as their replies arrive, until the
-// connection fails; it returns why.
-func (l *lane) readReplies(c *net.TCPConn, rw *sock.RawIO) error {
-	var hb [headerLen]byte
-	connErr := func(err error) error {
-		return l.cause(c, fmt.Errorf("%w: read from %s at %s: %v", ErrConnection, l.p.name, l.p.addr, err))
-	}
-	fr := newFrameReader(c, rw)
-	fr.exactAfterVec = true
+// connection fails (it returns why) or r passes the reading on: on the
+// reader goroutine (done nil) when the lane has nothing in flight and
+// waiters read (errYield); on a waiter (waitread.go) that, or when done
+// reports true or ctx ends, checked between frames and at the reader's
+// ticks while it waits for the next (errHandBack). It passes only
+// between frames.
+func (l *lane) readReplies(r *reader, ctx context.Context, done func() bool) error {
+	c, fr := r.c, r.fr
 	for {
-		if err := fr.header(&hb, 0); err != nil {
-			return connErr(err)
+		l.mu.Lock()
+		if l.conn != c || l.closed {
+			l.mu.Unlock()
+			return l.connErr(c, net.ErrClosed)
+		}
+		if l.ring.n == 0 && fr.br.Buffered() == 0 && (done != nil || l.p.t.wanted.Load()) {
+			r.mode = rIdle
+			l.mu.Unlock()
+			return errYield
+		}
+		l.mu.Unlock()
+		var err error
+		if done != nil {
+			if done() || ctx.Err() != nil {
+				return errHandBack
+			}
+			err = r.waitHeader()
+		} else {
+			err = fr.header(&r.hb, 0)
+		}
+		if err != nil {
+			if err == errIdle {
+				return errHandBack
+			}
+			return l.connErr(c, err)
 		}
 		c0 := cost.Now() // per reply: the reader handles one at a time
-		h, err := decodeHeader(hb[:])
+		h, err := decodeHeader(r.hb[:])
 		if err != nil {
 			return fmt.Errorf("%w: from %s: %v", ErrProtocol, l.p.addr, err)
 		}
@@ -610,7 +653,7 @@ func (l *lane) readReplies(c *net.TCPConn, rw *sock.RawIO) error {
 			fr.direct = false
 		}
 		if h.vector() {
-			if err := l.readVector(c, fr, &h, connErr); err != nil {
+			if err := l.readVector(c, fr, &h); err != nil {
 				return err
 			}
 			cost.Complete.Since(c0)
@@ -619,7 +662,7 @@ func (l *lane) readReplies(c *net.TCPConn, rw *sock.RawIO) error {
 		l.mu.Lock()
 		if l.conn != c {
 			l.mu.Unlock()
-			return connErr(net.ErrClosed)
+			return l.connErr(c, net.ErrClosed)
 		}
 		e, ok := l.ring.peek()
 		want := opWrite | opReply
@@ -654,7 +697,7 @@ func (l *lane) readReplies(c *net.TCPConn, rw *sock.RawIO) error {
 			if h.length != uint64(len(s.Local)) {
 				rerr = fmt.Errorf("%w: READ reply of %d bytes for %d from %s", ErrProtocol, h.length, len(s.Local), l.p.addr)
 			} else if err := fr.payload(s.Local); err != nil {
-				rerr = connErr(err)
+				rerr = l.connErr(c, err)
 			}
 			l.mu.Lock()
 			l.reading = false
@@ -688,7 +731,7 @@ func (l *lane) readReplies(c *net.TCPConn, rw *sock.RawIO) error {
 
 // readVector completes the requests of a vector reply h; an error ends
 // the connection.
-func (l *lane) readVector(c *net.TCPConn, fr *frameReader, h *header, connErr func(error) error) error {
+func (l *lane) readVector(c *net.TCPConn, fr *frameReader, h *header) error {
 	n := int(h.addr)
 	op := driver.Write
 	if h.op == opReadV|opReply {
@@ -697,7 +740,7 @@ func (l *lane) readVector(c *net.TCPConn, fr *frameReader, h *header, connErr fu
 	l.mu.Lock()
 	if l.conn != c {
 		l.mu.Unlock()
-		return connErr(net.ErrClosed)
+		return l.connErr(c, net.ErrClosed)
 	}
 	ok := l.ring.n >= n
 	for k := 0; ok && k < n; k++ {
@@ -723,7 +766,7 @@ func (l *lane) readVector(c *net.TCPConn, fr *frameReader, h *header, connErr fu
 	l.reading = true
 	l.mu.Unlock()
 
-	rerr := l.readVectorData(fr, h, its, connErr)
+	rerr := l.readVectorData(c, fr, h, its)
 	l.mu.Lock()
 	l.reading = false
 	l.done += uint64(n)
@@ -758,7 +801,7 @@ func (l *lane) readVector(c *net.TCPConn, fr *frameReader, h *header, connErr fu
 
 // readVectorData reads a vector reply's statuses (into l.vst) and READ
 // payloads.
-func (l *lane) readVectorData(fr *frameReader, h *header, its []item, connErr func(error) error) error {
+func (l *lane) readVectorData(c *net.TCPConn, fr *frameReader, h *header, its []item) error {
 	n := len(its)
 	st := l.vst[:n]
 	switch h.status {
@@ -766,7 +809,7 @@ func (l *lane) readVectorData(fr *frameReader, h *header, its []item, connErr fu
 		clear(st)
 	case statusVec:
 		if err := fr.head(st); err != nil {
-			return connErr(err)
+			return l.connErr(c, err)
 		}
 	default:
 		return fmt.Errorf("%w: vector reply (%v) from %s", ErrProtocol, *h, l.p.addr)
@@ -792,7 +835,7 @@ func (l *lane) readVectorData(fr *frameReader, h *header, its []item, connErr fu
 	err := fr.readv(dst)
 	clear(dst)
 	if err != nil {
-		return connErr(err)
+		return l.connErr(c, err)
 	}
 	return nil
 }
@@ -818,6 +861,7 @@ func (l *lane) fail(c *net.TCPConn, err error) {
 		return
 	}
 	l.conn, l.rw = nil, nil
+	rd := l.rd
 	if l.closed {
 		err = fmt.Errorf("%w (%v)", errPeerClosed, err)
 	}
@@ -842,6 +886,9 @@ func (l *lane) fail(c *net.TCPConn, err error) {
 		failed = nil
 	}
 	l.mu.Unlock()
+	if rd != nil && rd.c == c {
+		rd.wake() // a parked reader ends with its connection
+	}
 	if len(failed) > 0 {
 		l.p.t.log.Debug("tcp: lane failed", "peer", l.p.name, "addr", l.p.addr, "requests", len(failed), "err", err)
 	}

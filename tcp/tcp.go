@@ -9,6 +9,7 @@ import (
 	"net/netip"
 	"strconv"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/rdmago/te/auth"
@@ -165,6 +166,12 @@ type Transport struct {
 	// their memory; releasing: a release is pending.
 	peak      int
 	releasing bool
+
+	// Lanes whose replies a waiter may read (waitread.go): listed under
+	// cmu, wanted while callers of Wait ask.
+	cmu    sync.Mutex
+	claims []*reader
+	wanted atomic.Bool
 }
 
 // New returns a TCP transport; it starts listening on Install.
