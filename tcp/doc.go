@@ -11,7 +11,12 @@
 // straight from registered memory; a run of small slices of one op goes
 // as one vector frame), and one reader goroutine, which matches replies
 // to requests by id (replies come back in request order) and completes
-// the slices, a vector's together. Large READ payloads and a vector's are
+// the slices, a vector's together. While callers of the engine's Wait are
+// about (driver.Helper), a reader that finds its lane with nothing in
+// flight parks, and the waiter of the next batch on that lane reads its
+// replies itself, saving the hand-off from the reader to the waiter;
+// a reply no waiter takes within a few milliseconds goes back to the
+// reader goroutine (waitread.go). Large READ payloads and a vector's are
 // read straight into the local registered memory (readv). Nothing is
 // allocated per slice in steady state.
 //

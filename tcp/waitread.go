@@ -130,7 +130,8 @@ func (r *reader) offer() {
 }
 
 // park waits, the goroutine having stopped reading, until it reads again:
-// its claim expired, a waiter handed back, or the connection failed.
+// its claim expired or was released, a waiter handed back, or the
+// connection failed.
 func (r *reader) park() {
 	l := r.l
 	for {
@@ -180,25 +181,50 @@ func (r *reader) park() {
 	}
 }
 
-// help reads the replies of listed lanes for a caller of Wait.
+// help reads the replies of a listed lane for a caller of Wait: the one
+// listed last (a submission's last lane), while the goroutines of the
+// others read theirs at once rather than after the claim's ticks (a
+// submission spread over several lanes is large, and one waiter reads
+// one lane at a time).
 func (t *Transport) help(ctx context.Context, done func() bool) {
 	if !t.wanted.Load() {
 		t.wanted.Store(true)
 	}
-	for !done() && ctx.Err() == nil {
+	var mine *reader
+	for {
 		t.cmu.Lock()
 		n := len(t.claims)
 		if n == 0 {
 			t.cmu.Unlock()
-			return
+			break
 		}
 		r := t.claims[n-1]
 		t.claims[n-1] = nil
 		t.claims = t.claims[:n-1]
 		r.listed = false
 		t.cmu.Unlock()
-		r.help(ctx, done)
+		if mine == nil {
+			mine = r
+		} else {
+			r.release()
+		}
 	}
+	if mine != nil && !done() && ctx.Err() == nil {
+		mine.help(ctx, done)
+	}
+}
+
+// release gives a claimed reader to its goroutine.
+func (r *reader) release() {
+	l := r.l
+	l.mu.Lock()
+	if r.mode != rClaim {
+		l.mu.Unlock()
+		return
+	}
+	r.mode = rGoroutine
+	l.mu.Unlock()
+	r.wake()
 }
 
 // help takes r from its claim and reads until done, then passes the
