@@ -5,6 +5,7 @@ import (
 	"encoding/binary"
 	"errors"
 	"fmt"
+	"os"
 	"slices"
 	"sync"
 	"testing"
@@ -539,6 +540,11 @@ func BenchNotifyRemote(b *testing.B, f Factory, o Options, tasks, size int) {
 	})
 }
 
+// EnvNotifyArm, set to "plain" or "notify", makes BenchNotify and
+// BenchNotifyRemote run batches of that kind only (each arm's latency
+// without the other's interleaved; no ratio is reported).
+const EnvNotifyArm = "TE_TRANSPORTTEST_NOTIFY_ARM"
+
 // noteCounterLen is the target memory of BenchNotifyRemote's counter: the
 // last notification's arrival (Unix ns), then the count, little-endian.
 const noteCounterLen = 64
@@ -592,8 +598,16 @@ func benchNotify(b *testing.B, ini *enginetest.Node, seg engine.SegmentID, base 
 	plainTime, noteTime = 0, 0
 	b.SetBytes(int64(tasks * size))
 	b.ResetTimer()
+	arm := os.Getenv(EnvNotifyArm)
 	for i := range b.N {
-		step(i%2 == 1)
+		switch arm {
+		case "plain":
+			step(false)
+		case "notify":
+			step(true)
+		default:
+			step(i%2 == 1)
+		}
 	}
 	b.StopTimer()
 	q := func(ds []time.Duration, p float64) float64 {

@@ -82,7 +82,13 @@ const (
 	envSize   = "TE_TRANSPORTTEST_SIZE"
 	envListen = "TE_TRANSPORTTEST_LISTEN"
 	envShared = "TE_TRANSPORTTEST_SHARED"
-	ctlFD     = 3 // the child's replies (stdout belongs to the testing package)
+	// EnvTargetCPUs, set in the parent's environment, runs each target
+	// child under taskset -c with its value (a CPU list): with the parent
+	// under taskset on the other CPUs, initiator and target each have
+	// CPUs of their own, as on hosts with idle cores. Each process's
+	// GOMAXPROCS then follows its CPUs unless GOMAXPROCS is set.
+	EnvTargetCPUs = "TE_TRANSPORTTEST_TARGET_CPUS"
+	ctlFD         = 3 // the child's replies (stdout belongs to the testing package)
 )
 
 // ErrTargetGone: the target child process exited or stopped answering.
@@ -231,7 +237,11 @@ func (g *Target) spawn(listen string, size int) error {
 	if err != nil {
 		return fmt.Errorf("transporttest: %w", err)
 	}
-	cmd := exec.Command(exe, "-test.run="+runPattern(g.name), "-test.count=1", "-test.timeout=0")
+	args := []string{"-test.run=" + runPattern(g.name), "-test.count=1", "-test.timeout=0"}
+	cmd := exec.Command(exe, args...)
+	if cpus := os.Getenv(EnvTargetCPUs); cpus != "" {
+		cmd = exec.Command("taskset", append([]string{"-c", cpus, exe}, args...)...)
+	}
 	cmd.Env = append(os.Environ(), envSize+"="+strconv.Itoa(size), envListen+"="+listen)
 	if g.main {
 		cmd.Env = append(cmd.Env, envMain+"=1")
