@@ -621,7 +621,10 @@ func (l *lane) readReplies(r *reader, ctx context.Context, done func() bool) err
 			l.mu.Unlock()
 			return l.connErr(c, net.ErrClosed)
 		}
-		if l.ring.n == 0 && fr.br.Buffered() == 0 && (done != nil || l.p.t.wanted.Load()) {
+		if l.ring.n == 0 && !l.busy && len(l.pending) == 0 && fr.br.Buffered() == 0 && (done != nil || l.p.t.wanted.Load()) {
+			// Nothing in flight nor being written (a large
+			// submission's rest would otherwise find the lane idle
+			// with no waiter to come for it).
 			r.mode = rIdle
 			l.mu.Unlock()
 			return errYield
