@@ -124,3 +124,37 @@ func ntohs(p uint16) uint16 {
 	b := (*[2]byte)(unsafe.Pointer(&p))
 	return uint16(b[0])<<8 | uint16(b[1])
 }
+
+// EpollCtlNonblock is epoll_ctl(2) made with RawSyscall6 (a short call the
+// scheduler is not told about); ev is read by the kernel during the call.
+func EpollCtlNonblock(epfd, op, fd int, ev *EpollEvent) error {
+	_, _, e := sys.RawSyscall6(sys.SYS_EPOLL_CTL, uintptr(epfd), uintptr(op), uintptr(fd), uintptr(unsafe.Pointer(ev)), 0, 0)
+	if e != 0 {
+		return e
+	}
+	return nil
+}
+
+// EpollWaitNonblock is epoll_pwait(2) with a zero timeout made with
+// RawSyscall6: the events ready now, without waiting (0 when none). A
+// wait that may sleep goes through EpollWait, which tells the scheduler.
+func EpollWaitNonblock(epfd int, events []EpollEvent) (int, error) {
+	if len(events) == 0 {
+		return 0, nil
+	}
+	r, _, e := sys.RawSyscall6(sys.SYS_EPOLL_PWAIT, uintptr(epfd), uintptr(unsafe.Pointer(&events[0])), uintptr(len(events)), 0, 0, 0)
+	if e != 0 {
+		return 0, e
+	}
+	return int(r), nil
+}
+
+// CloseNonblock is close(2) made with RawSyscall, for a socket without
+// SO_LINGER (its close does not wait) that no runtime poller holds.
+func CloseNonblock(fd int) error {
+	_, _, e := sys.RawSyscall(sys.SYS_CLOSE, uintptr(fd), 0, 0)
+	if e != 0 {
+		return e
+	}
+	return nil
+}

@@ -9,6 +9,7 @@ import sys "golang.org/x/sys/unix"
 
 // Types.
 type (
+	EpollEvent      = sys.EpollEvent
 	Errno           = sys.Errno
 	Iovec           = sys.Iovec
 	Msghdr          = sys.Msghdr
@@ -36,9 +37,21 @@ const (
 	EIO                = sys.EIO
 	ENOMEM             = sys.ENOMEM
 	EOPNOTSUPP         = sys.EOPNOTSUPP
+	EPOLLERR           = sys.EPOLLERR
+	EPOLLET            = sys.EPOLLET
+	EPOLLHUP           = sys.EPOLLHUP
+	EPOLLIN            = sys.EPOLLIN
+	EPOLLOUT           = sys.EPOLLOUT
+	EPOLL_CLOEXEC      = sys.EPOLL_CLOEXEC
+	EPOLL_CTL_ADD      = sys.EPOLL_CTL_ADD
+	EPOLL_CTL_DEL      = sys.EPOLL_CTL_DEL
+	EPOLL_CTL_MOD      = sys.EPOLL_CTL_MOD
+	EFD_CLOEXEC        = sys.EFD_CLOEXEC
+	EFD_NONBLOCK       = sys.EFD_NONBLOCK
 	EPERM              = sys.EPERM
 	FD_CLOEXEC         = sys.FD_CLOEXEC
 	F_ADD_SEALS        = sys.F_ADD_SEALS
+	F_DUPFD_CLOEXEC    = sys.F_DUPFD_CLOEXEC
 	F_GETFD            = sys.F_GETFD
 	F_GET_SEALS        = sys.F_GET_SEALS
 	F_SEAL_GROW        = sys.F_SEAL_GROW
@@ -87,6 +100,9 @@ var (
 	Close                     = sys.Close
 	CmsgSpace                 = sys.CmsgSpace
 	Dup                       = sys.Dup
+	EpollCreate1              = sys.EpollCreate1
+	EpollWait                 = sys.EpollWait
+	Eventfd                   = sys.Eventfd
 	FcntlInt                  = sys.FcntlInt
 	FinitModule               = sys.FinitModule
 	Fstat                     = sys.Fstat

@@ -99,7 +99,8 @@ type Transport struct {
 	host driver.Host
 	log  *slog.Logger
 
-	ln       *sock.Listener
+	ln       *sock.Listener // without the event loop
+	lp       *loop          // the event loop, serving the listener
 	endpoint string
 
 	ctx    context.Context // cancelled by Close
@@ -199,15 +200,38 @@ func (t *Transport) Install(h driver.Host) error {
 	// system calls each, and Mooncake's initiator may open a connection
 	// per request): a connection idle for its initiator is what
 	// admission closes first.
-	sl, err := sock.NewListener(ln.(*net.TCPListener), true)
-	if err != nil {
-		return fmt.Errorf("mctcp: listen %s: %w", t.cfg.Listen, err)
-	}
-	t.host, t.log, t.ln, t.endpoint = h, h.Logger(), sl, ep
 	t.clock.Store(time.Now().UnixNano())
-	if t.log == nil {
+	t.host, t.endpoint = h, ep
+	if t.log = h.Logger(); t.log == nil {
 		t.log = slog.New(slog.DiscardHandler)
 	}
+	// The event loop where the kernel has epoll (loop.go); elsewhere a
+	// goroutine per connection (server.go).
+	if p, err := sock.NewPoller(loopEvents); err == nil {
+		rl, err := sock.NewRawListener(ln.(*net.TCPListener), true)
+		if err == nil {
+			if err = p.AddListener(rl, listenToken); err != nil {
+				rl.Close()
+			}
+		}
+		if err != nil {
+			p.Close()
+			t.host = nil
+			return fmt.Errorf("mctcp: listen %s: %w", t.cfg.Listen, err)
+		}
+		t.lp = newLoop(t, p, rl)
+		mooncake.WarnExposed(t.log, "the Mooncake TCP data port", rl.Addr())
+		t.wg.Add(2)
+		go t.lp.serve()
+		go t.watchdog()
+		return nil
+	}
+	sl, err := sock.NewListener(ln.(*net.TCPListener), true)
+	if err != nil {
+		t.host = nil
+		return fmt.Errorf("mctcp: listen %s: %w", t.cfg.Listen, err)
+	}
+	t.ln = sl
 	mooncake.WarnExposed(t.log, "the Mooncake TCP data port", sl.Addr())
 	t.wg.Add(2)
 	go func() {
@@ -316,6 +340,9 @@ func (t *Transport) Close() error {
 		if t.ln != nil {
 			t.ln.Close()
 		}
+		if t.lp != nil {
+			t.lp.p.Wake() // the loop closes its listener and connections
+		}
 		for c := range t.conns {
 			c.Close()
 		}
@@ -328,6 +355,9 @@ func (t *Transport) Close() error {
 			p.Close()
 		}
 		t.wg.Wait()
+		if t.lp != nil {
+			t.lp.p.Close()
+		}
 	})
 	return nil
 }

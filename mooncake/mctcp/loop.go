@@ -1,0 +1,426 @@
+package mctcp
+
+import (
+	"errors"
+	"fmt"
+	"io"
+	"net/netip"
+	"time"
+
+	"github.com/rdmago/te/engine/driver"
+	"github.com/rdmago/te/internal/sock"
+)
+
+// The target's event loop: one goroutine waits on its own epoll
+// (sock.Poller) for the listener and every connection, and drives each
+// connection through a small state machine (header, payload into memory,
+// answer, next header or close). Mooncake's initiator opens a connection
+// per request unless pooled; served by a goroutine each, a connection
+// costs a hand-off (the accepting goroutine wakes a server on another
+// thread), its registration with the runtime's poller (os.NewFile's
+// fcntl, epoll_ctl) and the runtime's wake-ups of its monitor. Here a
+// ready socket is served by the goroutine that waited, with system calls
+// the scheduler is not told about but the wait itself.
+
+// Connection states.
+const (
+	stHeader  = iota // reading a request's header (hn bytes so far)
+	stPayload        // reading a WRITE's payload into mem[off:]
+	stAnswer         // writing out: a status word, a READ's payload
+)
+
+// lconn is one connection of the loop; slots are reused, gen tells a
+// slot's connections apart in the poller's tokens.
+type lconn struct {
+	fd    int
+	idx   uint32
+	gen   uint32
+	src   netip.Addr
+	peer  netip.AddrPort
+	state uint8
+	v2    bool
+	last  bool // close once the answer is out (a rejection)
+	out   bool // the poller watches output too
+	hn    int
+	hb    [headerLen]byte
+	st    [statusLen]byte
+	mem   []byte        // WRITE: where the payload lands; READ: what is sent
+	off   int           // payload bytes read
+	r     driver.Region // pins mem until done with it
+	ans   [2][]byte     // what is left to write: status word, READ payload
+	// waiting: since when it waits for its initiator's next request (0
+	// while in one); stalled: since when it waits mid-request, for the
+	// rest of it or for its answer to leave (0 otherwise), closed once
+	// that lasts IOTimeout. Both from the watchdog's clock.
+	waiting, stalled int64
+}
+
+func (c *lconn) token() uint64 { return uint64(c.gen)<<32 | uint64(c.idx) }
+
+// listenToken marks the listener's events: no slot has this index.
+const listenToken = 1<<32 - 1
+
+const (
+	loopEvents = 256
+	// serveBudget bounds the requests one connection is served in a row
+	// before the others' turn: a pooled initiator that keeps its
+	// connection full cannot starve the rest.
+	serveBudget = 16
+	// acceptBurst bounds the connections accepted in a row.
+	acceptBurst = 64
+	// acceptPause: accept4 failed for want of a resource (descriptors,
+	// memory); the listener is left alone this long.
+	acceptPause = 50 * time.Millisecond
+)
+
+type loop struct {
+	t   *Transport
+	p   *sock.Poller
+	ln  *sock.RawListener
+	vec *sock.Vec
+
+	slots     []*lconn
+	free      []uint32
+	live      int
+	perSource map[netip.Addr]int
+	run       []uint64 // tokens of connections left with work to do
+	runNext   []uint64
+
+	tick     time.Duration
+	lastScan int64
+	paused   int64 // the listener's pause ends (unix nanoseconds), or 0
+}
+
+func newLoop(t *Transport, p *sock.Poller, ln *sock.RawListener) *loop {
+	return &loop{
+		t: t, p: p, ln: ln, vec: sock.NewVec(2),
+		perSource: map[netip.Addr]int{},
+		tick:      max(t.cfg.IOTimeout/12, time.Millisecond),
+	}
+}
+
+// serve runs the loop until the transport closes, then closes every
+// connection and the listener (Transport.Close closes the poller).
+func (l *loop) serve() {
+	defer l.t.wg.Done()
+	defer l.shutdown()
+	l.lastScan = l.t.clock.Load()
+	for {
+		timeout := l.tick
+		if len(l.run) > 0 {
+			timeout = 0
+		}
+		n, _, err := l.p.Wait(timeout)
+		if l.t.ctx.Err() != nil {
+			return
+		}
+		if err != nil {
+			l.t.log.Error("mctcp: target's poller failed; no longer serving", "err", err)
+			return
+		}
+		for i := range n {
+			tok, _ := l.p.Event(i)
+			if tok == listenToken {
+				l.accept()
+				continue
+			}
+			if c := l.conn(tok); c != nil {
+				l.step(c)
+			}
+		}
+		if len(l.run) > 0 {
+			l.run, l.runNext = l.runNext[:0], l.run
+			for _, tok := range l.runNext {
+				if c := l.conn(tok); c != nil {
+					l.step(c)
+				}
+			}
+			clear(l.runNext)
+		}
+		now := l.t.clock.Load()
+		if now-l.lastScan >= int64(l.tick) {
+			l.lastScan = now
+			l.scan(now)
+		}
+	}
+}
+
+// conn is the connection of a token; nil once that one closed.
+func (l *loop) conn(tok uint64) *lconn {
+	idx := uint32(tok)
+	if int(idx) >= len(l.slots) {
+		return nil
+	}
+	c := l.slots[idx]
+	if c.fd < 0 || c.gen != uint32(tok>>32) {
+		return nil
+	}
+	return c
+}
+
+// scan closes the connections stalled mid-request for IOTimeout (a
+// stamp is up to a tick early: closed once it is IOTimeout and a tick
+// old), and takes the listener back after a pause.
+func (l *loop) scan(now int64) {
+	since := now - int64(l.t.cfg.IOTimeout+l.tick)
+	for _, c := range l.slots {
+		if c.fd >= 0 && c.stalled != 0 && c.stalled <= since {
+			l.t.log.Debug("mctcp: connection stalled mid-request; closed", "remote", c.peer, "io_timeout", l.t.cfg.IOTimeout)
+			l.close(c, nil)
+		}
+	}
+	if l.paused != 0 && now >= l.paused {
+		if err := l.p.AddListener(l.ln, listenToken); err != nil {
+			l.t.log.Error("mctcp: listener not resumed", "err", err)
+			return
+		}
+		l.paused = 0
+	}
+}
+
+func (l *loop) accept() {
+	for range acceptBurst {
+		fd, peer, err := l.ln.Accept()
+		if err == sock.ErrWouldBlock {
+			return
+		}
+		if err != nil {
+			// Out of descriptors or memory: the listener stays
+			// readable, so it is set aside for a while rather than
+			// spun on.
+			l.t.log.Warn("mctcp: accept failed; pausing the listener", "addr", l.ln.Addr(), "err", err, "pause", acceptPause)
+			if err := l.p.RemoveListener(l.ln); err == nil {
+				l.paused = l.t.clock.Load() + int64(acceptPause)
+			}
+			return
+		}
+		l.admit(fd, peer)
+	}
+}
+
+// admit serves fd unless the target is at a bound and no connection can
+// make room: then the one that has waited longest for its initiator is
+// closed instead, so held connections cannot lock initiators out.
+func (l *loop) admit(fd int, peer netip.AddrPort) {
+	src := peer.Addr()
+	full := l.live >= l.t.cfg.MaxConns
+	srcFull := l.perSource[src] >= l.t.cfg.MaxConnsPerSource
+	if full || srcFull {
+		var victim *lconn
+		for _, c := range l.slots {
+			if c.fd < 0 || c.waiting == 0 || (srcFull && c.src != src) {
+				continue
+			}
+			if victim == nil || c.waiting < victim.waiting {
+				victim = c
+			}
+		}
+		if victim == nil {
+			sock.CloseFD(fd)
+			l.t.log.Debug("mctcp: connection refused: every slot busy", "remote", peer)
+			return
+		}
+		l.close(victim, nil)
+	}
+	var c *lconn
+	if k := len(l.free); k > 0 {
+		c = l.slots[l.free[k-1]]
+		l.free = l.free[:k-1]
+	} else {
+		c = &lconn{idx: uint32(len(l.slots))}
+		l.slots = append(l.slots, c)
+	}
+	c.fd, c.src, c.peer = fd, src, peer
+	c.state, c.hn, c.last, c.out = stHeader, 0, false, false
+	c.waiting, c.stalled = l.t.clock.Load(), 0
+	l.live++
+	l.perSource[src]++
+	if err := l.p.Add(fd, c.token()); err != nil {
+		l.close(c, err)
+		return
+	}
+	// The header may have come with the connection.
+	l.step(c)
+}
+
+// close closes c and frees its slot; err (unless the peer's closing) is
+// logged.
+func (l *loop) close(c *lconn, err error) {
+	if err != nil && !errors.Is(err, io.EOF) {
+		l.t.log.Debug("mctcp: serve connection", "remote", c.peer, "err", err)
+	}
+	if c.r != nil {
+		c.r.Release()
+		c.r = nil
+	}
+	c.mem = nil
+	c.ans = [2][]byte{}
+	sock.CloseFD(c.fd)
+	c.fd = -1
+	c.gen++
+	c.waiting, c.stalled = 0, 0
+	l.live--
+	if l.perSource[c.src]--; l.perSource[c.src] <= 0 {
+		delete(l.perSource, c.src)
+	}
+	l.free = append(l.free, c.idx)
+}
+
+// step serves c until its socket has nothing more for now (or it has
+// been served serveBudget requests: then it waits on the run list).
+func (l *loop) step(c *lconn) {
+	for budget := serveBudget; ; {
+		switch c.state {
+		case stHeader:
+			n, err := sock.ReadFD(c.fd, c.hb[c.hn:])
+			if err == sock.ErrWouldBlock {
+				now := l.t.clock.Load()
+				if c.hn == 0 {
+					c.stalled = 0
+					if c.waiting == 0 {
+						c.waiting = now
+					}
+				} else {
+					c.waiting, c.stalled = now, now
+				}
+				return
+			}
+			if err != nil {
+				if err == io.EOF && c.hn > 0 {
+					err = io.ErrUnexpectedEOF
+				}
+				l.close(c, err)
+				return
+			}
+			if c.hn += n; c.hn < headerLen {
+				continue
+			}
+			c.hn, c.waiting, c.stalled = 0, 0, 0
+			if !l.request(c) {
+				return
+			}
+		case stPayload:
+			n, err := sock.ReadFD(c.fd, c.mem[c.off:])
+			if err == sock.ErrWouldBlock {
+				c.stalled = l.t.clock.Load()
+				return
+			}
+			if err != nil {
+				if err == io.EOF {
+					err = io.ErrUnexpectedEOF
+				}
+				l.close(c, err)
+				return
+			}
+			if c.off += n; c.off < len(c.mem) {
+				continue
+			}
+			c.r.Release()
+			c.r, c.mem = nil, nil
+			l.answer(c, statusOK, nil)
+		case stAnswer:
+			n, err := l.vec.Write(c.fd, c.ans[:])
+			if err == sock.ErrWouldBlock {
+				c.stalled = l.t.clock.Load()
+				if !c.out {
+					if err := l.p.WatchOut(c.fd, c.token()); err != nil {
+						l.close(c, err)
+						return
+					}
+					c.out = true
+				}
+				return
+			}
+			if err != nil {
+				l.close(c, err)
+				return
+			}
+			for i := range c.ans {
+				k := min(n, len(c.ans[i]))
+				c.ans[i] = c.ans[i][k:]
+				n -= k
+			}
+			if len(c.ans[0])+len(c.ans[1]) > 0 {
+				continue
+			}
+			c.stalled = 0
+			if c.r != nil {
+				c.r.Release()
+				c.r, c.mem = nil, nil
+			}
+			if c.last {
+				l.close(c, nil)
+				return
+			}
+			c.state = stHeader
+			if budget--; budget == 0 {
+				l.run = append(l.run, c.token())
+				return
+			}
+		}
+	}
+}
+
+// request starts serving the header in c.hb; false if it closed c.
+func (l *loop) request(c *lconn) bool {
+	h := decodeHeader(c.hb[:])
+	c.v2 = h.op&opV2 != 0
+	op := h.op &^ opV2
+	if op != opRead && op != opWrite {
+		// Mooncake serves unknown opcodes as READs; te refuses them.
+		return l.reject(c, fmt.Errorf("%w %#x", errUnknownOp, h.op))
+	}
+	if h.size == 0 {
+		return l.reject(c, errors.New("mctcp: request of 0 bytes"))
+	}
+	mem, r, err := l.t.host.AcquireLocal(h.addr, h.size)
+	if err != nil {
+		return l.reject(c, err)
+	}
+	c.mem, c.r = mem, r
+	if op == opWrite {
+		c.state, c.off = stPayload, 0
+		return true
+	}
+	l.answer(c, statusOK, mem)
+	return true
+}
+
+// answer queues c's answer: a status word unless v1, then payload (a
+// READ's, which c.r pins until written).
+func (l *loop) answer(c *lconn, code uint32, payload []byte) {
+	c.ans = [2][]byte{nil, payload}
+	if c.v2 {
+		encodeStatus(c.st[:], code)
+		c.ans[0] = c.st[:]
+	}
+	c.state = stAnswer
+}
+
+// reject answers a refused request as Mooncake does (status 1 under v2,
+// nothing under v1) and ends the connection: a rejected WRITE's payload
+// is not read, so the stream cannot continue. False if c is closed now.
+func (l *loop) reject(c *lconn, why error) bool {
+	if errors.Is(why, driver.ErrOutOfRange) || errors.Is(why, driver.ErrMemoryBusy) {
+		l.t.log.Debug("mctcp: request rejected", "remote", c.peer, "err", why)
+	} else {
+		l.t.log.Debug("mctcp: serve connection", "remote", c.peer, "err", why)
+	}
+	if !c.v2 {
+		l.close(c, nil)
+		return false
+	}
+	l.answer(c, statusBad, nil)
+	c.last = true
+	return true
+}
+
+// shutdown closes every connection and the listener.
+func (l *loop) shutdown() {
+	for _, c := range l.slots {
+		if c.fd >= 0 {
+			l.close(c, nil)
+		}
+	}
+	l.ln.Close()
+}
