@@ -300,3 +300,43 @@ func (p *Poller) RemoveListener(l *RawListener) error {
 	}
 	return nil
 }
+
+// Read reads a non-blocking socket into bufs (empty ones skipped) with
+// one readv: ErrWouldBlock when nothing is there, io.EOF when the peer
+// closed.
+func (v *Vec) Read(fd int, bufs [][]byte) (int, error) {
+	v.iov = v.iov[:0]
+	want := 0
+	for _, b := range bufs {
+		if len(b) == 0 {
+			continue
+		}
+		if len(v.iov) == cap(v.iov) {
+			break
+		}
+		var iv unix.Iovec
+		iv.Base = &b[0]
+		iv.SetLen(len(b))
+		v.iov = append(v.iov, iv)
+		want += len(b)
+	}
+	if want == 0 {
+		return 0, nil
+	}
+	defer clear(v.iov)
+	for {
+		n, err := unix.ReadvNonblock(fd, v.iov)
+		switch err {
+		case nil:
+			if n == 0 {
+				return 0, io.EOF
+			}
+			return n, nil
+		case unix.EINTR:
+			continue
+		case unix.EAGAIN:
+			return 0, ErrWouldBlock
+		}
+		return 0, err
+	}
+}

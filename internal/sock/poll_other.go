@@ -60,6 +60,7 @@ type Vec struct{}
 func NewVec(int) *Vec { return &Vec{} }
 
 func (*Vec) Write(int, [][]byte) (int, error) { return 0, errors.ErrUnsupported }
+func (*Vec) Read(int, [][]byte) (int, error)  { return 0, errors.ErrUnsupported }
 
 // CloseFD is Linux's only.
 func CloseFD(int) error { return errors.ErrUnsupported }

@@ -41,13 +41,19 @@ type lconn struct {
 	v2    bool
 	last  bool // close once the answer is out (a rejection)
 	out   bool // the poller watches output too
-	hn    int
-	hb    [headerLen]byte
-	st    [statusLen]byte
-	mem   []byte        // WRITE: where the payload lands; READ: what is sent
-	off   int           // payload bytes read
-	r     driver.Region // pins mem until done with it
-	ans   [2][]byte     // what is left to write: status word, READ payload
+	// drained: the last read took all the socket had (a short read or
+	// none), so the poller reports what arrives next: no read is tried
+	// before it does. A connection per request thus costs no read that
+	// finds nothing.
+	drained bool
+	hb      [headerLen]byte
+	rb      [readAhead]byte // rb[rs:re]: read ahead of the request at hand
+	rs, re  int
+	st      [statusLen]byte
+	mem     []byte        // WRITE: where the payload lands; READ: what is sent
+	off     int           // payload bytes read
+	r       driver.Region // pins mem until done with it
+	ans     [2][]byte     // what is left to write: status word, READ payload
 	// waiting: since when it waits for its initiator's next request (0
 	// while in one); stalled: since when it waits mid-request, for the
 	// rest of it or for its answer to leave (0 otherwise), closed once
@@ -62,6 +68,9 @@ const listenToken = 1<<32 - 1
 
 const (
 	loopEvents = 256
+	// readAhead is what a header's read asks for: the headers of
+	// pipelined requests and the start of a payload come with it.
+	readAhead = 256
 	// serveBudget bounds the requests one connection is served in a row
 	// before the others' turn: a pooled initiator that keeps its
 	// connection full cannot starve the rest.
@@ -78,6 +87,7 @@ type loop struct {
 	p   *sock.Poller
 	ln  *sock.RawListener
 	vec *sock.Vec
+	rd  [2][]byte // a payload read's buffers
 
 	slots     []*lconn
 	free      []uint32
@@ -125,6 +135,7 @@ func (l *loop) serve() {
 				continue
 			}
 			if c := l.conn(tok); c != nil {
+				c.drained = false
 				l.step(c)
 			}
 		}
@@ -231,16 +242,16 @@ func (l *loop) admit(fd int, peer netip.AddrPort) {
 		l.slots = append(l.slots, c)
 	}
 	c.fd, c.src, c.peer = fd, src, peer
-	c.state, c.hn, c.last, c.out = stHeader, 0, false, false
+	c.state, c.last, c.out, c.drained = stHeader, false, false, true
+	c.rs, c.re = 0, 0
 	c.waiting, c.stalled = l.t.clock.Load(), 0
 	l.live++
 	l.perSource[src]++
+	// Watched from now on: a header that came with the connection is
+	// reported at once.
 	if err := l.p.Add(fd, c.token()); err != nil {
 		l.close(c, err)
-		return
 	}
-	// The header may have come with the connection.
-	l.step(c)
 }
 
 // close closes c and frees its slot; err (unless the peer's closing) is
@@ -272,10 +283,18 @@ func (l *loop) step(c *lconn) {
 	for budget := serveBudget; ; {
 		switch c.state {
 		case stHeader:
-			n, err := sock.ReadFD(c.fd, c.hb[c.hn:])
-			if err == sock.ErrWouldBlock {
+			if c.re-c.rs >= headerLen {
+				copy(c.hb[:], c.rb[c.rs:])
+				c.rs += headerLen
+				c.waiting, c.stalled = 0, 0
+				if !l.request(c) {
+					return
+				}
+				continue
+			}
+			if c.drained {
 				now := l.t.clock.Load()
-				if c.hn == 0 {
+				if c.re == c.rs {
 					c.stalled = 0
 					if c.waiting == 0 {
 						c.waiting = now
@@ -285,34 +304,56 @@ func (l *loop) step(c *lconn) {
 				}
 				return
 			}
-			if err != nil {
-				if err == io.EOF && c.hn > 0 {
-					err = io.ErrUnexpectedEOF
-				}
-				l.close(c, err)
-				return
+			if c.rs > 0 {
+				c.re = copy(c.rb[:], c.rb[c.rs:c.re])
+				c.rs = 0
 			}
-			if c.hn += n; c.hn < headerLen {
+			n, err := sock.ReadFD(c.fd, c.rb[c.re:])
+			if err == sock.ErrWouldBlock {
+				c.drained = true
 				continue
 			}
-			c.hn, c.waiting, c.stalled = 0, 0, 0
-			if !l.request(c) {
-				return
-			}
-		case stPayload:
-			n, err := sock.ReadFD(c.fd, c.mem[c.off:])
-			if err == sock.ErrWouldBlock {
-				c.stalled = l.t.clock.Load()
-				return
-			}
 			if err != nil {
-				if err == io.EOF {
+				if err == io.EOF && c.re > 0 {
 					err = io.ErrUnexpectedEOF
 				}
 				l.close(c, err)
 				return
 			}
-			if c.off += n; c.off < len(c.mem) {
+			c.drained = n < len(c.rb)-c.re
+			c.re += n
+		case stPayload:
+			if c.re > c.rs {
+				k := copy(c.mem[c.off:], c.rb[c.rs:c.re])
+				c.rs += k
+				c.off += k
+			} else if c.drained {
+				c.stalled = l.t.clock.Load()
+				return
+			} else {
+				// The payload's rest, and what follows it.
+				c.rs, c.re = 0, 0
+				l.rd = [2][]byte{c.mem[c.off:], c.rb[:]}
+				n, err := l.vec.Read(c.fd, l.rd[:])
+				l.rd = [2][]byte{}
+				if err == sock.ErrWouldBlock {
+					c.drained = true
+					continue
+				}
+				if err != nil {
+					if err == io.EOF {
+						err = io.ErrUnexpectedEOF
+					}
+					l.close(c, err)
+					return
+				}
+				rest := len(c.mem) - c.off
+				c.drained = n < rest+len(c.rb)
+				k := min(n, rest)
+				c.off += k
+				c.re = n - k
+			}
+			if c.off < len(c.mem) {
 				continue
 			}
 			c.r.Release()
