@@ -1,0 +1,154 @@
+package mctcp
+
+import (
+	"bytes"
+	"errors"
+	"io"
+	"net"
+	"os"
+	"syscall"
+	"testing"
+	"time"
+)
+
+// TestTargetAdmission: at MaxConns the connection that has waited
+// longest for its initiator is closed to make room; the others serve.
+func TestTargetAdmission(t *testing.T) {
+	n := newNode(t, nil, "target", 1<<20, Config{MaxConns: 2, IOTimeout: 120 * time.Millisecond}, nil)
+	addr, base := n.tr.Endpoint(), n.base()
+	oldest := dialRaw(t, addr)
+	time.Sleep(40 * time.Millisecond) // a few ticks of the watchdog's clock
+	second := dialRaw(t, addr)
+	time.Sleep(40 * time.Millisecond)
+	third := dialRaw(t, addr)
+	oldest.closed()
+	for _, r := range []*rawConn{second, third} {
+		r.send(hdr(8, base, 0x80))
+		if got := r.read(8); !bytes.Equal(got, okStatus) {
+			t.Fatalf("status % x", got)
+		}
+		r.read(8)
+	}
+}
+
+// TestTargetAdmissionPerSource: MaxConnsPerSource evicts within the
+// source too.
+func TestTargetAdmissionPerSource(t *testing.T) {
+	n := newNode(t, nil, "target", 1<<20, Config{MaxConnsPerSource: 1, IOTimeout: 120 * time.Millisecond}, nil)
+	addr, base := n.tr.Endpoint(), n.base()
+	first := dialRaw(t, addr)
+	time.Sleep(40 * time.Millisecond)
+	second := dialRaw(t, addr)
+	first.closed()
+	second.send(hdr(8, base, 0x80))
+	if got := second.read(8); !bytes.Equal(got, okStatus) {
+		t.Fatalf("status % x", got)
+	}
+}
+
+// rawClient is an initiator in Mooncake's default mode (a connection per
+// request) that allocates nothing: plain system calls on blocking
+// sockets, so an AllocsPerRun of it counts the target's allocations.
+type rawClient struct {
+	sa  syscall.SockaddrInet4
+	req []byte // header and payload
+	st  [statusLen]byte
+}
+
+func (r *rawClient) request() error {
+	fd, err := syscall.Socket(syscall.AF_INET, syscall.SOCK_STREAM|syscall.SOCK_CLOEXEC, 0)
+	if err != nil {
+		return err
+	}
+	defer syscall.Close(fd)
+	if err := syscall.Connect(fd, &r.sa); err != nil {
+		return err
+	}
+	for b := r.req; len(b) > 0; {
+		n, err := syscall.Write(fd, b)
+		if err != nil {
+			return err
+		}
+		b = b[n:]
+	}
+	for got := 0; got < statusLen; {
+		n, err := syscall.Read(fd, r.st[got:])
+		if err != nil {
+			return err
+		}
+		if n == 0 {
+			return io.ErrUnexpectedEOF
+		}
+		got += n
+	}
+	if !bytes.Equal(r.st[:], okStatus) {
+		return errors.New("status not OK")
+	}
+	return nil
+}
+
+// TestConnPerRequestAllocs: the target allocates nothing per connection
+// in Mooncake's default mode (accept, a 64 KiB WRITE, its status, the
+// close).
+func TestConnPerRequestAllocs(t *testing.T) {
+	if raceEnabled {
+		t.Skip("the race detector allocates on its own")
+	}
+	n := newNode(t, nil, "target", 1<<20, Config{}, nil)
+	ap, err := net.ResolveTCPAddr("tcp", n.tr.Endpoint())
+	if err != nil {
+		t.Fatal(err)
+	}
+	r := &rawClient{sa: syscall.SockaddrInet4{Port: ap.Port}, req: make([]byte, headerLen+64<<10)}
+	copy(r.sa.Addr[:], ap.IP.To4())
+	copy(r.req, hdr(64<<10, n.base(), 0x81))
+	var failed error
+	run := func() {
+		if err := r.request(); err != nil && failed == nil {
+			failed = err
+		}
+	}
+	for range 50 {
+		run()
+	}
+	allocs := testing.AllocsPerRun(200, run)
+	if failed != nil {
+		t.Fatal(failed)
+	}
+	if allocs != 0 {
+		t.Fatalf("%v allocations per connection", allocs)
+	}
+}
+
+// TestTargetCloseLeaks: Close with connections idle, mid-request and
+// served closes them all and leaves no descriptor behind: the listener,
+// the poller's two and every connection's (goroutines: TestMain's leak
+// check); a second Close (the engine's) is a no-op.
+func TestTargetCloseLeaks(t *testing.T) {
+	n := newNode(t, nil, "target", 1<<20, Config{}, nil)
+	addr, base := n.tr.Endpoint(), n.base()
+	before := openFDs(t)
+	idle := dialRaw(t, addr)
+	mid := dialRaw(t, addr)
+	mid.send(hdr(4096, base, 0x81)[:10])
+	served := dialRaw(t, addr)
+	served.send(hdr(8, base, 0x80))
+	served.read(16)
+	n.tr.Close()
+	for _, r := range []*rawConn{idle, mid, served} {
+		r.closed()
+		r.c.Close()
+	}
+	if after := openFDs(t); after != before-3 {
+		t.Fatalf("%d descriptors open before the connections, %d after Close (want %d: listener, epoll and eventfd closed)", before, after, before-3)
+	}
+	n.tr.Close()
+}
+
+func openFDs(t *testing.T) int {
+	es, err := os.ReadDir("/proc/self/fd")
+	if err != nil {
+		t.Fatal(err)
+	}
+	return len(es)
+}
