@@ -35,7 +35,11 @@ type Poller struct {
 const (
 	In  = unix.EPOLLIN
 	Out = unix.EPOLLOUT
-	Err = unix.EPOLLERR | unix.EPOLLHUP
+	// Hup: the peer shut its side down (a read will return what is
+	// left, then io.EOF), or the socket failed. It is a state, not an
+	// arrival: once reported, a short read no longer means that the
+	// poller will report what comes next.
+	Hup = unix.EPOLLRDHUP | unix.EPOLLHUP | unix.EPOLLERR
 )
 
 // wakeToken is the eventfd's token: users' tokens must differ.
@@ -68,14 +72,14 @@ func (p *Poller) add(fd int, events uint32, token uint64) error {
 	return nil
 }
 
-// Add watches fd, edge-triggered, for input readiness (and errors): the
+// Add watches fd, edge-triggered, for input readiness (and Hup): the
 // Poller reports it when more arrives, so a user reads until
 // ErrWouldBlock before it waits (WatchOut adds output readiness). Output
 // is not watched from the start: a fresh socket is writable, and the
 // report would cost a pass over it for nothing. token (not ^0) comes back
 // with its events.
 func (p *Poller) Add(fd int, token uint64) error {
-	return p.add(fd, unix.EPOLLIN|unix.EPOLLET, token)
+	return p.add(fd, unix.EPOLLIN|unix.EPOLLRDHUP|unix.EPOLLET, token)
 }
 
 // AddListener watches a listening socket, level-triggered, for
@@ -118,7 +122,7 @@ func (p *Poller) Wait(timeout time.Duration) (n int, woken bool, err error) {
 func tokenOf(e *unix.EpollEvent) uint64 { return uint64(uint32(e.Fd)) | uint64(uint32(e.Pad))<<32 }
 
 // Event is the i'th ready descriptor of the last Wait: its token and
-// readiness (In, Out, Err).
+// readiness (In, Out, Hup).
 func (p *Poller) Event(i int) (token uint64, events uint32) {
 	return tokenOf(&p.events[i]), p.events[i].Events
 }
@@ -285,7 +289,7 @@ func CloseFD(fd int) error { return unix.CloseNonblock(fd) }
 // WatchOut adds output readiness to fd's watch (after a write found the
 // socket's buffer full), keeping input's; token as Add's.
 func (p *Poller) WatchOut(fd int, token uint64) error {
-	ev := unix.EpollEvent{Events: unix.EPOLLIN | unix.EPOLLOUT | unix.EPOLLET, Fd: int32(uint32(token)), Pad: int32(uint32(token >> 32))}
+	ev := unix.EpollEvent{Events: unix.EPOLLIN | unix.EPOLLRDHUP | unix.EPOLLOUT | unix.EPOLLET, Fd: int32(uint32(token)), Pad: int32(uint32(token >> 32))}
 	if err := unix.EpollCtlNonblock(p.ep, unix.EPOLL_CTL_MOD, fd, &ev); err != nil {
 		return fmt.Errorf("sock: epoll_ctl mod: %w", err)
 	}

@@ -16,7 +16,7 @@ var ErrWouldBlock = errors.New("sock: would block")
 const (
 	In  = 0x1
 	Out = 0x4
-	Err = 0x18
+	Hup = 0x2018
 )
 
 // Poller is epoll's, which only Linux has: NewPoller fails elsewhere and

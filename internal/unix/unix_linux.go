@@ -42,6 +42,7 @@ const (
 	EPOLLHUP           = sys.EPOLLHUP
 	EPOLLIN            = sys.EPOLLIN
 	EPOLLOUT           = sys.EPOLLOUT
+	EPOLLRDHUP         = sys.EPOLLRDHUP
 	EPOLL_CLOEXEC      = sys.EPOLL_CLOEXEC
 	EPOLL_CTL_ADD      = sys.EPOLL_CTL_ADD
 	EPOLL_CTL_DEL      = sys.EPOLL_CTL_DEL

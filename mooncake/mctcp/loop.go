@@ -44,16 +44,19 @@ type lconn struct {
 	// drained: the last read took all the socket had (a short read or
 	// none), so the poller reports what arrives next: no read is tried
 	// before it does. A connection per request thus costs no read that
-	// finds nothing.
-	drained bool
-	hb      [headerLen]byte
-	rb      [readAhead]byte // rb[rs:re]: read ahead of the request at hand
-	rs, re  int
-	st      [statusLen]byte
-	mem     []byte        // WRITE: where the payload lands; READ: what is sent
-	off     int           // payload bytes read
-	r       driver.Region // pins mem until done with it
-	ans     [2][]byte     // what is left to write: status word, READ payload
+	// finds nothing. Once the poller reported the peer's shutdown (hup),
+	// which it reports once, only a read that finds nothing or the end
+	// counts: a FIN queued behind the bytes a short read took brings no
+	// further report.
+	drained, hup bool
+	hb           [headerLen]byte
+	rb           [readAhead]byte // rb[rs:re]: read ahead of the request at hand
+	rs, re       int
+	st           [statusLen]byte
+	mem          []byte        // WRITE: where the payload lands; READ: what is sent
+	off          int           // payload bytes read
+	r            driver.Region // pins mem until done with it
+	ans          [2][]byte     // what is left to write: status word, READ payload
 	// waiting: since when it waits for its initiator's next request (0
 	// while in one); stalled: since when it waits mid-request, for the
 	// rest of it or for its answer to leave (0 otherwise), closed once
@@ -129,13 +132,14 @@ func (l *loop) serve() {
 			return
 		}
 		for i := range n {
-			tok, _ := l.p.Event(i)
+			tok, ev := l.p.Event(i)
 			if tok == listenToken {
 				l.accept()
 				continue
 			}
 			if c := l.conn(tok); c != nil {
 				c.drained = false
+				c.hup = c.hup || ev&sock.Hup != 0
 				l.step(c)
 			}
 		}
@@ -242,7 +246,7 @@ func (l *loop) admit(fd int, peer netip.AddrPort) {
 		l.slots = append(l.slots, c)
 	}
 	c.fd, c.src, c.peer = fd, src, peer
-	c.state, c.last, c.out, c.drained = stHeader, false, false, true
+	c.state, c.last, c.out, c.drained, c.hup = stHeader, false, false, true, false
 	c.rs, c.re = 0, 0
 	c.waiting, c.stalled = l.t.clock.Load(), 0
 	l.live++
@@ -320,7 +324,7 @@ func (l *loop) step(c *lconn) {
 				l.close(c, err)
 				return
 			}
-			c.drained = n < len(c.rb)-c.re
+			c.drained = n < len(c.rb)-c.re && !c.hup
 			c.re += n
 		case stPayload:
 			if c.re > c.rs {
@@ -348,7 +352,7 @@ func (l *loop) step(c *lconn) {
 					return
 				}
 				rest := len(c.mem) - c.off
-				c.drained = n < rest+len(c.rb)
+				c.drained = n < rest+len(c.rb) && !c.hup
 				k := min(n, rest)
 				c.off += k
 				c.re = n - k
