@@ -5,5 +5,7 @@
 // for tests that need a lossy link of their own; reads a socket into
 // several buffers with one readv (VecReader); and reads and writes one
 // without entering the scheduler (RawIO), for servers that idle between
-// short requests.
+// short requests; and waits on many sockets in one goroutine with an epoll
+// of its own (Poller, RawListener, Vec), for a server whose clients open a
+// connection per request.
 package sock
