@@ -249,19 +249,7 @@ func NewVec(n int) *Vec { return &Vec{iov: make([]unix.Iovec, 0, min(max(n, 1), 
 // Write writes what the socket takes of bufs now (empty ones skipped):
 // the bytes written, or ErrWouldBlock when it took none.
 func (v *Vec) Write(fd int, bufs [][]byte) (int, error) {
-	v.iov = v.iov[:0]
-	for _, b := range bufs {
-		if len(b) == 0 {
-			continue
-		}
-		if len(v.iov) == cap(v.iov) {
-			break
-		}
-		var iv unix.Iovec
-		iv.Base = &b[0]
-		iv.SetLen(len(b))
-		v.iov = append(v.iov, iv)
-	}
+	v.iov, _ = iovecs(v.iov, bufs)
 	if len(v.iov) == 0 {
 		return 0, nil
 	}
@@ -309,21 +297,8 @@ func (p *Poller) RemoveListener(l *RawListener) error {
 // one readv: ErrWouldBlock when nothing is there, io.EOF when the peer
 // closed.
 func (v *Vec) Read(fd int, bufs [][]byte) (int, error) {
-	v.iov = v.iov[:0]
-	want := 0
-	for _, b := range bufs {
-		if len(b) == 0 {
-			continue
-		}
-		if len(v.iov) == cap(v.iov) {
-			break
-		}
-		var iv unix.Iovec
-		iv.Base = &b[0]
-		iv.SetLen(len(b))
-		v.iov = append(v.iov, iv)
-		want += len(b)
-	}
+	var want int
+	v.iov, want = iovecs(v.iov, bufs)
 	if want == 0 {
 		return 0, nil
 	}

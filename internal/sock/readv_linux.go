@@ -49,19 +49,7 @@ func (v *VecReader) fill(fd uintptr) bool {
 // with one readv once the socket is readable, and returns the bytes read:
 // at least one, or an error (io.EOF when the peer closed).
 func (v *VecReader) Read(bufs [][]byte) (int, error) {
-	v.iov = v.iov[:0]
-	for _, b := range bufs {
-		if len(b) == 0 {
-			continue
-		}
-		if len(v.iov) == cap(v.iov) {
-			break
-		}
-		var iv unix.Iovec
-		iv.Base = &b[0]
-		iv.SetLen(len(b))
-		v.iov = append(v.iov, iv)
-	}
+	v.iov, _ = iovecs(v.iov, bufs)
 	if len(v.iov) == 0 {
 		return 0, nil
 	}
@@ -77,4 +65,25 @@ func (v *VecReader) Read(bufs [][]byte) (int, error) {
 		return 0, io.EOF
 	}
 	return v.n, nil
+}
+
+// iovecs points iov (emptied first) at the non-empty bufs, as many as its
+// capacity holds, and returns it with the bytes it spans.
+func iovecs(iov []unix.Iovec, bufs [][]byte) ([]unix.Iovec, int) {
+	iov = iov[:0]
+	n := 0
+	for _, b := range bufs {
+		if len(b) == 0 {
+			continue
+		}
+		if len(iov) == cap(iov) {
+			break
+		}
+		var iv unix.Iovec
+		iv.Base = &b[0]
+		iv.SetLen(len(b))
+		iov = append(iov, iv)
+		n += len(b)
+	}
+	return iov, n
 }
