@@ -319,3 +319,31 @@ func (v *Vec) Read(fd int, bufs [][]byte) (int, error) {
 		return 0, err
 	}
 }
+
+// Marks sets wake-up marks (SO_RCVLOWAT) on sockets a Poller watches, as
+// RawIO.ReadWait does on its own: a large payload read as it arrives
+// wakes the reader once per burst, with a mark about twice. Its scratch
+// is reused: one goroutine uses a Marks at a time.
+type Marks struct{ info unix.TCPInfo }
+
+// Set asks the kernel to report fd readable only once want bytes are
+// queued: at most half the receive window the socket last advertised,
+// none (the kernel's default, one byte) under 64 KiB or without the
+// window (a kernel before 6.2). *set is the mark fd has (0 for none);
+// nothing is called when it stays.
+func (m *Marks) Set(fd, want int, set *int) error {
+	mark := 0
+	if want >= minMark && unix.GetsockoptTCPInfoNonblock(fd, &m.info) == nil {
+		if mark = min(want, int(m.info.Rcv_wnd/2)); mark < minMark {
+			mark = 0
+		}
+	}
+	if mark == *set {
+		return nil
+	}
+	if err := unix.SetRcvlowatNonblock(fd, max(mark, 1)); err != nil {
+		return fmt.Errorf("sock: SO_RCVLOWAT: %w", err)
+	}
+	*set = mark
+	return nil
+}

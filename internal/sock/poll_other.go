@@ -64,3 +64,9 @@ func (*Vec) Read(int, [][]byte) (int, error)  { return 0, errors.ErrUnsupported 
 
 // CloseFD is Linux's only.
 func CloseFD(int) error { return errors.ErrUnsupported }
+
+// Marks is Linux's only.
+type Marks struct{}
+
+// Set does nothing.
+func (*Marks) Set(int, int, *int) error { return nil }

@@ -52,6 +52,7 @@ type lconn struct {
 	hb           [headerLen]byte
 	rb           [readAhead]byte // rb[rs:re]: read ahead of the request at hand
 	rs, re       int
+	mark         int // the socket's wake-up mark (SO_RCVLOWAT), 0 for none
 	st           [statusLen]byte
 	mem          []byte        // WRITE: where the payload lands; READ: what is sent
 	off          int           // payload bytes read
@@ -86,11 +87,12 @@ const (
 )
 
 type loop struct {
-	t   *Transport
-	p   *sock.Poller
-	ln  *sock.RawListener
-	vec *sock.Vec
-	rd  [2][]byte // a payload read's buffers
+	t     *Transport
+	p     *sock.Poller
+	ln    *sock.RawListener
+	vec   *sock.Vec
+	marks sock.Marks
+	rd    [2][]byte // a payload read's buffers
 
 	slots     []*lconn
 	free      []uint32
@@ -247,7 +249,7 @@ func (l *loop) admit(fd int, peer netip.AddrPort) {
 	}
 	c.fd, c.src, c.peer = fd, src, peer
 	c.state, c.last, c.out, c.drained, c.hup = stHeader, false, false, true, false
-	c.rs, c.re = 0, 0
+	c.rs, c.re, c.mark = 0, 0, 0
 	c.waiting, c.stalled = l.t.clock.Load(), 0
 	l.live++
 	l.perSource[src]++
@@ -297,6 +299,12 @@ func (l *loop) step(c *lconn) {
 				continue
 			}
 			if c.drained {
+				if c.mark != 0 {
+					if err := l.marks.Set(c.fd, 0, &c.mark); err != nil {
+						l.close(c, err)
+						return
+					}
+				}
 				now := l.t.clock.Load()
 				if c.re == c.rs {
 					c.stalled = 0
@@ -332,6 +340,18 @@ func (l *loop) step(c *lconn) {
 				c.rs += k
 				c.off += k
 			} else if c.drained {
+				// Wake-up marks for large payloads (server.go's
+				// lowatFrom): the rest, up to lowatMax.
+				if rest := len(c.mem) - c.off; rest > lowatFrom || c.mark != 0 {
+					want := 0
+					if rest > lowatFrom {
+						want = min(rest, lowatMax)
+					}
+					if err := l.marks.Set(c.fd, want, &c.mark); err != nil {
+						l.close(c, err)
+						return
+					}
+				}
 				c.stalled = l.t.clock.Load()
 				return
 			} else {
