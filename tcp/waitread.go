@@ -181,16 +181,19 @@ func (r *reader) park() {
 	}
 }
 
-// help reads the replies of a listed lane for a caller of Wait: the one
-// listed last (a submission's last lane), while the goroutines of the
-// others read theirs at once rather than after the claim's ticks (a
-// submission spread over several lanes is large, and one waiter reads
-// one lane at a time).
+// help reads the replies of a listed lane for a caller of Wait, when
+// only one is listed (a submission on one lane: below 4 MiB, where the
+// hand-off costs most against the bytes). Several listed lanes (a large
+// submission, or several callers' batches) go back to their goroutines
+// at once, which read them in parallel: one waiter reading one of them
+// measured slower at 1 MiB x 32 than the goroutines (READ 3.88 against
+// 3.28-3.40 GB/s, three rounds at load 1.5-2.5).
 func (t *Transport) help(ctx context.Context, done func() bool) {
 	if !t.wanted.Load() {
 		t.wanted.Store(true)
 	}
 	var mine *reader
+	several := false
 	for {
 		t.cmu.Lock()
 		n := len(t.claims)
@@ -203,14 +206,24 @@ func (t *Transport) help(ctx context.Context, done func() bool) {
 		t.claims = t.claims[:n-1]
 		r.listed = false
 		t.cmu.Unlock()
-		if mine == nil {
+		switch {
+		case mine == nil && !several:
 			mine = r
-		} else {
+		default:
+			if mine != nil {
+				mine.release()
+				mine = nil
+			}
+			several = true
 			r.release()
 		}
 	}
-	if mine != nil && !done() && ctx.Err() == nil {
+	switch {
+	case mine == nil:
+	case !done() && ctx.Err() == nil:
 		mine.help(ctx, done)
+	default:
+		mine.release() // others' requests: not left to the claim's ticks
 	}
 }
 
