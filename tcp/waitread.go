@@ -84,6 +84,7 @@ type reader struct {
 	wctx     context.Context
 	wdone    func() bool
 	inHeader bool // the waiter waits for a header's first byte
+	small    bool // the last reply was for slices of at most vecMaxSlice
 	kicked   bool // a past read deadline was set for it
 
 	kick   chan struct{} // wakes the parked goroutine
