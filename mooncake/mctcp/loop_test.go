@@ -9,6 +9,8 @@ import (
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/rdmago/te/internal/sock"
 )
 
 // TestTargetAdmission: at MaxConns the connection that has waited
@@ -151,4 +153,82 @@ func openFDs(t *testing.T) int {
 		t.Fatal(err)
 	}
 	return len(es)
+}
+
+// TestLargeWriteThenRead: two 1 MiB WRITEs pipelined on one connection
+// (the wake-up marks of large payloads set and lowered between them),
+// then a READ of the first on the same connection: the bytes land and
+// come back, each answer in order.
+func TestLargeWriteThenRead(t *testing.T) {
+	const size = 1 << 20
+	n := newNode(t, nil, "target", 4*size, Config{}, nil)
+	addr, base := n.tr.Endpoint(), n.base()
+	mem := n.mem.Bytes()
+	r := dialRaw(t, addr)
+	var payloads [2][]byte
+	for i := range payloads {
+		payloads[i] = bytes.Repeat([]byte{byte(0x31 + i), 0x7e, byte(i)}, size/3+1)[:size]
+	}
+	sent := make(chan error, 1)
+	go func() { // the target may answer the first before it reads the second
+		for i, p := range payloads {
+			if _, err := r.c.Write(hdr(size, base+uint64(i)*size, 0x81)); err != nil {
+				sent <- err
+				return
+			}
+			if _, err := r.c.Write(p); err != nil {
+				sent <- err
+				return
+			}
+		}
+		sent <- nil
+	}()
+	for i := range payloads {
+		if got := r.read(8); !bytes.Equal(got, okStatus) {
+			t.Fatalf("WRITE %d status % x", i, got)
+		}
+	}
+	if err := <-sent; err != nil {
+		t.Fatal(err)
+	}
+	for i, p := range payloads {
+		if !bytes.Equal(mem[i*size:(i+1)*size], p) {
+			t.Fatalf("WRITE %d did not land", i)
+		}
+	}
+	r.send(hdr(size, base, 0x80))
+	if got := r.read(8); !bytes.Equal(got, okStatus) {
+		t.Fatalf("READ status % x", got)
+	}
+	if got := r.read(size); !bytes.Equal(got, payloads[0]) {
+		t.Fatal("READ returned other bytes than the WRITE left")
+	}
+}
+
+// TestGoroutinePath runs the wire tests on the goroutine per connection
+// (server.go) that builds without epoll use, the loop's poller made to
+// fail.
+func TestGoroutinePath(t *testing.T) {
+	orig := newPoller
+	newPoller = func() (*sock.Poller, error) { return nil, errors.ErrUnsupported }
+	defer func() { newPoller = orig }()
+	for _, c := range []struct {
+		name string
+		f    func(*testing.T)
+	}{
+		{"Wire", TestTargetWire},
+		{"Stall", TestTargetStall},
+		{"LargeWriteThenRead", TestLargeWriteThenRead},
+		{"Version1", TestVersion1},
+		{"Conformance", TestConformance},
+		{"SteadyStateAllocs", TestSteadyStateAllocs},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			c.f(t)
+			tr := newNode(t, nil, "probe", 4096, Config{}, nil).tr
+			if tr.lp != nil || tr.ln == nil {
+				t.Fatal("the target runs the event loop, not the goroutine path")
+			}
+		})
+	}
 }
