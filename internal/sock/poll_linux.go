@@ -65,11 +65,16 @@ func NewPoller(n int) (*Poller, error) {
 }
 
 func (p *Poller) add(fd int, events uint32, token uint64) error {
-	ev := unix.EpollEvent{Events: events, Fd: int32(uint32(token)), Pad: int32(uint32(token >> 32))}
+	ev := epollEvent(events, token)
 	if err := unix.EpollCtlNonblock(p.ep, unix.EPOLL_CTL_ADD, fd, &ev); err != nil {
 		return fmt.Errorf("sock: epoll_ctl add: %w", err)
 	}
 	return nil
+}
+
+// epollEvent carries token in the event's data (tokenOf reads it back).
+func epollEvent(events uint32, token uint64) unix.EpollEvent {
+	return unix.EpollEvent{Events: events, Fd: int32(uint32(token)), Pad: int32(uint32(token >> 32))}
 }
 
 // Add watches fd, edge-triggered, for input readiness (and Hup): the
@@ -221,21 +226,29 @@ func (l *RawListener) Close() error {
 // ReadFD reads a non-blocking socket accepted by RawListener into p:
 // ErrWouldBlock when nothing is there, io.EOF when the peer closed.
 func ReadFD(fd int, p []byte) (int, error) {
+	if len(p) == 0 {
+		return 0, nil
+	}
 	for {
 		n, err := unix.ReadNonblock(fd, p)
-		switch err {
-		case nil:
-			if n == 0 && len(p) > 0 {
-				return 0, io.EOF
-			}
-			return n, nil
-		case unix.EINTR:
-			continue
-		case unix.EAGAIN:
-			return 0, ErrWouldBlock
+		if err != unix.EINTR {
+			return readResult(n, err)
 		}
-		return 0, err
 	}
+}
+
+// readResult is a non-blocking read's outcome, the read having asked for
+// at least one byte and not been interrupted.
+func readResult(n int, err error) (int, error) {
+	switch {
+	case err == unix.EAGAIN:
+		return 0, ErrWouldBlock
+	case err != nil:
+		return 0, err
+	case n == 0:
+		return 0, io.EOF
+	}
+	return n, nil
 }
 
 // Vec writes several buffers to a non-blocking socket with one writev;
@@ -277,7 +290,7 @@ func CloseFD(fd int) error { return unix.CloseNonblock(fd) }
 // WatchOut adds output readiness to fd's watch (after a write found the
 // socket's buffer full), keeping input's; token as Add's.
 func (p *Poller) WatchOut(fd int, token uint64) error {
-	ev := unix.EpollEvent{Events: unix.EPOLLIN | unix.EPOLLRDHUP | unix.EPOLLOUT | unix.EPOLLET, Fd: int32(uint32(token)), Pad: int32(uint32(token >> 32))}
+	ev := epollEvent(unix.EPOLLIN|unix.EPOLLRDHUP|unix.EPOLLOUT|unix.EPOLLET, token)
 	if err := unix.EpollCtlNonblock(p.ep, unix.EPOLL_CTL_MOD, fd, &ev); err != nil {
 		return fmt.Errorf("sock: epoll_ctl mod: %w", err)
 	}
@@ -305,18 +318,9 @@ func (v *Vec) Read(fd int, bufs [][]byte) (int, error) {
 	defer clear(v.iov)
 	for {
 		n, err := unix.ReadvNonblock(fd, v.iov)
-		switch err {
-		case nil:
-			if n == 0 {
-				return 0, io.EOF
-			}
-			return n, nil
-		case unix.EINTR:
-			continue
-		case unix.EAGAIN:
-			return 0, ErrWouldBlock
+		if err != unix.EINTR {
+			return readResult(n, err)
 		}
-		return 0, err
 	}
 }
 
