@@ -182,15 +182,42 @@ func TestWaiterContext(t *testing.T) {
 		t.Fatal(err)
 	}
 	ctx, cancel := context.WithCancel(context.Background())
-	time.AfterFunc(100*time.Millisecond, cancel)
-	start := time.Now()
+	// Cancelled once the waiter reads the lane (or after 5 s, when the
+	// test fails below): the ctx must end a waiter's read, not only the
+	// engine's wait for the lane's goroutine.
+	var read atomic.Bool
+	cancelled := make(chan time.Time, 1)
+	go func() {
+		defer cancel()
+		deadline := time.Now().Add(5 * time.Second)
+		for time.Now().Before(deadline) {
+			tr.mu.Lock()
+			for p := range tr.peers {
+				l := p.lanes[0]
+				l.mu.Lock()
+				if l.rd != nil && l.rd.mode == rWaiter {
+					read.Store(true)
+				}
+				l.mu.Unlock()
+			}
+			tr.mu.Unlock()
+			if read.Load() {
+				break
+			}
+			time.Sleep(time.Millisecond)
+		}
+		cancelled <- time.Now()
+	}()
 	err = e.Wait(ctx, b)
 	if !errors.Is(err, context.Canceled) {
 		t.Fatalf("wait: %v, want context.Canceled", err)
 	}
+	if !read.Load() {
+		t.Fatal("the waiter never read its lane")
+	}
 	// Two ticks after the cancel at most, and the scheduler's slack.
-	if d := time.Since(start); d > 2*time.Second {
-		t.Fatalf("wait returned %v after its ctx was cancelled at 100ms", d)
+	if d := time.Since(<-cancelled); d > 2*time.Second {
+		t.Fatalf("wait returned %v after its ctx was cancelled", d)
 	}
 	hold.Store(false)
 	close(release)
