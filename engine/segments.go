@@ -227,7 +227,7 @@ func (e *Engine) OpenSegment(ctx context.Context, name string, opts *OpenOptions
 		go func() {
 			defer e.wg.Done()
 			for nd := range ch {
-				e.refresh(s, nd)
+				e.watched(wctx, s, nd)
 			}
 		}()
 	}
@@ -278,7 +278,40 @@ func (e *Engine) peer(ctx context.Context, s *remoteSegment, st *segState, slot 
 	return ref, nil
 }
 
-// refresh installs a descriptor reported by the store's watch (nil: gone).
+// watched installs a descriptor the store's watch reported (nil: gone).
+// The store read it before it sent it, and a SyncSegment may have fetched
+// a later one since: a report that would replace the incarnation, or say
+// the segment is gone, is first checked against the store, so that a
+// stale one cannot drop the endpoints of the current incarnation (epochs
+// are random and cannot be ordered). Within an incarnation, versions
+// order the reports and refresh drops an older one itself.
+func (e *Engine) watched(ctx context.Context, s *remoteSegment, d *segment.Descriptor) {
+	cur := s.state.Load()
+	if d != nil && !cur.gone && segment.SameIncarnation(cur.desc, d) {
+		e.refresh(s, d)
+		return
+	}
+	if d == nil && cur.gone {
+		return
+	}
+	gctx, cancel := context.WithTimeout(ctx, e.cfg.MetadataTimeout)
+	got, err := e.cfg.Store.Get(gctx, s.name)
+	cancel()
+	switch {
+	case err == nil:
+		d = got
+	case errors.Is(err, segment.ErrNotFound):
+		d = nil
+	case ctx.Err() != nil:
+		return // the segment is closing
+	default:
+		// The store cannot be reached to check: the report is the
+		// latest word it gave.
+	}
+	e.refresh(s, d)
+}
+
+// refresh installs descriptor d of s (nil: gone).
 func (e *Engine) refresh(s *remoteSegment, d *segment.Descriptor) {
 	s.connMu.Lock()
 	defer s.connMu.Unlock()
