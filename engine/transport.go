@@ -182,9 +182,3 @@ func completeAll(ss []*driver.Slice, fold *note) {
 	flush()
 	finishAll(fin[:k], fold)
 }
-
-// Canceled implements the engine side of driver.Slice.Canceled.
-func (s *slice) Canceled() bool {
-	t := s.task
-	return t != nil && t.b.canceled.Load()
-}

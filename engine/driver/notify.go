@@ -153,13 +153,12 @@ type canceler interface{ Canceled() bool }
 // Canceled reports whether the slice's submission was cancelled
 // (engine.Cancel). A transport that has not started the slice yet may
 // complete it with an error wrapping ErrCanceled instead of moving it;
-// one already on the wire finishes.
+// one already on the wire finishes. It reads the flag BindCanceled gave
+// (a slice bound without one is never cancelled), and is small enough to
+// inline into a transport's per-slice loop.
 func (s *Slice) Canceled() bool {
-	if f := s.canceled; f != nil {
-		return s.c != nil && f.Load()
-	}
-	c, ok := s.c.(canceler)
-	return ok && c.Canceled()
+	f := s.canceled
+	return f != nil && f.Load() && s.c != nil
 }
 
 // Sender is a notification's sender as the transport's handshake

@@ -70,9 +70,8 @@ func (s *Slice) Bind(c Completer, attempt int) {
 }
 
 // BindCanceled makes Canceled read flag, the cancel flag of the slice's
-// submission, instead of asking its completer (an interface assertion
-// and a call per slice). Only the engine calls it, with Bind; the flag
-// stays across resubmissions.
+// submission. Only the engine calls it, with Bind, for every slice it
+// hands to a transport; the flag stays across resubmissions.
 func (s *Slice) BindCanceled(flag *atomic.Bool) {
 	s.canceled = flag
 }
