@@ -505,7 +505,7 @@ type batch struct {
 
 // addName returns the transports' names of the batch with name added
 // (the first without allocating: the transport set's own string).
-func (b *batch) addName(names, name *string) *string {
+func addName(names, name *string) *string {
 	if names == nil {
 		return name
 	}
@@ -694,7 +694,7 @@ func (e *Engine) submit(id BatchID, reqs []Request, n *Notify, seg SegmentID) er
 	}
 	ts := e.transports.Load()
 	now := e.now()
-	rv := resolver{e: e, ts: ts, now: now}
+	rv := resolver{e: e, ts: ts, now: now, names: b.tnames.Load(), named: -1}
 	for i := range reqs {
 		if err := rv.resolve(&b.tasks[base+i], &reqs[i]); err != nil {
 			rv.flush()
@@ -721,26 +721,16 @@ func (e *Engine) submit(id BatchID, reqs []Request, n *Notify, seg SegmentID) er
 		}
 	}
 	// Everything is valid: account for the tasks before any slice can
-	// complete, then dispatch.
-	var used uint32
-	names := b.tnames.Load()
-	last := -1 // the slot whose name was looked for last
-	for i := range reqs {
-		t := &b.tasks[base+i]
-		if t.slot >= 0 && t.slot != last {
-			if names == nil || *names != t.tname && !inList(*names, t.tname) {
-				names = b.addName(names, &ts.names[t.slot])
-			}
-			last = t.slot
-		}
-		if nt != nil {
-			t.note = nt // else nil already (resolve)
-		}
-		if t.seg != nil {
-			used |= 1 << t.slot
+	// complete, then dispatch. What the resolver gathered on its way
+	// (the slots used, the transports' names, the local tasks) spares
+	// more passes over the tasks.
+	used := rv.used
+	if nt != nil {
+		for i := range reqs {
+			b.tasks[base+i].note = nt // else nil already (resolve)
 		}
 	}
-	b.tnames.Store(names)
+	b.tnames.Store(rv.names)
 	add := int64(len(reqs))
 	if nt != nil {
 		add++
@@ -751,15 +741,14 @@ func (e *Engine) submit(id BatchID, reqs []Request, n *Notify, seg SegmentID) er
 	b.submitted.Store(int64(base + len(reqs)))
 
 	// The local segment: copies in this goroutine, then completions.
-	local := false
-	for i := range reqs {
+	local := rv.locals != 0
+	if local {
+		c0 = cost.Slice.Since(c0)
+	}
+	for i := 0; i < len(reqs) && local; i++ {
 		t := &b.tasks[base+i]
 		if t.seg != nil {
 			continue
-		}
-		if !local {
-			local = true
-			c0 = cost.Slice.Since(c0)
 		}
 		if t.op == Write {
 			blockcopy.Copy(t.tmem, t.local)
@@ -805,19 +794,20 @@ func (e *Engine) submit(id BatchID, reqs []Request, n *Notify, seg SegmentID) er
 			}
 			for off := uint64(0); off < uint64(len(t.local)); off += t.sliceMax {
 				n := min(t.sliceMax, uint64(len(t.local))-off)
+				// newSlice's slices are zero (FreeBatch clears them):
+				// set field by field, with no struct built on the
+				// stack and copied.
 				s := b.newSlice()
-				s.Slice = driver.Slice{
-					Op:           t.op,
-					Local:        t.local[off : off+n : off+n],
-					LocalAddr:    t.laddr + off,
-					LocalRegion:  t.region,
-					LocalKey:     t.region.keys[slot],
-					RemoteAddr:   t.raddr + off,
-					RemoteBuffer: t.rbuf,
-					RemoteIndex:  t.rbufIdx,
-					Remote:       t.st.desc,
-					Peer:         t.peer,
-				}
+				s.Op = t.op
+				s.Local = t.local[off : off+n : off+n]
+				s.LocalAddr = t.laddr + off
+				s.LocalRegion = t.region
+				s.LocalKey = t.region.keys[slot]
+				s.RemoteAddr = t.raddr + off
+				s.RemoteBuffer = t.rbuf
+				s.RemoteIndex = t.rbufIdx
+				s.Remote = t.st.desc
+				s.Peer = t.peer
 				s.task = t
 				s.timed = b.nslices%latencySample == 1
 				s.Bind(s, 0)
@@ -872,6 +862,12 @@ type resolver struct {
 	grpN     int64 // tasks of the group counted in flight and not yet added
 
 	admitNs int64 // the clock's time in group lookups (internal/cost)
+
+	// What Submit accounts for once the requests are valid.
+	used   uint32  // the slots of the remote tasks
+	locals int     // tasks to the local segment
+	names  *string // the batch's transports' names, those of this Submit added
+	named  int     // the slot whose name was looked for last
 }
 
 // flush adds the deferred pins and in-flight counts.
@@ -965,6 +961,7 @@ func (rv *resolver) resolve(t *task, r *Request) error {
 		}
 		t.tregion = tr
 		t.tmem = tr.sliceAt(r.TargetAddr, n)
+		rv.locals++
 		return nil
 	}
 	if rv.seg != nil && r.Target == rv.target && r.Transport == rv.hint {
@@ -974,6 +971,12 @@ func (rv *resolver) resolve(t *task, r *Request) error {
 		t.seg, t.tin = rv.seg, rv.tin
 	} else if err := rv.admit(t, r); err != nil {
 		return err
+	} else if rv.slot != rv.named {
+		if name := rv.ts.names[rv.slot]; rv.names == nil || *rv.names != name && !inList(*rv.names, name) {
+			rv.names = addName(rv.names, &rv.ts.names[rv.slot])
+		}
+		rv.named = rv.slot
+		rv.used |= 1 << rv.slot
 	}
 	st := rv.st
 	if b := rv.rbuf; b == nil || !b.Contains(r.TargetAddr, n) {
