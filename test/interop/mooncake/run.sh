@@ -16,7 +16,9 @@
 #       te's target relative to Mooncake's: te's target, quickly. With
 #       TE_BASE=PATH (a te binary, say built from main before a change)
 #       its target runs in the same rounds too, as "te base", so a
-#       change's ratios stand side by side.
+#       change's ratios stand side by side. The targets' order in a
+#       cell rotates each rep: give as many reps as targets (2, or 3
+#       with TE_BASE) or a multiple, so that each has each place.
 #   test/interop/mooncake/run.sh rdma BUILD_DIR [REPS] [SECONDS]
 #       the same over RDMA, in test/softroce's guest (host A's rail 1
 #       device to host B's): guest-rdma.sh runs there with Mooncake's bench, mccheck and
@@ -100,7 +102,7 @@ if [ "${1:-}" = build ]; then
 	exit 0
 fi
 
-[ $# -ge 1 ] || { sed -n '2,32p' "$0" >&2; exit 2; }
+[ $# -ge 1 ] || { sed -n '2,34p' "$0" >&2; exit 2; }
 mode=tcp
 if [ "$1" = rdma ] || [ "$1" = target ]; then
 	mode=$1
@@ -270,26 +272,32 @@ if [ "$mode" = target ]; then
 	echo "== Mooncake's initiator against Mooncake's target and te serve: TCP on loopback, batch 128, 1 thread, ${secs} s, $reps reps (load $(cut -d' ' -f1-3 /proc/loadavg))"
 	declare -A res
 	pool=MC_TCP_ENABLE_CONNECTION_POOL=1
+	# The targets take a cell in turns, in an order that rotates by one
+	# place each rep: a target's place moves its result (the third of
+	# three ran 5-15% faster, docs/measurements.md), so with as many reps
+	# as targets each has each place once.
+	who=(mc te)
+	[ -z "$tebase" ] || who+=(base)
 	for rep in $(seq "$reps"); do
+		order=()
+		for i in "${!who[@]}"; do order+=("${who[$(((i + rep - 1) % ${#who[@]}))]}"); done
 		for op in write read; do
 			for block in 65536 1048576; do
 				for p in "" "$pool"; do
 					k="$op $block${p:+ pool}"
-					mc_target "$work/t.log" $p
-					res["$k|mc"]+=" $(mc_bench $op $block "$tseg" $p)"
-					stop "$tpid"
-					te_target "$work/t.log"
-					res["$k|te"]+=" $(mc_bench $op $block "$tseg" $p)"
-					stop "$tpid"
-					if [ -n "$tebase" ]; then
-						te=$tebase te_target "$work/t.log"
-						res["$k|base"]+=" $(mc_bench $op $block "$tseg" $p)"
+					for w in "${order[@]}"; do
+						case $w in
+						mc) mc_target "$work/t.log" $p ;;
+						te) te_target "$work/t.log" ;;
+						base) te=$tebase te_target "$work/t.log" ;;
+						esac
+						res["$k|$w"]+=" $(mc_bench $op $block "$tseg" $p)"
 						stop "$tpid"
-					fi
+					done
 				done
 			done
 		done
-		echo "rep $rep done" >&2
+		echo "rep $rep done (order: ${order[*]})" >&2
 	done
 	echo "load after: $(cut -d' ' -f1-3 /proc/loadavg)"
 	med1() { tr ' ' '\n' | { grep . || true; } | sort -g | awk '{a[NR]=$1} END {print a[int((NR+1)/2)]}'; }
