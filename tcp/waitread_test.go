@@ -134,6 +134,21 @@ func transferUntilIdle(t *testing.T, e *engine.Engine, tr *Transport, reqs []eng
 	}
 }
 
+// submitHeld makes the stall target hold its replies and submits reqs in
+// a batch of their own, whose ID it returns.
+func submitHeld(t *testing.T, e *engine.Engine, reqs []engine.Request, hold *atomic.Bool) engine.BatchID {
+	t.Helper()
+	hold.Store(true)
+	b, err := e.AllocateBatch(len(reqs))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := e.Submit(b, reqs); err != nil {
+		t.Fatal(err)
+	}
+	return b
+}
+
 // stallTarget is a fake target that answers a WRITE at once while
 // hold is false, else only once release is closed.
 func stallTarget(t *testing.T, st *enginetest.MemStore, name string, hold *atomic.Bool, release chan struct{}) uint64 {
@@ -173,14 +188,7 @@ func TestWaiterContext(t *testing.T) {
 	reqs := []engine.Request{{Op: engine.Write, Local: n.Mem.Bytes(), Target: seg, TargetAddr: addr}}
 	transferUntilIdle(t, e, tr, reqs)
 
-	hold.Store(true)
-	b, err := e.AllocateBatch(1)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := e.Submit(b, reqs); err != nil {
-		t.Fatal(err)
-	}
+	b := submitHeld(t, e, reqs, &hold)
 	ctx, cancel := context.WithCancel(context.Background())
 	// Cancelled once the waiter reads the lane (or after 5 s, when the
 	// test fails below): the ctx must end a waiter's read, not only the
@@ -264,14 +272,7 @@ func TestWaiterClose(t *testing.T) {
 	}
 	reqs := []engine.Request{{Op: engine.Write, Local: mem.Bytes(), Target: seg, TargetAddr: addr}}
 	transferUntilIdle(t, e, tr, reqs)
-	hold.Store(true)
-	b, err := e.AllocateBatch(1)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := e.Submit(b, reqs); err != nil {
-		t.Fatal(err)
-	}
+	b := submitHeld(t, e, reqs, &hold)
 	waited := make(chan error, 1)
 	go func() { waited <- e.Wait(context.Background(), b) }()
 	// Until the waiter has taken the lane.
