@@ -741,22 +741,19 @@ func (e *Engine) submit(id BatchID, reqs []Request, n *Notify, seg SegmentID) er
 	b.submitted.Store(int64(base + len(reqs)))
 
 	// The local segment: copies in this goroutine, then completions.
-	local := rv.locals != 0
-	if local {
+	if rv.locals != 0 {
 		c0 = cost.Slice.Since(c0)
-	}
-	for i := 0; i < len(reqs) && local; i++ {
-		t := &b.tasks[base+i]
-		if t.seg != nil {
-			continue
+		for i := range reqs {
+			t := &b.tasks[base+i]
+			if t.seg != nil {
+				continue
+			}
+			if t.op == Write {
+				blockcopy.Copy(t.tmem, t.local)
+			} else {
+				blockcopy.Copy(t.local, t.tmem)
+			}
 		}
-		if t.op == Write {
-			blockcopy.Copy(t.tmem, t.local)
-		} else {
-			blockcopy.Copy(t.local, t.tmem)
-		}
-	}
-	if local {
 		c0 = cost.Move.Since(c0)
 		ss := b.scratch[:0]
 		for i := range reqs {
