@@ -32,6 +32,26 @@ func BenchmarkNotify(b *testing.B) {
 	}
 }
 
+// BenchmarkNotifyStream: throughput of streams of batches with a
+// notification each against plain ones (transporttest.BenchNotifyStream),
+// both engines in this process; BenchmarkNotifyStreamRemote with the
+// target in a child process.
+func BenchmarkNotifyStream(b *testing.B) {
+	for _, c := range []struct{ tasks, size int }{{1, 4096}, {128, 4096}, {128, 64 << 10}, {64, 1 << 20}} {
+		b.Run(fmt.Sprintf("%dx%d", c.tasks, c.size), func(b *testing.B) {
+			transporttest.BenchNotifyStream(b, func(testing.TB) engine.Transport { return New(Config{}) }, transporttest.Options{Shared: true}, c.tasks, c.size)
+		})
+	}
+}
+
+func BenchmarkNotifyStreamRemote(b *testing.B) {
+	for _, c := range []struct{ tasks, size int }{{1, 4096}, {128, 4096}, {128, 64 << 10}, {64, 1 << 20}} {
+		b.Run(fmt.Sprintf("%dx%d", c.tasks, c.size), func(b *testing.B) {
+			transporttest.BenchNotifyStreamRemote(b, func(testing.TB) engine.Transport { return New(Config{}) }, transporttest.Options{Shared: true}, c.tasks, c.size)
+		})
+	}
+}
+
 // BenchmarkNotifyRemote is BenchmarkNotify with the target in a child
 // process, as deployed: its application's wake-ups run there, not among
 // the initiator's goroutines.

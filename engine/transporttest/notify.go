@@ -540,6 +540,194 @@ func BenchNotifyRemote(b *testing.B, f Factory, o Options, tasks, size int) {
 	})
 }
 
+// BenchNotifyStream measures throughput: streams of batches of tasks
+// WRITEs of size bytes back to back, plain ones and ones with a
+// notification each, with both engines in this process over fresh
+// transports from f. The target's application takes the notifications
+// as they come; the two kinds of stream take turns, notifyStreamLen
+// batches at a time, and a notified stream's time runs to the later of
+// its last batch's completion and its last notification's arrival (a
+// note that waits at the initiator for room at the target is in its
+// batch's time). It reports each kind's time per batch and
+// notify/plain-stream, the notified streams' throughput relative to the
+// plain ones'. Where BenchNotify's notify/plain is the cost of a note in
+// one batch's latency, with the target idle between batches, this is
+// what a sender of a notification per batch gets through.
+func BenchNotifyStream(b *testing.B, f Factory, o Options, tasks, size int) {
+	st := enginetest.NewMemStore()
+	b.Cleanup(func() { st.Close() })
+	node := func(name string) *enginetest.Node {
+		n := enginetest.NewNode(b, engine.Config{Name: name, Store: st}, 0, f(b))
+		mem, err := o.alloc(tasks * size)
+		if err != nil {
+			b.Fatal(err)
+		}
+		b.Cleanup(func() {
+			n.Engine.Close()
+			mem.Close()
+		})
+		if err := n.Engine.RegisterLocalMemory(mem.Bytes(), "cpu:0"); err != nil {
+			b.Fatal(err)
+		}
+		n.Mem = mem
+		return n
+	}
+	tgt, ini := node("target"), node("initiator")
+	seg, err := ini.Engine.OpenSegment(context.Background(), "target", nil)
+	if err != nil {
+		b.Fatal(err)
+	}
+	// The target's application: the count of notifications and the
+	// last one's arrival.
+	var mu sync.Mutex
+	var count uint64
+	var at time.Time
+	more := sync.NewCond(&mu)
+	go func() {
+		for range tgt.Engine.Notifications() {
+			now := time.Now()
+			mu.Lock()
+			count++
+			at = now
+			more.Broadcast()
+			mu.Unlock()
+		}
+	}()
+	benchNotifyStream(b, ini, seg, engine.AddrOf(tgt.Mem.Bytes()), tasks, size, func(sent uint64) time.Time {
+		mu.Lock()
+		defer mu.Unlock()
+		for count < sent {
+			more.Wait()
+		}
+		if count > sent {
+			b.Fatalf("target received %d notifications of %d sent", count, sent)
+		}
+		return at
+	})
+}
+
+// BenchNotifyStreamRemote is BenchNotifyStream with the target engine in
+// a child process, as deployed (see BenchNotifyRemote): the child counts
+// the notifications and stamps the last one's arrival, and at the end of
+// each notified stream the initiator READs the count until it has them
+// all (the time between that and the next stream is in neither kind's).
+func BenchNotifyStreamRemote(b *testing.B, f Factory, o Options, tasks, size int) {
+	n := tasks * size
+	tgt := StartRemoteTarget(b, o, n+noteCounterLen, "")
+	ini := Initiator(b, o, nil, n+noteCounterLen, f)
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	seg, err := ini.Engine.OpenSegment(ctx, tgt.Name(), nil)
+	cancel()
+	if err != nil {
+		b.Fatal(err)
+	}
+	counter := tgt.Base() + uint64(n)
+	if _, err := tgt.do("countnotes %#x", counter); err != nil {
+		b.Fatal(err)
+	}
+	local := ini.Mem.Bytes()[n : n+noteCounterLen]
+	read := []engine.Request{{Op: engine.Read, Local: local, Target: seg, TargetAddr: counter}}
+	benchNotifyStream(b, ini, seg, tgt.Base(), tasks, size, func(sent uint64) time.Time {
+		for {
+			if err := ini.Engine.Transfer(context.Background(), read); err != nil {
+				b.Fatal(err)
+			}
+			if got := binary.LittleEndian.Uint64(local[8:]); got > sent {
+				b.Fatalf("target counted %d notifications of %d sent", got, sent)
+			} else if got == sent {
+				return time.Unix(0, int64(binary.LittleEndian.Uint64(local)))
+			}
+			// The arrival time is the child's stamp, so a late look
+			// costs nothing timed, and looking in a loop would take
+			// the CPU the child needs to catch up.
+			time.Sleep(50 * time.Microsecond)
+		}
+	})
+}
+
+// notifyStreamLen is how many batches a stream of BenchNotifyStream runs
+// before the other kind takes its turn.
+const notifyStreamLen = 256
+
+// benchNotifyStream runs BenchNotifyStream's streams from ini to seg
+// (target memory at base) and reports; last waits until the target has
+// received sent notifications and returns the last one's arrival.
+func benchNotifyStream(b *testing.B, ini *enginetest.Node, seg engine.SegmentID, base uint64, tasks, size int, last func(sent uint64) time.Time) {
+	ctx := context.Background()
+	reqs := make([]engine.Request, tasks)
+	for i := range reqs {
+		reqs[i] = engine.Request{Op: engine.Write, Local: ini.Mem.Bytes()[i*size : (i+1)*size], Target: seg, TargetAddr: base + uint64(i*size)}
+	}
+	msg := make([]byte, 64)
+	var sent uint64
+	var plainTime, noteTime time.Duration
+	var plainN, noteN int
+	stream := func(notify bool, k int) {
+		t0 := time.Now()
+		for range k {
+			bid, err := ini.Engine.AllocateBatch(tasks)
+			if err != nil {
+				b.Fatal(err)
+			}
+			if notify {
+				err = ini.Engine.SubmitNotify(bid, reqs, engine.Notify{Name: "bench", Msg: msg})
+			} else {
+				err = ini.Engine.Submit(bid, reqs)
+			}
+			if err == nil {
+				err = ini.Engine.Wait(ctx, bid)
+			}
+			if err == nil {
+				err = ini.Engine.FreeBatch(bid)
+			}
+			if err != nil {
+				b.Fatal(err)
+			}
+		}
+		if !notify {
+			plainTime += time.Since(t0)
+			plainN += k
+			return
+		}
+		sent += uint64(k)
+		end := time.Now()
+		if at := last(sent); at.After(end) {
+			end = at
+		}
+		noteTime += end.Sub(t0)
+		noteN += k
+	}
+	stream(false, notifyStreamLen)
+	stream(true, notifyStreamLen)
+	plainTime, noteTime, plainN, noteN = 0, 0, 0, 0
+	b.SetBytes(int64(tasks * size))
+	b.ResetTimer()
+	arm := os.Getenv(EnvNotifyArm)
+	for i := 0; i < b.N; i += notifyStreamLen {
+		k := min(notifyStreamLen, b.N-i)
+		switch {
+		case arm == "plain":
+			stream(false, k)
+		case arm == "notify":
+			stream(true, k)
+		default:
+			stream(i/notifyStreamLen%2 == 1, k)
+		}
+	}
+	b.StopTimer()
+	per := func(d time.Duration, n int) float64 {
+		if n == 0 {
+			return 0
+		}
+		return d.Seconds() * 1e6 / float64(n)
+	}
+	b.ReportMetric(per(plainTime, plainN), "plain-us/batch")
+	b.ReportMetric(per(noteTime, noteN), "notify-us/batch")
+	if plainN > 0 && noteN > 0 {
+		b.ReportMetric(per(plainTime, plainN)/per(noteTime, noteN), "notify/plain-stream")
+	}
+}
+
 // EnvNotifyArm, set to "plain" or "notify", makes BenchNotify and
 // BenchNotifyRemote run batches of that kind only (each arm's latency
 // without the other's interleaved; no ratio is reported).
