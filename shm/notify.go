@@ -233,7 +233,7 @@ func (p *peer) publishNowLocked(n *driver.Note) bool {
 // waiting for a slot (then ROOM or the expiry timer completes it).
 // noteMu is held on entry and released.
 func (p *peer) sendNoteLocked(n *driver.Note) {
-	if p.publishNowLocked(n) {
+	if p.publishNowLocked(n) || p.awaitSlotLocked() && p.publishNowLocked(n) {
 		n.Done(nil)
 		return
 	}
@@ -251,6 +251,39 @@ func (p *peer) sendNoteLocked(n *driver.Note) {
 		}
 	}
 	p.flushNotes()
+}
+
+// slotSpin is how long a note that finds the ring full watches it for a
+// free slot while the target's reader is awake, before it waits for
+// ROOM: an awake reader frees a slot within microseconds, while ROOM
+// costs a message each way, and wake-ups, per note (a stream of notes
+// faster than the target takes them would pay that for every one).
+const slotSpin = 50 * time.Microsecond
+
+// awaitSlotLocked watches, for at most slotSpin, for the target to free a
+// slot when the ring is full, no note waits and the target's reader is
+// awake; it reports whether it watched (then the caller tries again).
+// noteMu is held on entry and on return, and released while it watches.
+func (p *peer) awaitSlotLocked() bool {
+	r := p.ring
+	if r == nil || len(p.waiting) > 0 || r.sleep.Load() != 0 {
+		return false
+	}
+	tail := p.tail
+	// users keeps the control memory mapped while noteMu is not held
+	// (teardown waits for it after marking the peer dead).
+	p.users.Add(1)
+	p.noteMu.Unlock()
+	t0 := time.Now()
+	for spins := 1; !p.dead.Load() && r.tail.Load() == tail && r.sleep.Load() == 0; spins++ {
+		if spins%32 == 0 && time.Since(t0) > slotSpin {
+			break
+		}
+		runtime.Gosched()
+	}
+	p.users.Add(-1)
+	p.noteMu.Lock()
+	return true
 }
 
 // roomLocked reports whether the ring has a free slot. noteMu is held.
