@@ -445,6 +445,36 @@ func testNotifyCloseAfterWait(t *testing.T, f Factory, o Options) {
 	}
 }
 
+// notifyPair makes a target and an initiator engine in this process over
+// fresh transports from f, each with n bytes of registered memory, and
+// opens the target's segment on the initiator.
+func notifyPair(b *testing.B, f Factory, o Options, n int) (tgt, ini *enginetest.Node, seg engine.SegmentID) {
+	st := enginetest.NewMemStore()
+	b.Cleanup(func() { st.Close() })
+	node := func(name string) *enginetest.Node {
+		nd := enginetest.NewNode(b, engine.Config{Name: name, Store: st}, 0, f(b))
+		mem, err := o.alloc(n)
+		if err != nil {
+			b.Fatal(err)
+		}
+		b.Cleanup(func() {
+			nd.Engine.Close()
+			mem.Close()
+		})
+		if err := nd.Engine.RegisterLocalMemory(mem.Bytes(), "cpu:0"); err != nil {
+			b.Fatal(err)
+		}
+		nd.Mem = mem
+		return nd
+	}
+	tgt, ini = node("target"), node("initiator")
+	seg, err := ini.Engine.OpenSegment(context.Background(), "target", nil)
+	if err != nil {
+		b.Fatal(err)
+	}
+	return tgt, ini, seg
+}
+
 // BenchNotify measures, with both engines in this process over fresh
 // transports from f, batches of tasks WRITEs of size bytes, side by side
 // in one run: plain batches and batches with a notification take turns.
@@ -458,29 +488,7 @@ func testNotifyCloseAfterWait(t *testing.T, f Factory, o Options) {
 // Each notified batch's notification has arrived before the next batch
 // starts, outside the times.
 func BenchNotify(b *testing.B, f Factory, o Options, tasks, size int) {
-	st := enginetest.NewMemStore()
-	b.Cleanup(func() { st.Close() })
-	node := func(name string) *enginetest.Node {
-		n := enginetest.NewNode(b, engine.Config{Name: name, Store: st}, 0, f(b))
-		mem, err := o.alloc(tasks * size)
-		if err != nil {
-			b.Fatal(err)
-		}
-		b.Cleanup(func() {
-			n.Engine.Close()
-			mem.Close()
-		})
-		if err := n.Engine.RegisterLocalMemory(mem.Bytes(), "cpu:0"); err != nil {
-			b.Fatal(err)
-		}
-		n.Mem = mem
-		return n
-	}
-	tgt, ini := node("target"), node("initiator")
-	seg, err := ini.Engine.OpenSegment(context.Background(), "target", nil)
-	if err != nil {
-		b.Fatal(err)
-	}
+	tgt, ini, seg := notifyPair(b, f, o, tasks*size)
 	// The target's application: the time each notification arrives.
 	arrived := make(chan time.Time, 1)
 	go func() {
@@ -507,9 +515,25 @@ func BenchNotify(b *testing.B, f Factory, o Options, tasks, size int) {
 // BenchNotify, the target's delivery is outside the times, and every
 // batch starts with the notifications before it delivered.
 func BenchNotifyRemote(b *testing.B, f Factory, o Options, tasks, size int) {
-	n := tasks * size
+	ini, seg, base, arrived := remoteNotified(b, f, o, tasks*size)
+	var sent uint64
+	benchNotify(b, ini, seg, base, tasks, size, func(notified bool) time.Time {
+		if notified {
+			sent++
+		}
+		return arrived(sent, 0)
+	})
+}
+
+// remoteNotified starts a target in a child process and an initiator here
+// with n bytes of memory each (and the counter after them), opens the
+// target's segment, and has the child count the notifications it
+// receives. arrived READs the counter until it has sent notifications,
+// pausing between looks when pause > 0, and returns the last one's
+// arrival.
+func remoteNotified(b *testing.B, f Factory, o Options, n int) (ini *enginetest.Node, seg engine.SegmentID, base uint64, arrived func(sent uint64, pause time.Duration) time.Time) {
 	tgt := StartRemoteTarget(b, o, n+noteCounterLen, "")
-	ini := Initiator(b, o, nil, n+noteCounterLen, f)
+	ini = Initiator(b, o, nil, n+noteCounterLen, f)
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	seg, err := ini.Engine.OpenSegment(ctx, tgt.Name(), nil)
 	cancel()
@@ -522,11 +546,7 @@ func BenchNotifyRemote(b *testing.B, f Factory, o Options, tasks, size int) {
 	}
 	local := ini.Mem.Bytes()[n : n+noteCounterLen]
 	read := []engine.Request{{Op: engine.Read, Local: local, Target: seg, TargetAddr: counter}}
-	var sent uint64
-	benchNotify(b, ini, seg, tgt.Base(), tasks, size, func(notified bool) time.Time {
-		if notified {
-			sent++
-		}
+	return ini, seg, tgt.Base(), func(sent uint64, pause time.Duration) time.Time {
 		for {
 			if err := ini.Engine.Transfer(context.Background(), read); err != nil {
 				b.Fatal(err)
@@ -536,8 +556,11 @@ func BenchNotifyRemote(b *testing.B, f Factory, o Options, tasks, size int) {
 			} else if got == sent {
 				return time.Unix(0, int64(binary.LittleEndian.Uint64(local)))
 			}
+			if pause > 0 {
+				time.Sleep(pause)
+			}
 		}
-	})
+	}
 }
 
 // BenchNotifyStream measures throughput: streams of batches of tasks
@@ -554,29 +577,7 @@ func BenchNotifyRemote(b *testing.B, f Factory, o Options, tasks, size int) {
 // one batch's latency, with the target idle between batches, this is
 // what a sender of a notification per batch gets through.
 func BenchNotifyStream(b *testing.B, f Factory, o Options, tasks, size int) {
-	st := enginetest.NewMemStore()
-	b.Cleanup(func() { st.Close() })
-	node := func(name string) *enginetest.Node {
-		n := enginetest.NewNode(b, engine.Config{Name: name, Store: st}, 0, f(b))
-		mem, err := o.alloc(tasks * size)
-		if err != nil {
-			b.Fatal(err)
-		}
-		b.Cleanup(func() {
-			n.Engine.Close()
-			mem.Close()
-		})
-		if err := n.Engine.RegisterLocalMemory(mem.Bytes(), "cpu:0"); err != nil {
-			b.Fatal(err)
-		}
-		n.Mem = mem
-		return n
-	}
-	tgt, ini := node("target"), node("initiator")
-	seg, err := ini.Engine.OpenSegment(context.Background(), "target", nil)
-	if err != nil {
-		b.Fatal(err)
-	}
+	tgt, ini, seg := notifyPair(b, f, o, tasks*size)
 	// The target's application: the count of notifications and the
 	// last one's arrival.
 	var mu sync.Mutex
@@ -612,36 +613,12 @@ func BenchNotifyStream(b *testing.B, f Factory, o Options, tasks, size int) {
 // each notified stream the initiator READs the count until it has them
 // all (the time between that and the next stream is in neither kind's).
 func BenchNotifyStreamRemote(b *testing.B, f Factory, o Options, tasks, size int) {
-	n := tasks * size
-	tgt := StartRemoteTarget(b, o, n+noteCounterLen, "")
-	ini := Initiator(b, o, nil, n+noteCounterLen, f)
-	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-	seg, err := ini.Engine.OpenSegment(ctx, tgt.Name(), nil)
-	cancel()
-	if err != nil {
-		b.Fatal(err)
-	}
-	counter := tgt.Base() + uint64(n)
-	if _, err := tgt.do("countnotes %#x", counter); err != nil {
-		b.Fatal(err)
-	}
-	local := ini.Mem.Bytes()[n : n+noteCounterLen]
-	read := []engine.Request{{Op: engine.Read, Local: local, Target: seg, TargetAddr: counter}}
-	benchNotifyStream(b, ini, seg, tgt.Base(), tasks, size, func(sent uint64) time.Time {
-		for {
-			if err := ini.Engine.Transfer(context.Background(), read); err != nil {
-				b.Fatal(err)
-			}
-			if got := binary.LittleEndian.Uint64(local[8:]); got > sent {
-				b.Fatalf("target counted %d notifications of %d sent", got, sent)
-			} else if got == sent {
-				return time.Unix(0, int64(binary.LittleEndian.Uint64(local)))
-			}
-			// The arrival time is the child's stamp, so a late look
-			// costs nothing timed, and looking in a loop would take
-			// the CPU the child needs to catch up.
-			time.Sleep(50 * time.Microsecond)
-		}
+	ini, seg, base, arrived := remoteNotified(b, f, o, tasks*size)
+	benchNotifyStream(b, ini, seg, base, tasks, size, func(sent uint64) time.Time {
+		// The arrival time is the child's stamp, so a late look costs
+		// nothing timed, and looking in a loop would take the CPU the
+		// child needs to catch up.
+		return arrived(sent, 50*time.Microsecond)
 	})
 }
 
@@ -653,36 +630,14 @@ const notifyStreamLen = 256
 // (target memory at base) and reports; last waits until the target has
 // received sent notifications and returns the last one's arrival.
 func benchNotifyStream(b *testing.B, ini *enginetest.Node, seg engine.SegmentID, base uint64, tasks, size int, last func(sent uint64) time.Time) {
-	ctx := context.Background()
-	reqs := make([]engine.Request, tasks)
-	for i := range reqs {
-		reqs[i] = engine.Request{Op: engine.Write, Local: ini.Mem.Bytes()[i*size : (i+1)*size], Target: seg, TargetAddr: base + uint64(i*size)}
-	}
-	msg := make([]byte, 64)
+	batch := notifyBatch(b, ini, seg, base, tasks, size)
 	var sent uint64
 	var plainTime, noteTime time.Duration
 	var plainN, noteN int
 	stream := func(notify bool, k int) {
 		t0 := time.Now()
 		for range k {
-			bid, err := ini.Engine.AllocateBatch(tasks)
-			if err != nil {
-				b.Fatal(err)
-			}
-			if notify {
-				err = ini.Engine.SubmitNotify(bid, reqs, engine.Notify{Name: "bench", Msg: msg})
-			} else {
-				err = ini.Engine.Submit(bid, reqs)
-			}
-			if err == nil {
-				err = ini.Engine.Wait(ctx, bid)
-			}
-			if err == nil {
-				err = ini.Engine.FreeBatch(bid)
-			}
-			if err != nil {
-				b.Fatal(err)
-			}
+			batch(notify)
 		}
 		if !notify {
 			plainTime += time.Since(t0)
@@ -737,19 +692,18 @@ const EnvNotifyArm = "TE_TRANSPORTTEST_NOTIFY_ARM"
 // last notification's arrival (Unix ns), then the count, little-endian.
 const noteCounterLen = 64
 
-// benchNotify runs BenchNotify's batches from ini to seg (target memory at
-// base) and reports; after each batch, outside the times, sync waits for
-// the target and returns when a notified batch's notification arrived.
-func benchNotify(b *testing.B, ini *enginetest.Node, seg engine.SegmentID, base uint64, tasks, size int, sync func(notified bool) time.Time) {
+// notifyBatch returns a function that runs one batch of the notify
+// benches (tasks WRITEs of size bytes from ini's memory to seg at base,
+// with a notification when notify) and returns when it was submitted and
+// how long it took to complete.
+func notifyBatch(b *testing.B, ini *enginetest.Node, seg engine.SegmentID, base uint64, tasks, size int) func(notify bool) (time.Time, time.Duration) {
 	ctx := context.Background()
 	reqs := make([]engine.Request, tasks)
 	for i := range reqs {
 		reqs[i] = engine.Request{Op: engine.Write, Local: ini.Mem.Bytes()[i*size : (i+1)*size], Target: seg, TargetAddr: base + uint64(i*size)}
 	}
 	msg := make([]byte, 64)
-	var plainLat, noteLat, notifyLat []time.Duration
-	var plainTime, noteTime time.Duration
-	step := func(notify bool) {
+	return func(notify bool) (time.Time, time.Duration) {
 		bid, err := ini.Engine.AllocateBatch(tasks)
 		if err != nil {
 			b.Fatal(err)
@@ -770,6 +724,19 @@ func benchNotify(b *testing.B, ini *enginetest.Node, seg engine.SegmentID, base 
 		if err != nil {
 			b.Fatal(err)
 		}
+		return t0, done
+	}
+}
+
+// benchNotify runs BenchNotify's batches from ini to seg (target memory at
+// base) and reports; after each batch, outside the times, sync waits for
+// the target and returns when a notified batch's notification arrived.
+func benchNotify(b *testing.B, ini *enginetest.Node, seg engine.SegmentID, base uint64, tasks, size int, sync func(notified bool) time.Time) {
+	batch := notifyBatch(b, ini, seg, base, tasks, size)
+	var plainLat, noteLat, notifyLat []time.Duration
+	var plainTime, noteTime time.Duration
+	step := func(notify bool) {
+		t0, done := batch(notify)
 		at := sync(notify)
 		if !notify {
 			plainLat, plainTime = append(plainLat, done), plainTime+done
