@@ -567,8 +567,8 @@ func remoteNotified(b *testing.B, f Factory, o Options, n int) (ini *enginetest.
 // WRITEs of size bytes back to back, plain ones and ones with a
 // notification each, with both engines in this process over fresh
 // transports from f. The target's application takes the notifications
-// as they come; the two kinds of stream take turns, notifyStreamLen
-// batches at a time, and a notified stream's time runs to the later of
+// as they come; the two kinds of stream take turns, a few milliseconds
+// each (notifyStreamBytes), and a notified stream's time runs to the later of
 // its last batch's completion and its last notification's arrival (a
 // note that waits at the initiator for room at the target is in its
 // batch's time). It reports each kind's time per batch and
@@ -622,9 +622,11 @@ func BenchNotifyStreamRemote(b *testing.B, f Factory, o Options, tasks, size int
 	})
 }
 
-// notifyStreamLen is how many batches a stream of BenchNotifyStream runs
-// before the other kind takes its turn.
-const notifyStreamLen = 256
+// notifyStreamBytes is about how much a stream of BenchNotifyStream moves
+// before the other kind takes its turn (at least 4 batches and at most
+// 4096): a few milliseconds, so that a turn's start and end are a small
+// part of it, and many turns in a run.
+const notifyStreamBytes = 64 << 20
 
 // benchNotifyStream runs BenchNotifyStream's streams from ini to seg
 // (target memory at base) and reports; last waits until the target has
@@ -652,21 +654,22 @@ func benchNotifyStream(b *testing.B, ini *enginetest.Node, seg engine.SegmentID,
 		noteTime += end.Sub(t0)
 		noteN += k
 	}
-	stream(false, notifyStreamLen)
-	stream(true, notifyStreamLen)
+	turn := min(max(notifyStreamBytes/(tasks*size), 4), 4096)
+	stream(false, turn)
+	stream(true, turn)
 	plainTime, noteTime, plainN, noteN = 0, 0, 0, 0
 	b.SetBytes(int64(tasks * size))
 	b.ResetTimer()
 	arm := os.Getenv(EnvNotifyArm)
-	for i := 0; i < b.N; i += notifyStreamLen {
-		k := min(notifyStreamLen, b.N-i)
+	for i := 0; i < b.N; i += turn {
+		k := min(turn, b.N-i)
 		switch {
 		case arm == "plain":
 			stream(false, k)
 		case arm == "notify":
 			stream(true, k)
 		default:
-			stream(i/notifyStreamLen%2 == 1, k)
+			stream(i/turn%2 == 1, k)
 		}
 	}
 	b.StopTimer()
