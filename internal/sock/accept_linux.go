@@ -27,10 +27,9 @@ type Conn interface {
 // calls left that the scheduler is told about are its fcntl (os.NewFile
 // asks whether it is non-blocking) and its close. One Accept at a time.
 type Listener struct {
-	f       *os.File // the listening socket (net's listener lets no one wait on it)
-	addr    net.Addr
-	rc      syscall.RawConn
-	nodelay bool
+	f    *os.File // the listening socket (net's listener lets no one wait on it)
+	addr net.Addr
+	rc   syscall.RawConn
 
 	sa      unix.RawSockaddrAny
 	nfd     int
@@ -39,7 +38,7 @@ type Listener struct {
 }
 
 // NewListener returns a Listener of ln's socket and closes ln, also on
-// error; nodelay sets TCP_NODELAY on every connection.
+// error; nodelay sets TCP_NODELAY on every connection (see setNoDelay).
 func NewListener(ln *net.TCPListener, nodelay bool) (*Listener, error) {
 	// A net listener's RawConn cannot wait (its Read is EINVAL): the
 	// socket is kept as a file, a duplicate of ln's descriptor, still
@@ -51,11 +50,17 @@ func NewListener(ln *net.TCPListener, nodelay bool) (*Listener, error) {
 		return nil, fmt.Errorf("sock: listener: %w", err)
 	}
 	rc, err := f.SyscallConn()
+	if err == nil && nodelay {
+		cerr := rc.Control(func(fd uintptr) { err = setNoDelay(int(fd)) })
+		if err == nil {
+			err = cerr
+		}
+	}
 	if err != nil {
 		f.Close()
 		return nil, fmt.Errorf("sock: listener: %w", err)
 	}
-	l := &Listener{f: f, addr: addr, rc: rc, nodelay: nodelay}
+	l := &Listener{f: f, addr: addr, rc: rc}
 	l.acceptf = l.accept
 	return l, nil
 }
@@ -91,12 +96,17 @@ func (l *Listener) Accept() (Conn, netip.AddrPort, error) {
 	if l.err != nil {
 		return nil, netip.AddrPort{}, os.NewSyscallError("accept4", l.err)
 	}
-	if l.nodelay {
-		if err := unix.SetsockoptIntNonblock(l.nfd, unix.IPPROTO_TCP, unix.TCP_NODELAY, 1); err != nil {
-			unix.Close(l.nfd)
-			return nil, netip.AddrPort{}, fmt.Errorf("sock: TCP_NODELAY: %w", err)
-		}
-	}
 	ap := unix.SockaddrAddrPort(&l.sa)
 	return os.NewFile(uintptr(l.nfd), "tcp"), netip.AddrPortFrom(ap.Addr().Unmap(), ap.Port()), nil
+}
+
+// setNoDelay sets TCP_NODELAY on a listening socket: Linux copies a
+// listener's TCP options into each connection it accepts (the child is a
+// clone of the listener), so the connections have it without a
+// setsockopt each (TestListener and TestRawListener check that they do).
+func setNoDelay(fd int) error {
+	if err := unix.SetsockoptIntNonblock(fd, unix.IPPROTO_TCP, unix.TCP_NODELAY, 1); err != nil {
+		return fmt.Errorf("sock: TCP_NODELAY: %w", err)
+	}
+	return nil
 }

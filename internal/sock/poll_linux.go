@@ -158,14 +158,14 @@ func (p *Poller) Close() error {
 // RawListener is a listening TCP socket off the runtime's poller, for a
 // Poller: Accept never waits.
 type RawListener struct {
-	fd      int
-	addr    net.Addr
-	nodelay bool
-	sa      unix.RawSockaddrAny
+	fd   int
+	addr net.Addr
+	sa   unix.RawSockaddrAny
 }
 
 // NewRawListener returns a RawListener of ln's socket and closes ln, also
-// on error; nodelay sets TCP_NODELAY on every connection.
+// on error; nodelay sets TCP_NODELAY on every connection (see
+// setNoDelay).
 func NewRawListener(ln *net.TCPListener, nodelay bool) (*RawListener, error) {
 	addr := ln.Addr()
 	f, err := ln.File() // a duplicate, non-blocking like ln's (the flag is the open file's)
@@ -186,7 +186,13 @@ func NewRawListener(ln *net.TCPListener, nodelay bool) (*RawListener, error) {
 		unix.Close(fd)
 		return nil, fmt.Errorf("sock: listener: %w", err)
 	}
-	return &RawListener{fd: fd, addr: addr, nodelay: nodelay}, nil
+	if nodelay {
+		if err := setNoDelay(fd); err != nil {
+			unix.Close(fd)
+			return nil, err
+		}
+	}
+	return &RawListener{fd: fd, addr: addr}, nil
 }
 
 // Addr is the listening address.
@@ -207,12 +213,6 @@ func (l *RawListener) Accept() (int, netip.AddrPort, error) {
 			return -1, netip.AddrPort{}, ErrWouldBlock
 		default:
 			return -1, netip.AddrPort{}, os.NewSyscallError("accept4", err)
-		}
-		if l.nodelay {
-			if err := unix.SetsockoptIntNonblock(fd, unix.IPPROTO_TCP, unix.TCP_NODELAY, 1); err != nil {
-				unix.CloseNonblock(fd)
-				return -1, netip.AddrPort{}, fmt.Errorf("sock: TCP_NODELAY: %w", err)
-			}
 		}
 		ap := unix.SockaddrAddrPort(&l.sa)
 		return fd, netip.AddrPortFrom(ap.Addr().Unmap(), ap.Port()), nil
