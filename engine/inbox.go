@@ -88,6 +88,9 @@ type inbox struct {
 	held bool
 	// last caches the sender of the last Deliver (most come from one).
 	last *sender
+	// quiet: DeliverQuiet queued a notification that Wake has not yet
+	// announced to the pump or a waiting receiver.
+	quiet bool
 
 	accepted, dups, stale, full atomic.Uint64
 }
@@ -114,6 +117,43 @@ func (ib *inbox) init(total, per int, done <-chan struct{}) {
 
 // Deliver implements driver.Inbox.
 func (ib *inbox) Deliver(ctx context.Context, d *driver.Delivery) error {
+	return ib.deliver(ctx, d, false)
+}
+
+// DeliverQuiet implements driver.QuietInbox: Deliver that queues d
+// without waking a receiver (Wake does).
+func (ib *inbox) DeliverQuiet(ctx context.Context, d *driver.Delivery) error {
+	return ib.deliver(ctx, d, true)
+}
+
+// Wake implements driver.QuietInbox: a receiver waiting on the channel
+// gets the oldest queued notification, the pump the rest.
+func (ib *inbox) Wake() {
+	ib.mu.Lock()
+	if !ib.quiet {
+		ib.mu.Unlock()
+		return
+	}
+	ib.quiet = false
+	if ib.n > 0 && !ib.held && ib.out != nil {
+		// As Deliver's hand-over: nothing is ahead of the head.
+		select {
+		case ib.out <- ib.ring[ib.head]:
+			ib.takeLocked()
+		default:
+		}
+	}
+	n := ib.n
+	ib.mu.Unlock()
+	if n > 0 {
+		select {
+		case ib.avail <- struct{}{}:
+		default:
+		}
+	}
+}
+
+func (ib *inbox) deliver(ctx context.Context, d *driver.Delivery, quiet bool) error {
 	if len(d.Name) > driver.MaxNotifyName || len(d.Msg) > driver.MaxNotifyMsg {
 		return fmt.Errorf("%w: notification of %d+%d bytes exceeds %d+%d", ErrInvalidRequest, len(d.Name), len(d.Msg), driver.MaxNotifyName, driver.MaxNotifyMsg)
 	}
@@ -144,6 +184,15 @@ func (ib *inbox) Deliver(ctx context.Context, d *driver.Delivery) error {
 				Name: s.note, Msg: append([]byte(nil), d.Msg...), Bytes: d.Bytes,
 			}
 			*slot = d.ID
+			if quiet {
+				ib.ring[(ib.head+ib.n)%len(ib.ring)] = m
+				ib.n++
+				s.queued++
+				ib.quiet = true
+				ib.mu.Unlock()
+				ib.accepted.Add(1)
+				return nil
+			}
 			if ib.n == 0 && !ib.held && ib.out != nil {
 				// The application waits on the channel: hand it
 				// over here, not through the pump (a goroutine's
@@ -159,6 +208,7 @@ func (ib *inbox) Deliver(ctx context.Context, d *driver.Delivery) error {
 			ib.ring[(ib.head+ib.n)%len(ib.ring)] = m
 			ib.n++
 			s.queued++
+			ib.quiet = false // announced with this one
 			ib.mu.Unlock()
 			ib.accepted.Add(1)
 			select {
@@ -177,7 +227,15 @@ func (ib *inbox) Deliver(ctx context.Context, d *driver.Delivery) error {
 			ib.room = make(chan struct{})
 		}
 		room := ib.room
+		announce := ib.quiet // room comes only as the application receives
+		ib.quiet = false
 		ib.mu.Unlock()
+		if announce {
+			select {
+			case ib.avail <- struct{}{}:
+			default:
+			}
+		}
 		select {
 		case <-room:
 		case <-ib.done:

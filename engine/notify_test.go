@@ -139,9 +139,16 @@ func TestNotifyResend(t *testing.T) {
 
 // TestInboxOrderHandOff: notifications reach the channel in the order
 // they were accepted, whether handed straight to the waiting receiver or
-// queued for the pump while the receiver is slow; none is lost or
-// duplicated.
+// queued for the pump while the receiver is slow, delivered quietly
+// (driver.QuietInbox) and announced by Wake one, two or three at a time
+// or not; none is lost or duplicated.
 func TestInboxOrderHandOff(t *testing.T) {
+	for _, quiet := range []bool{false, true} {
+		t.Run(fmt.Sprint("quiet=", quiet), func(t *testing.T) { testInboxOrder(t, quiet) })
+	}
+}
+
+func testInboxOrder(t *testing.T, quiet bool) {
 	f := &fake{name: "fake"}
 	n := enginetest.NewNode(t, engine.Config{Name: "target", NotifyQueue: 64, NotifyQueuePerSender: 64}, 1<<12, f)
 	ib := f.host.Inbox()
@@ -167,9 +174,23 @@ func TestInboxOrderHandOff(t *testing.T) {
 	}()
 	ctx := ctxT(t, 30*time.Second)
 	d := driver.Delivery{From: driver.Sender{Name: "ini", Epoch: 1}, Name: []byte("n")}
+	qib, _ := ib.(driver.QuietInbox)
+	if quiet && qib == nil {
+		t.Fatal("the engine's inbox is no driver.QuietInbox")
+	}
 	for i := uint64(1); i <= total; i++ {
 		d.ID, d.Bytes = i, i
-		err := ib.Deliver(driver.NoWait, &d)
+		var err error
+		switch {
+		case !quiet, i%7 == 0:
+			// A loud delivery among quiet ones announces them.
+			err = ib.Deliver(driver.NoWait, &d)
+		default:
+			err = qib.DeliverQuiet(driver.NoWait, &d)
+			if i%3 == 0 {
+				qib.Wake()
+			}
+		}
 		if errors.Is(err, driver.ErrNotifyFull) {
 			err = ib.Deliver(ctx, &d)
 		}
@@ -183,6 +204,9 @@ func TestInboxOrderHandOff(t *testing.T) {
 			}
 		}
 	}
+	if quiet {
+		qib.Wake()
+	}
 	select {
 	case err := <-got:
 		if err != nil {
@@ -193,6 +217,68 @@ func TestInboxOrderHandOff(t *testing.T) {
 	}
 	if s := n.Engine.NotifyStats(); s.Accepted != total || s.Duplicates != total/5 || s.Queued != 0 {
 		t.Fatalf("stats %+v", s)
+	}
+}
+
+// TestInboxQuiet: a note delivered quietly is queued (Drain sees it)
+// but not handed to a receiver waiting on the channel until Wake; then it
+// arrives, once.
+func TestInboxQuiet(t *testing.T) {
+	f := &fake{name: "fake"}
+	n := enginetest.NewNode(t, engine.Config{Name: "target"}, 1<<12, f)
+	qib, ok := f.host.Inbox().(driver.QuietInbox)
+	if !ok {
+		t.Fatal("the engine's inbox is no driver.QuietInbox")
+	}
+	ch := n.Engine.Notifications()
+	deliver := func(id uint64) {
+		t.Helper()
+		if err := qib.DeliverQuiet(driver.NoWait, &driver.Delivery{From: driver.Sender{Name: "ini", Epoch: 1}, ID: id, Name: []byte("n"), Bytes: id}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	// A pump that has not parked yet on an empty queue takes a quiet
+	// note itself: try again, the pump having had longer.
+	id := uint64(0)
+	for try := 1; ; try++ {
+		time.Sleep(time.Duration(try) * 20 * time.Millisecond)
+		id++
+		deliver(id)
+		select {
+		case m := <-ch:
+			if m.Bytes != id {
+				t.Fatalf("got %+v, want note %d", m, id)
+			}
+			if try == 5 {
+				t.Fatal("quiet notes reached the channel before Wake")
+			}
+			continue
+		case <-time.After(50 * time.Millisecond):
+		}
+		break
+	}
+	qib.Wake()
+	select {
+	case m := <-ch:
+		if m.Bytes != id {
+			t.Fatalf("got %+v, want note %d", m, id)
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatal("a quiet note did not arrive after Wake")
+	}
+	id++
+	deliver(id)
+	if got := n.Engine.DrainNotifications(nil); len(got) != 1 || got[0].Bytes != id {
+		t.Fatalf("drained %+v, want the quiet note %d", got, id)
+	}
+	qib.Wake() // nothing left: no copy arrives
+	select {
+	case m := <-ch:
+		t.Fatalf("a drained note reached the channel too: %+v", m)
+	case <-time.After(20 * time.Millisecond):
+	}
+	if s := n.Engine.NotifyStats(); s.Accepted != id || s.Queued != 0 {
+		t.Fatalf("stats %+v, want %d accepted", s, id)
 	}
 }
 

@@ -210,6 +210,24 @@ type Inbox interface {
 	Deliver(ctx context.Context, d *Delivery) error
 }
 
+// QuietInbox is implemented by an Inbox that can queue a notification
+// without waking the application's receiver yet. Waking a goroutine that
+// waits for notifications makes the runtime start a thread for it when a
+// processor is idle; a transport that answers the initiator after
+// delivering delays the answer by that wake-up. Such a transport delivers
+// quietly, answers, and then calls Wake, before it waits for anything
+// else (so a note's wake-up waits at most for the answer's write).
+// DrainNotifications sees quietly queued notes at once.
+type QuietInbox interface {
+	Inbox
+	// DeliverQuiet is Deliver, except that the notification, once
+	// queued, is not announced to a receiver waiting on the channel
+	// until Wake.
+	DeliverQuiet(ctx context.Context, d *Delivery) error
+	// Wake announces what DeliverQuiet queued; it never blocks.
+	Wake()
+}
+
 // NotifyReceiver is implemented by a metadata store whose socket also
 // carries notifications (Mooncake's handshake socket has a Notify
 // message): the engine hands it its Inbox when it starts. After the
