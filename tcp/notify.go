@@ -442,7 +442,17 @@ func (t *Transport) serveMark(sc *sconn, g *gather, from driver.Sender, id uint6
 	if ib == nil {
 		return statusNotDelivered
 	}
-	err := ib.Deliver(driver.NoWait, &d)
+	var err error
+	if q, ok := ib.(driver.QuietInbox); ok {
+		// The application is woken once the reply is written
+		// (sconn.wake): its wake-up does not delay the initiator.
+		err = q.DeliverQuiet(driver.NoWait, &d)
+		if err == nil {
+			sc.quiet = q
+		}
+	} else {
+		err = ib.Deliver(driver.NoWait, &d)
+	}
 	if errors.Is(err, driver.ErrNotifyFull) {
 		// Replies gathered so far go out first: the wait may be long.
 		if ferr := t.flush(sc, g); ferr != nil {

@@ -32,6 +32,18 @@ type sconn struct {
 	// ends (only this connection's goroutine writes it: no contention).
 	peer string
 	ctr  laneCounters
+	// quiet is the inbox that holds notes delivered quietly and not yet
+	// announced: wake announces them after the reply's write, and before
+	// the connection waits for its initiator.
+	quiet driver.QuietInbox
+}
+
+// wake announces the notes delivered quietly.
+func (sc *sconn) wake() {
+	if q := sc.quiet; q != nil {
+		sc.quiet = nil
+		q.Wake()
+	}
 }
 
 func (sc *sconn) wait() { sc.slot.Wait() }
@@ -116,6 +128,7 @@ func (t *Transport) serve(sc *sconn) {
 	c := sc.c
 	defer t.wg.Done()
 	defer func() {
+		sc.wake()
 		c.Close()
 		t.leave(sc)
 	}()
@@ -209,6 +222,7 @@ func (t *Transport) serveConn(sc *sconn) error {
 			idle = t.cfg.IOTimeout
 		}
 		if !fr.ready() {
+			sc.wake()
 			sc.wait()
 		}
 		err := fr.header(&hb, idle)
@@ -475,6 +489,7 @@ func (t *Transport) flush(sc *sconn, g *gather) error {
 	sc.c.SetWriteDeadline(time.Now().Add(t.cfg.IOTimeout))
 	err := g.flush(sc.rw)
 	sc.work()
+	sc.wake()
 	return err
 }
 
