@@ -3,7 +3,10 @@ package tcp
 import (
 	"bytes"
 	"errors"
+	"net"
 	"testing"
+
+	"github.com/rdmago/te/internal/sock"
 )
 
 func TestHeaderRoundTrip(t *testing.T) {
@@ -129,4 +132,77 @@ func FuzzDecodeHeader(f *testing.F) {
 			t.Fatalf("re-encoding differs:\n%x\n%x", out, b[:headerLen])
 		}
 	})
+}
+
+// TestFrameReaderAfterPayload: after a payload read straight into memory,
+// the next header's read brings a small frame behind it along (one
+// system call for a note's mark after its data) but draws at most
+// afterPayload bytes of a large payload into the buffer; every frame
+// parses whole.
+func TestFrameReaderAfterPayload(t *testing.T) {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ln.Close()
+	w, err := net.Dial("tcp", ln.Addr().String())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer w.Close()
+	c, err := ln.Accept()
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	rw := sock.NewRawIO(1)
+	if err := rw.Reset(c.(*net.TCPConn)); err != nil {
+		t.Fatal(err)
+	}
+	fr := newFrameReader(c.(*net.TCPConn), rw)
+	big := bytes.Repeat([]byte{7}, 4*directRead)
+	small := bytes.Repeat([]byte{9}, 100)
+	// Two writes: the small frame starts the second, so its header and
+	// payload arrive together.
+	var parts [2][]byte
+	for i, p := range [][]byte{big, small, big, big} {
+		var b [headerLen]byte
+		(&header{op: opWrite, id: uint64(i), length: uint64(len(p))}).encode(b[:])
+		k := min(i, 1)
+		parts[k] = append(append(parts[k], b[:]...), p...)
+	}
+	werr := make(chan error, 1)
+	go func() {
+		_, err := w.Write(parts[0])
+		if err == nil {
+			_, err = w.Write(parts[1])
+		}
+		werr <- err
+	}()
+	var hb [headerLen]byte
+	for i, want := range [][]byte{big, small, big, big} {
+		if err := fr.header(&hb, 0); err != nil {
+			t.Fatal(err)
+		}
+		h, err := decodeHeader(hb[:])
+		if err != nil || h.id != uint64(i) || h.length != uint64(len(want)) {
+			t.Fatalf("frame %d: header %v, %v", i, h, err)
+		}
+		if i > 0 && fr.br.Buffered() > afterPayload-headerLen {
+			t.Fatalf("frame %d: %d bytes buffered after the header, want at most %d", i, fr.br.Buffered(), afterPayload-headerLen)
+		}
+		if i == 1 && fr.br.Buffered() < len(small) {
+			t.Fatalf("the small frame's payload did not come with its header: %d bytes buffered", fr.br.Buffered())
+		}
+		got := make([]byte, len(want))
+		if err := fr.payload(got); err != nil {
+			t.Fatal(err)
+		}
+		if !bytes.Equal(got, want) {
+			t.Fatalf("frame %d: payload differs", i)
+		}
+	}
+	if err := <-werr; err != nil {
+		t.Fatal(err)
+	}
 }

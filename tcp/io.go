@@ -18,17 +18,19 @@ const directRead = 16 << 10
 
 // frameReader reads frames from a connection: small frames through a read
 // buffer, so one system call brings in many of them; large payloads
-// straight into registered memory. After a large payload the next header
-// is read exactly (32 bytes) when nothing is buffered, so the payload
-// behind it lands in memory without passing through the buffer.
+// straight into registered memory. After a large payload the read of the
+// next header takes at most afterPayload bytes when nothing is buffered,
+// so the payload behind it lands in memory without passing through the
+// buffer (but for at most that much).
 type frameReader struct {
 	br     *bufio.Reader
+	src    capReader       // br's source: rw, its fills capped after a large payload
 	c      *net.TCPConn    // its deadlines bound rw's reads
 	rw     *sock.RawIO     // c's reads, outside the scheduler
 	vr     *sock.VecReader // made for the first vector
 	direct bool            // the last payload was large
 	// exactAfterVec makes a vector's payloads read straight into memory
-	// count as a large payload: the next header is then read exactly, so
+	// count as a large payload: the next header's read is then capped, so
 	// the payloads behind it do not pass through the buffer (the
 	// initiator: a READV reply's header, then its payloads; the target:
 	// a WRITEV's header, its entries (head), then its payloads), with no
@@ -45,8 +47,32 @@ type frameReader struct {
 // not enter the scheduler (sock.RawIO), so a reader woken for each reply
 // or request does not wake the runtime's monitor thread.
 func newFrameReader(c *net.TCPConn, rw *sock.RawIO) *frameReader {
-	return &frameReader{br: bufio.NewReaderSize(rw, connBufSize), c: c, rw: rw}
+	r := &frameReader{c: c, rw: rw}
+	r.src.rw = rw
+	r.br = bufio.NewReaderSize(&r.src, connBufSize)
+	return r
 }
+
+// capReader is a frameReader's buffer source: rw, whose reads take at
+// most max bytes while max is set.
+type capReader struct {
+	rw  *sock.RawIO
+	max int
+}
+
+func (c *capReader) Read(p []byte) (int, error) {
+	if c.max > 0 && len(p) > c.max {
+		p = p[:c.max]
+	}
+	return c.rw.Read(p)
+}
+
+// afterPayload is what a header's read takes at most after a large
+// payload read straight into memory: the header and a small frame behind
+// it (a note's mark after its data, a vector's first entries), in one
+// system call, while a large payload behind it passes through the
+// buffer by at most this much.
+const afterPayload = 1 << 10
 
 // errIdle: no byte of the next header arrived within the idle bound.
 var errIdle = errors.New("tcp: no request within the idle bound")
@@ -61,50 +87,48 @@ func (r *frameReader) ready() bool {
 // having consumed nothing, when no byte arrives within idle; once a byte
 // has arrived, the rest must come within r.timeout (when set).
 func (r *frameReader) header(hb *[headerLen]byte, idle time.Duration) error {
-	raw := r.direct && r.br.Buffered() == 0
-	if r.ready() || (idle == 0 && r.timeout == 0) {
-		var err error
-		if raw {
-			_, err = io.ReadFull(r.rw, hb[:])
-		} else {
-			_, err = io.ReadFull(r.br, hb[:])
-		}
+	if !r.direct || r.br.Buffered() > 0 {
+		return r.readHeader(hb, idle)
+	}
+	// After a large payload: nothing of the next one is drawn into the
+	// buffer beyond afterPayload bytes.
+	r.src.max = afterPayload
+	err := r.readHeader(hb, idle)
+	r.src.max = 0
+	return err
+}
+
+func (r *frameReader) readHeader(hb *[headerLen]byte, idle time.Duration) error {
+	if r.br.Buffered() >= headerLen || (idle == 0 && r.timeout == 0) {
+		_, err := io.ReadFull(r.br, hb[:])
 		return err
 	}
 	// Wait for the first byte, for at most idle.
 	if idle > 0 {
 		r.c.SetReadDeadline(time.Now().Add(idle))
 	}
-	n := 0
 	var err error
-	if raw {
-		n, err = r.rw.Read(hb[:])
-	} else if r.br.Buffered() == 0 {
+	if r.br.Buffered() == 0 {
 		_, err = r.br.Peek(1)
 	}
 	if err != nil {
 		r.c.SetReadDeadline(time.Time{})
 		var ne net.Error
-		if n == 0 && idle > 0 && errors.As(err, &ne) && ne.Timeout() {
+		if idle > 0 && errors.As(err, &ne) && ne.Timeout() {
 			return errIdle
 		}
 		return err
 	}
 	// The header has begun. Usually it arrived whole; else the rest must
 	// come within the timeout.
-	whole := (raw && n == headerLen) || (!raw && r.br.Buffered() >= headerLen)
+	whole := r.br.Buffered() >= headerLen
 	switch {
 	case !whole && r.timeout > 0:
 		r.c.SetReadDeadline(time.Now().Add(r.timeout))
 	case idle > 0:
 		r.c.SetReadDeadline(time.Time{})
 	}
-	switch {
-	case raw && n < headerLen:
-		_, err = io.ReadFull(r.rw, hb[n:])
-	case !raw:
-		_, err = io.ReadFull(r.br, hb[:])
-	}
+	_, err = io.ReadFull(r.br, hb[:])
 	if !whole && r.timeout > 0 {
 		r.c.SetReadDeadline(time.Time{})
 	}
@@ -134,19 +158,25 @@ func (r *frameReader) payload(dst []byte) error {
 }
 
 // head reads what follows a vector's header before its payloads (a
-// request's entries, a reply's statuses): exactly, when the header was
-// read so (the stream then sits at a frame boundary after payloads read
-// straight into memory), so the payloads behind it are not drawn into the
-// buffer; else through the buffer.
+// request's entries, a reply's statuses): when the header followed a
+// large payload, what is buffered and the rest exactly, so the payloads
+// behind it are not drawn into the buffer; else through the buffer.
 func (r *frameReader) head(dst []byte) error {
-	if !r.direct || r.br.Buffered() > 0 {
+	if !r.direct {
 		return r.payload(dst)
+	}
+	n := 0
+	if r.br.Buffered() > 0 {
+		n, _ = r.br.Read(dst) // buffered bytes only: no system call
+	}
+	if n == len(dst) {
+		return nil
 	}
 	if r.timeout > 0 {
 		r.c.SetReadDeadline(time.Now().Add(r.timeout))
 		defer r.c.SetReadDeadline(time.Time{})
 	}
-	_, err := io.ReadFull(r.rw, dst)
+	_, err := io.ReadFull(r.rw, dst[n:])
 	return err
 }
 
