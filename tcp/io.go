@@ -80,7 +80,7 @@ var errIdle = errors.New("tcp: no request within the idle bound")
 // ready reports whether a whole header is buffered (reading it will not
 // wait).
 func (r *frameReader) ready() bool {
-	return !(r.direct && r.br.Buffered() == 0) && r.br.Buffered() >= headerLen
+	return r.br.Buffered() >= headerLen
 }
 
 // header reads the next frame header. With idle > 0 it returns errIdle,

@@ -686,9 +686,10 @@ func benchNotifyStream(b *testing.B, ini *enginetest.Node, seg engine.SegmentID,
 	}
 }
 
-// EnvNotifyArm, set to "plain" or "notify", makes BenchNotify and
-// BenchNotifyRemote run batches of that kind only (each arm's latency
-// without the other's interleaved; no ratio is reported).
+// EnvNotifyArm, set to "plain" or "notify", makes BenchNotify,
+// BenchNotifyStream and their Remote forms run batches of that kind only
+// (each arm's latency or throughput without the other's interleaved; no
+// ratio is reported).
 const EnvNotifyArm = "TE_TRANSPORTTEST_NOTIFY_ARM"
 
 // noteCounterLen is the target memory of BenchNotifyRemote's counter: the
