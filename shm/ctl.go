@@ -51,17 +51,19 @@ const noteSlotSize = 32 + driver.MaxNotifyName + driver.MaxNotifyMsg
 // control memory (notify.go): the initiator writes a slot and then head,
 // the target reads head and then the slot, and frees it by advancing
 // tail. sleep and want save both sides a system call per note: the
-// initiator rings (BELL on the socket) only when the target's reader is
-// about to block on the socket, and the target says ROOM only when the
-// initiator has notes waiting for a slot. The initiator writes head,
-// want and the slots, the target tail and sleep; each side reads the
-// other's as untrusted.
+// initiator wakes the target's reader (a futex wake on sleep, or BELL on
+// the socket) only when the reader is about to sleep, and the target
+// says ROOM only when the initiator has notes waiting for a slot. The
+// initiator writes head, want and the slots, the target tail and sleep
+// (the initiator only clears it); each side reads the other's as
+// untrusted.
 type noteRing struct {
 	head atomic.Uint64
-	// sleep: the target's reader blocks on the socket (or is about to);
-	// a publisher that clears it sends BELL. It shares head's cache
-	// line, which the publisher has just written when it reads sleep
-	// and the target's reader reads while it watches the ring.
+	// sleep: how the target's reader sleeps (sleepSocket, sleepFutex),
+	// or 0 while it watches the ring. A publisher that clears it wakes
+	// the reader that way. It shares head's cache line, which the
+	// publisher has just written when it reads sleep and the target's
+	// reader reads while it watches the ring.
 	sleep atomic.Uint32
 	_     [52]byte
 	tail  atomic.Uint64
@@ -84,3 +86,34 @@ type noteSlot struct {
 }
 
 func viewRing(b []byte, off int) *noteRing { return dma.View[noteRing](b, off) }
+
+// The reader's ways of sleeping (noteRing.sleep).
+const (
+	// sleepSocket: the reader blocks on the socket; a publisher sends
+	// BELL.
+	sleepSocket = 1
+	// sleepFutex: the reader blocks on a futex on sleep itself, for a
+	// while after a note; a publisher wakes it with one system call,
+	// no message and no goroutine on either side.
+	sleepFutex = 2
+)
+
+// clearSleep clears the reader's sleep and returns how it slept (0: it
+// was awake, or another publisher woke it). The target may write any
+// value: one it cannot be waking from gets BELL, which every reader
+// answers.
+func (r *noteRing) clearSleep() uint32 {
+	for range 4 {
+		s := r.sleep.Load()
+		if s == 0 {
+			return 0
+		}
+		if r.sleep.CompareAndSwap(s, 0) {
+			if s != sleepFutex {
+				return sleepSocket
+			}
+			return s
+		}
+	}
+	return sleepSocket
+}

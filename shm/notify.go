@@ -12,6 +12,7 @@ import (
 	"github.com/rdmago/te/engine/driver"
 	"github.com/rdmago/te/internal/cost"
 	"github.com/rdmago/te/internal/uds"
+	"github.com/rdmago/te/internal/unix"
 	"github.com/rdmago/te/internal/wire"
 	"github.com/rdmago/te/segment"
 )
@@ -63,9 +64,17 @@ const (
 )
 
 // noteLinger is how long the target's reader keeps watching the ring
-// after a note before it sleeps on the socket: a sender of a note per
-// batch then finds it awake and rings nothing.
-const noteLinger = 200 * time.Microsecond
+// after a note before it sleeps: a sender of notes in a burst then finds
+// it awake and wakes nothing. noteNap is how long after a note it sleeps
+// on the ring's futex, which a publisher wakes with one system call,
+// before it sleeps on the socket (a BELL: a message and a goroutine
+// woken on each side). A watch holds a core, which the initiator's
+// copiers on the same host may need: it lasts about what a futex wake
+// costs the two sides.
+var (
+	noteLinger = 200 * time.Microsecond
+	noteNap    = 10 * time.Millisecond
+)
 
 var (
 	// ErrNotifyUnsupported: the target's shm transport does not carry
@@ -221,9 +230,10 @@ func (p *peer) publishNowLocked(n *driver.Note) bool {
 	if p.dead.Load() || p.ring == nil || len(p.waiting) > 0 || !p.roomLocked() {
 		return false
 	}
-	bell := p.publishLocked(n)
+	w := p.publishLocked(n)
+	p.wakeLocked(w)
 	p.noteMu.Unlock()
-	if bell {
+	if w == sleepSocket {
 		p.ringBell()
 	}
 	return true
@@ -299,9 +309,10 @@ func (p *peer) roomLocked() bool {
 }
 
 // publishLocked writes n into the next slot and publishes it; it reports
-// whether the target's reader sleeps (then the caller rings). noteMu is
-// held.
-func (p *peer) publishLocked(n *driver.Note) (bell bool) {
+// how the target's reader sleeps (clearSleep: 0 when it is awake), and
+// the caller wakes it (wakeLocked, then ringBell for sleepSocket).
+// noteMu is held.
+func (p *peer) publishLocked(n *driver.Note) (wake uint32) {
 	s := &p.ring.slots[p.head%noteSlots]
 	s.id, s.bytes = n.ID, n.Bytes
 	s.nameLen, s.msgLen = uint32(len(n.Name)), uint32(len(n.Msg))
@@ -309,7 +320,27 @@ func (p *peer) publishLocked(n *driver.Note) (bell bool) {
 	copy(s.data[k:], n.Msg)
 	p.head++
 	p.ring.head.Store(p.head)
-	return p.ring.sleep.Load() != 0 && p.ring.sleep.CompareAndSwap(1, 0)
+	return p.ring.clearSleep()
+}
+
+// wakeLocked wakes a target's reader that slept on the ring's futex
+// (w is clearSleep's answer); noteMu is held, which keeps the control
+// memory mapped. The wake is one short system call, made here rather
+// than by the bell goroutine: handing it over would cost more.
+func (p *peer) wakeLocked(w uint32) {
+	if w == sleepFutex {
+		unix.FutexWake(&p.ring.sleep, 1)
+	}
+}
+
+// wakeReader wakes the target's reader if it sleeps on the ring's futex,
+// so that it reads the socket: fetch calls it after a MAPREQ.
+func (p *peer) wakeReader() {
+	p.noteMu.Lock()
+	if !p.dead.Load() && p.ring != nil && p.ring.sleep.Load() == sleepFutex && p.ring.sleep.CompareAndSwap(sleepFutex, 0) {
+		p.wakeLocked(sleepFutex)
+	}
+	p.noteMu.Unlock()
 }
 
 // flushNotes publishes the waiting notes that have a slot now and
@@ -317,14 +348,16 @@ func (p *peer) publishLocked(n *driver.Note) (bell bool) {
 func (p *peer) flushNotes() {
 	for {
 		var sent [noteSlots]*driver.Note
-		k, bell, again := 0, false, false
+		k, wake, again := 0, uint32(0), false
 		for len(p.waiting) > 0 && p.roomLocked() {
 			if k == len(sent) {
 				again = true
 				break
 			}
 			n := p.waiting[0].n
-			bell = p.publishLocked(n) || bell
+			if w := p.publishLocked(n); w != 0 {
+				wake = w
+			}
 			sent[k] = n
 			k++
 			m := copy(p.waiting, p.waiting[1:])
@@ -344,8 +377,9 @@ func (p *peer) flushNotes() {
 			p.ring.want.Store(1)
 			again = p.roomLocked()
 		}
+		p.wakeLocked(wake)
 		p.noteMu.Unlock()
-		if bell {
+		if wake == sleepSocket {
 			p.ringBell()
 		}
 		for _, n := range sent[:k] {
@@ -574,12 +608,13 @@ func (sc *serverConn) send(msg []byte) {
 	uds.Send(sc.c, msg, nil)
 }
 
-// lingerNotes watches the ring for noteLinger, and at least lingerPolls
-// times (a reader that was not running meanwhile has not watched), and
-// reports whether a note came.
-func (sc *serverConn) lingerNotes() bool {
+// lingerNotes watches the ring for d, and at least polls times (a reader
+// that was not running meanwhile has not watched; the application's
+// goroutine, readied by the note, runs meanwhile), and reports whether a
+// note came.
+func (sc *serverConn) lingerNotes(d time.Duration, polls int) bool {
 	t0 := time.Now()
-	for polls := 0; polls < lingerPolls || time.Since(t0) < noteLinger; polls++ {
+	for i := 0; i < polls || time.Since(t0) < d; i++ {
 		if sc.ring.head.Load() != sc.tail {
 			return true
 		}
@@ -588,4 +623,59 @@ func (sc *serverConn) lingerNotes() bool {
 	return false
 }
 
-const lingerPolls = 200
+// watchFor is how long, and at least how many times, the reader watches
+// the ring after a note: while notes come less than spinGap apart on
+// average, long enough to see the next (four gaps, within [minLinger,
+// noteLinger]); otherwise a few polls only, since waking it from the
+// futex then costs the host less than watching (a watch holds a core
+// that the initiator's copiers may need).
+func (sc *serverConn) watchFor() (time.Duration, int) {
+	if sc.gap >= spinGap {
+		return 0, napPolls
+	}
+	return min(max(4*sc.gap, minLinger), noteLinger), lingerPolls
+}
+
+var (
+	spinGap     = 50 * time.Microsecond
+	minLinger   = 20 * time.Microsecond
+	lingerPolls = 200
+	napPolls    = 2
+)
+
+// nap sleeps on the ring's futex until a publisher (or the initiator
+// after a MAPREQ, or the target closing) wakes it, for at most d, and
+// reports whether it was woken; otherwise the caller sleeps on the
+// socket. An initiator that knows no futex leaves its notes unannounced
+// meanwhile: they wait for d at most.
+func (sc *serverConn) nap(d time.Duration) bool {
+	r := sc.ring
+	r.sleep.Store(sleepFutex)
+	if r.head.Load() != sc.tail || sc.dead.Load() {
+		r.sleep.Store(0)
+		return true
+	}
+	sc.slot.Wait()
+	unix.FutexWait(&r.sleep, sleepFutex, d)
+	sc.slot.Work()
+	return r.sleep.Load() != sleepFutex
+}
+
+// wakeNap ends the reader's nap: the connection goes away. It wakes
+// whatever the word holds: the initiator writes it too.
+func (sc *serverConn) wakeNap() {
+	sc.mu.Lock()
+	if r := sc.ring; r != nil {
+		r.sleep.CompareAndSwap(sleepFutex, 0)
+		unix.FutexWake(&r.sleep, 1)
+	}
+	sc.mu.Unlock()
+}
+
+// unmapRing unmaps the reader's view of the ring as it exits.
+func (sc *serverConn) unmapRing() {
+	sc.mu.Lock()
+	sc.ringMem.Unmap()
+	sc.ring = nil
+	sc.mu.Unlock()
+}

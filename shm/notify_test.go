@@ -1,6 +1,7 @@
 package shm
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"fmt"
@@ -347,5 +348,136 @@ func TestRingLayout(t *testing.T) {
 	}
 	if ringOff < int(reflect.TypeFor[ctlPage]().Size()) || ringOff+ringLen != ctlSize {
 		t.Fatalf("ring at %d+%d in %d bytes of control memory", ringOff, ringLen, ctlSize)
+	}
+}
+
+// TestNotifyNap: after a note the target's reader sleeps on the ring's
+// futex; the next note wakes it, so does a MAPREQ (a region registered
+// since), and so does the target closing, each long before the nap would
+// end (noteNap is an hour here).
+func TestNotifyNap(t *testing.T) {
+	// Restored after the engines' cleanups: their readers read it.
+	d := noteNap
+	t.Cleanup(func() { noteNap = d })
+	noteNap = time.Hour
+	ini, tgt, itr, ttr, seg := inProcessPair(t, 1<<20, Config{IOTimeout: 5 * time.Second})
+	ctx := ctxT(t, 60*time.Second)
+	if err := ini.Engine.Notify(ctx, seg, engine.Notify{Name: "first"}); err != nil {
+		t.Fatal(err)
+	}
+	p := onlyPeer(t, itr)
+	p.noteMu.Lock()
+	ring := p.ring
+	p.noteMu.Unlock()
+	napping := func(what string) {
+		t.Helper()
+		eventually(t, 10*time.Second, what+": the reader naps on the futex", func() bool { return ring.sleep.Load() == sleepFutex })
+	}
+	var got []string
+	take := func(want int) {
+		t.Helper()
+		eventually(t, 10*time.Second, fmt.Sprint(want, " notes"), func() bool {
+			for _, n := range tgt.Engine.DrainNotifications(nil) {
+				got = append(got, n.Name)
+			}
+			return len(got) >= want
+		})
+	}
+	take(1)
+	for i := range 3 {
+		napping(fmt.Sprint("note ", i))
+		if err := ini.Engine.Notify(ctx, seg, engine.Notify{Name: fmt.Sprint(i)}); err != nil {
+			t.Fatal(err)
+		}
+		take(i + 2)
+	}
+	if fmt.Sprint(got) != "[first 0 1 2]" {
+		t.Fatalf("delivered %v", got)
+	}
+
+	// A region registered after the connection: the initiator's first
+	// write into it asks for it (MAPREQ) while the reader naps.
+	mem, err := engine.AllocShared(1 << 16)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { mem.Close() })
+	napping("MAPREQ")
+	if err := tgt.Engine.RegisterLocalMemory(mem.Bytes(), ""); err != nil {
+		t.Fatal(err)
+	}
+	src := ini.Mem.Bytes()[:1<<16]
+	for i := range src {
+		src[i] = byte(i*7 + 3)
+	}
+	eventually(t, 20*time.Second, "a write into the new region", func() bool {
+		b, _ := ini.Engine.AllocateBatch(1)
+		defer ini.Engine.FreeBatch(b)
+		err := ini.Engine.Submit(b, []engine.Request{{Op: engine.Write, Local: src, Target: seg, TargetAddr: engine.AddrOf(mem.Bytes())}})
+		if err == nil {
+			err = ini.Engine.Wait(ctx, b)
+		}
+		return err == nil
+	})
+	if !bytes.Equal(mem.Bytes(), src) {
+		t.Fatal("the new region does not hold the bytes written")
+	}
+	if s := ttr.Stats(); s.Served != 1 {
+		t.Fatalf("target serves %d connections, want the one", s.Served)
+	}
+
+	// The target closes while its reader naps: Close returns.
+	if err := ini.Engine.Notify(ctx, seg, engine.Notify{Name: "last"}); err != nil {
+		t.Fatal(err)
+	}
+	take(5)
+	napping("Close")
+	closed := make(chan error, 1)
+	go func() { closed <- tgt.Engine.Close() }()
+	select {
+	case err := <-closed:
+		if err != nil {
+			t.Fatal(err)
+		}
+	case <-time.After(20 * time.Second):
+		t.Fatal("the target's Close did not return within 20s while its reader napped")
+	}
+}
+
+// TestNotifyNapUnannounced: an initiator that knows no futex (an older
+// te) publishes a note without waking a napping reader; the reader takes
+// it when its nap ends.
+func TestNotifyNapUnannounced(t *testing.T) {
+	d := noteNap
+	t.Cleanup(func() { noteNap = d })
+	noteNap = 50 * time.Millisecond
+	ini, tgt, itr, _, seg := inProcessPair(t, 1<<20, Config{IOTimeout: 5 * time.Second})
+	ctx := ctxT(t, 30*time.Second)
+	if err := ini.Engine.Notify(ctx, seg, engine.Notify{Name: "first"}); err != nil {
+		t.Fatal(err)
+	}
+	p := onlyPeer(t, itr)
+	p.noteMu.Lock()
+	ring := p.ring
+	p.noteMu.Unlock()
+	eventually(t, 10*time.Second, "the reader naps on the futex", func() bool { return ring.sleep.Load() == sleepFutex })
+	// As an older initiator publishes: slot, then head, and no wake
+	// (it clears only sleepSocket).
+	p.noteMu.Lock()
+	s := &ring.slots[p.head%noteSlots]
+	s.id, s.bytes, s.msgLen = 1<<40, 0, 0
+	s.nameLen = uint32(copy(s.data[:], "unannounced"))
+	p.head++
+	ring.head.Store(p.head)
+	p.noteMu.Unlock()
+	var got []string
+	eventually(t, 10*time.Second, "both notes", func() bool {
+		for _, n := range tgt.Engine.DrainNotifications(nil) {
+			got = append(got, n.Name)
+		}
+		return len(got) >= 2
+	})
+	if fmt.Sprint(got) != "[first unannounced]" {
+		t.Fatalf("delivered %v", got)
 	}
 }

@@ -362,6 +362,7 @@ func (p *peer) fetch(addr, n uint64) (*mapping, error) {
 	if err := uds.Send(p.c, appendRange(nil, msgMapReq, addr, n), nil); err != nil {
 		return nil, errGone
 	}
+	p.wakeReader()
 	tm := time.NewTimer(p.t.cfg.IOTimeout)
 	defer tm.Stop()
 	for {

@@ -45,8 +45,9 @@ type serverConn struct {
 	// still delivering.
 	ringMem *dma.Region
 	ring    *noteRing
-	tail    uint64 // notes taken
-	noteBuf []byte // a slot copied out
+	tail    uint64        // notes taken
+	noteBuf []byte        // a slot copied out
+	gap     time.Duration // between notes, on average (watchFor)
 	noteOut []byte
 }
 
@@ -96,7 +97,7 @@ func (sc *serverConn) serve() {
 	t := sc.t
 	defer t.wg.Done()
 	defer sc.close()
-	defer func() { sc.ringMem.Unmap() }()
+	defer sc.unmapRing()
 	if err := sc.handshake(); err != nil {
 		if !t.closed.Load() {
 			t.fails.Failed(peerAddr(sc.cred), err)
@@ -104,16 +105,38 @@ func (sc *serverConn) serve() {
 		return
 	}
 	pc := conn(sc.c)
+	var lastNote time.Time
+	woken := false // a nap ended by a wake-up
 	for {
 		took, err := sc.takeNotes()
 		if err != nil {
 			t.log.Warn("shm: bad note ring; disconnecting", "pid", sc.cred.PID, "err", err)
 			return
 		}
-		if took && sc.lingerNotes() {
-			continue
+		if took {
+			now := time.Now()
+			if !lastNote.IsZero() {
+				// An average of the last ~8 gaps between notes, each
+				// counted as at most 2 × spinGap: after an idle spell
+				// a burst's notes are watched for again at once.
+				sc.gap += (min(now.Sub(lastNote), 2*spinGap) - sc.gap) / 8
+			}
+			lastNote = now
+			if d, polls := sc.watchFor(); sc.lingerNotes(d, polls) {
+				continue
+			}
 		}
-		sc.ring.sleep.Store(1)
+		// A wake-up that brought no note was for the socket (a MAPREQ
+		// follows, or the connection goes away).
+		if took || !woken {
+			if left := noteNap - time.Since(lastNote); left > 0 {
+				if woken = sc.nap(left); woken {
+					continue
+				}
+			}
+		}
+		woken = false
+		sc.ring.sleep.Store(sleepSocket)
 		if sc.ring.head.Load() != sc.tail {
 			// Published before sleep was set: no BELL comes for it.
 			sc.ring.sleep.Store(0)
@@ -191,9 +214,9 @@ func (sc *serverConn) handshake() error {
 		sc.refuse("out of memory")
 		return err
 	}
-	sc.ringMem, sc.ring = ringMem, viewRing(ringMem.Bytes(), 0)
 	sc.mu.Lock()
 	defer sc.mu.Unlock()
+	sc.ringMem, sc.ring = ringMem, viewRing(ringMem.Bytes(), 0) // under mu for wakeNap
 	if sc.dead.Load() {
 		ctl.Unmap()
 		return net.ErrClosed
@@ -288,6 +311,7 @@ func (sc *serverConn) revokeFinish(sr *sharedRegion, deadline time.Time) {
 func (sc *serverConn) disconnect() {
 	sc.dead.Store(true)
 	sc.c.Close()
+	sc.wakeNap()
 }
 
 // waitOut waits until inCopy reports false for every connection of
@@ -336,6 +360,7 @@ func (sc *serverConn) close() {
 		sc.c.SetWriteDeadline(time.Now()) // a send in progress under mu gives up
 	}
 	sc.c.Close()
+	sc.wakeNap()
 	sc.mu.Lock()
 	if sc.ctl != nil {
 		sc.ctl.Unmap()
