@@ -64,13 +64,14 @@ const (
 )
 
 // noteLinger is how long the target's reader keeps watching the ring
-// after a note before it sleeps: a sender of notes in a burst then finds
-// it awake and wakes nothing. noteNap is how long after a note it sleeps
-// on the ring's futex, which a publisher wakes with one system call,
-// before it sleeps on the socket (a BELL: a message and a goroutine
-// woken on each side). A watch holds a core, which the initiator's
-// copiers on the same host may need: it lasts about what a futex wake
-// costs the two sides.
+// after a note while notes come less than that apart (watchFor): a
+// sender of a note per batch then finds it awake and wakes nothing.
+// noteNap is how long after a note it then sleeps on the ring's futex,
+// which a publisher wakes with one system call, before it sleeps on the
+// socket (a BELL: a message and a goroutine woken on each side). A watch
+// holds a core that the initiator's copiers on the same host may need,
+// and a wake-up costs both sides (tens of µs on a 2-CPU VM), so sparse
+// notes are slept for and dense ones watched for.
 var (
 	noteLinger = 200 * time.Microsecond
 	noteNap    = 10 * time.Millisecond
@@ -624,21 +625,20 @@ func (sc *serverConn) lingerNotes(d time.Duration, polls int) bool {
 }
 
 // watchFor is how long, and at least how many times, the reader watches
-// the ring after a note: while notes come less than spinGap apart on
-// average, long enough to see the next (four gaps, within [minLinger,
-// noteLinger]); otherwise a few polls only, since waking it from the
-// futex then costs the host less than watching (a watch holds a core
-// that the initiator's copiers may need).
+// the ring after a note: noteLinger while notes come less than spinGap
+// apart on average, so that the next finds it awake; otherwise a few
+// polls only, since it would watch in vain, and the futex's wake-up costs
+// the host less than a watch that holds a core the initiator's copiers
+// may need.
 func (sc *serverConn) watchFor() (time.Duration, int) {
 	if sc.gap >= spinGap {
 		return 0, napPolls
 	}
-	return min(max(4*sc.gap, minLinger), noteLinger), lingerPolls
+	return noteLinger, lingerPolls
 }
 
 var (
-	spinGap     = 50 * time.Microsecond
-	minLinger   = 20 * time.Microsecond
+	spinGap     = noteLinger
 	lingerPolls = 200
 	napPolls    = 2
 )
