@@ -201,9 +201,10 @@ func (p *peer) copyNote(ss []*driver.Slice, res []result, n *driver.Note) {
 	c0 = cost.Move.Since(c0)
 	if ok {
 		p.noteMu.Lock()
-		if p.publishNowLocked(n) {
+		if ok, w := p.publishNowLocked(n); ok {
 			driver.DoneAllNote(ss, n)
 			cost.Complete.Since(c0)
+			p.wake(w)
 			return
 		}
 		p.noteMu.Unlock()
@@ -225,27 +226,30 @@ func (p *peer) copyNote(ss []*driver.Slice, res []result, n *driver.Note) {
 }
 
 // publishNowLocked publishes n in the ring if the peer is up, no note
-// waits and a slot is free; then it releases noteMu (and rings), and the
-// caller completes n as delivered. Otherwise noteMu stays held.
-func (p *peer) publishNowLocked(n *driver.Note) bool {
+// waits and a slot is free; then it releases noteMu, and the caller
+// completes n as delivered and then wakes the target's reader (wake with
+// w). Otherwise noteMu stays held.
+func (p *peer) publishNowLocked(n *driver.Note) (ok bool, w uint32) {
 	if p.dead.Load() || p.ring == nil || len(p.waiting) > 0 || !p.roomLocked() {
-		return false
+		return false, 0
 	}
-	w := p.publishLocked(n)
-	p.wakeLocked(w)
+	w = p.publishLocked(n)
+	p.holdWake(w)
 	p.noteMu.Unlock()
-	if w == sleepSocket {
-		p.ringBell()
-	}
-	return true
+	return true, w
 }
 
 // sendNoteLocked publishes n in the ring and completes it, or leaves it
 // waiting for a slot (then ROOM or the expiry timer completes it).
 // noteMu is held on entry and released.
 func (p *peer) sendNoteLocked(n *driver.Note) {
-	if p.publishNowLocked(n) || p.awaitSlotLocked() && p.publishNowLocked(n) {
+	ok, w := p.publishNowLocked(n)
+	if !ok && p.awaitSlotLocked() {
+		ok, w = p.publishNowLocked(n)
+	}
+	if ok {
 		n.Done(nil)
+		p.wake(w)
 		return
 	}
 	if p.dead.Load() || p.ring == nil {
@@ -311,7 +315,7 @@ func (p *peer) roomLocked() bool {
 
 // publishLocked writes n into the next slot and publishes it; it reports
 // how the target's reader sleeps (clearSleep: 0 when it is awake), and
-// the caller wakes it (wakeLocked, then ringBell for sleepSocket).
+// the caller wakes it (holdWake, then wake once noteMu is released).
 // noteMu is held.
 func (p *peer) publishLocked(n *driver.Note) (wake uint32) {
 	s := &p.ring.slots[p.head%noteSlots]
@@ -324,13 +328,26 @@ func (p *peer) publishLocked(n *driver.Note) (wake uint32) {
 	return p.ring.clearSleep()
 }
 
-// wakeLocked wakes a target's reader that slept on the ring's futex
-// (w is clearSleep's answer); noteMu is held, which keeps the control
-// memory mapped. The wake is one short system call, made here rather
-// than by the bell goroutine: handing it over would cost more.
-func (p *peer) wakeLocked(w uint32) {
+// holdWake keeps the control memory mapped (p.users) until wake, for a
+// wake on the ring's futex; noteMu is held.
+func (p *peer) holdWake(w uint32) {
 	if w == sleepFutex {
+		p.users.Add(1)
+	}
+}
+
+// wake wakes the target's reader as it slept (w is clearSleep's answer,
+// held by holdWake): a futex wake is one short system call, made on the
+// calling goroutine once it has completed the note, since the completion
+// need not wait for it and handing it to the bell goroutine would cost
+// more; BELL goes through the bell goroutine.
+func (p *peer) wake(w uint32) {
+	switch w {
+	case sleepFutex:
 		unix.FutexWake(&p.ring.sleep, 1)
+		p.users.Add(-1)
+	case sleepSocket:
+		p.ringBell()
 	}
 }
 
@@ -339,7 +356,7 @@ func (p *peer) wakeLocked(w uint32) {
 func (p *peer) wakeReader() {
 	p.noteMu.Lock()
 	if !p.dead.Load() && p.ring != nil && p.ring.sleep.Load() == sleepFutex && p.ring.sleep.CompareAndSwap(sleepFutex, 0) {
-		p.wakeLocked(sleepFutex)
+		unix.FutexWake(&p.ring.sleep, 1)
 	}
 	p.noteMu.Unlock()
 }
@@ -378,14 +395,12 @@ func (p *peer) flushNotes() {
 			p.ring.want.Store(1)
 			again = p.roomLocked()
 		}
-		p.wakeLocked(wake)
+		p.holdWake(wake)
 		p.noteMu.Unlock()
-		if wake == sleepSocket {
-			p.ringBell()
-		}
 		for _, n := range sent[:k] {
 			n.Done(nil)
 		}
+		p.wake(wake)
 		if !again {
 			return
 		}
