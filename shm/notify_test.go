@@ -351,24 +351,30 @@ func TestRingLayout(t *testing.T) {
 	}
 }
 
+// napPair is an in-process pair whose target's reader naps for nap after
+// a note (noteNap, restored after the engines' cleanups: their readers
+// read it), with one note ("first") sent; it returns the initiator's
+// peer, whose ring the target's reader watches.
+func napPair(t *testing.T, nap time.Duration) (ini, tgt *enginetest.Node, ttr *Transport, seg engine.SegmentID, p *peer, ctx context.Context) {
+	t.Helper()
+	d := noteNap
+	t.Cleanup(func() { noteNap = d })
+	noteNap = nap
+	ini, tgt, itr, ttr, seg := inProcessPair(t, 1<<20, Config{IOTimeout: 5 * time.Second})
+	ctx = ctxT(t, 60*time.Second)
+	if err := ini.Engine.Notify(ctx, seg, engine.Notify{Name: "first"}); err != nil {
+		t.Fatal(err)
+	}
+	return ini, tgt, ttr, seg, onlyPeer(t, itr), ctx
+}
+
 // TestNotifyNap: after a note the target's reader sleeps on the ring's
 // futex; the next note wakes it, so does a MAPREQ (a region registered
 // since), and so does the target closing, each long before the nap would
 // end (noteNap is an hour here).
 func TestNotifyNap(t *testing.T) {
-	// Restored after the engines' cleanups: their readers read it.
-	d := noteNap
-	t.Cleanup(func() { noteNap = d })
-	noteNap = time.Hour
-	ini, tgt, itr, ttr, seg := inProcessPair(t, 1<<20, Config{IOTimeout: 5 * time.Second})
-	ctx := ctxT(t, 60*time.Second)
-	if err := ini.Engine.Notify(ctx, seg, engine.Notify{Name: "first"}); err != nil {
-		t.Fatal(err)
-	}
-	p := onlyPeer(t, itr)
-	p.noteMu.Lock()
+	ini, tgt, ttr, seg, p, ctx := napPair(t, time.Hour)
 	ring := p.ring
-	p.noteMu.Unlock()
 	napping := func(what string) {
 		t.Helper()
 		eventually(t, 10*time.Second, what+": the reader naps on the futex", func() bool { return ring.sleep.Load() == sleepFutex })
@@ -448,18 +454,8 @@ func TestNotifyNap(t *testing.T) {
 // te) publishes a note without waking a napping reader; the reader takes
 // it when its nap ends.
 func TestNotifyNapUnannounced(t *testing.T) {
-	d := noteNap
-	t.Cleanup(func() { noteNap = d })
-	noteNap = 50 * time.Millisecond
-	ini, tgt, itr, _, seg := inProcessPair(t, 1<<20, Config{IOTimeout: 5 * time.Second})
-	ctx := ctxT(t, 30*time.Second)
-	if err := ini.Engine.Notify(ctx, seg, engine.Notify{Name: "first"}); err != nil {
-		t.Fatal(err)
-	}
-	p := onlyPeer(t, itr)
-	p.noteMu.Lock()
+	_, tgt, _, _, p, _ := napPair(t, 50*time.Millisecond)
 	ring := p.ring
-	p.noteMu.Unlock()
 	eventually(t, 10*time.Second, "the reader naps on the futex", func() bool { return ring.sleep.Load() == sleepFutex })
 	// As an older initiator publishes: slot, then head, and no wake
 	// (it clears only sleepSocket).
