@@ -209,12 +209,17 @@ type lane struct {
 	// owned by the holder of busy
 	spare []item
 	g     *gather
+}
 
-	// reader-only scratch for a vector reply
-	vits  []item
-	vst   []byte
-	vdst  [][]byte
-	vdone []*driver.Slice
+// vecBufs is a reader's scratch for a vector reply. It belongs to one
+// connection's reader, not to the lane: after a reconnect the old
+// connection's reader may still be inside a reply while the new one reads
+// the next.
+type vecBufs struct {
+	its  []item
+	st   []byte
+	dst  [][]byte
+	done []*driver.Slice
 }
 
 // enqueue queues ss, followed by m when not nil (a run and its mark are
@@ -659,7 +664,7 @@ func (l *lane) readReplies(r *reader, ctx context.Context, done func() bool) err
 		}
 		if h.vector() {
 			r.small = true
-			if err := l.readVector(c, fr, &h); err != nil {
+			if err := l.readVector(c, fr, &r.vec, &h); err != nil {
 				return err
 			}
 			cost.Complete.Since(c0)
@@ -707,7 +712,9 @@ func (l *lane) readReplies(r *reader, ctx context.Context, done func() bool) err
 				rerr = l.connErr(c, err)
 			}
 			l.mu.Lock()
-			l.reading = false
+			if l.conn == c { // else the next connection's reader may be reading
+				l.reading = false
+			}
 			l.done++
 			l.mu.Unlock()
 		case h.length != 0:
@@ -738,7 +745,7 @@ func (l *lane) readReplies(r *reader, ctx context.Context, done func() bool) err
 
 // readVector completes the requests of a vector reply h; an error ends
 // the connection.
-func (l *lane) readVector(c *net.TCPConn, fr *frameReader, h *header) error {
+func (l *lane) readVector(c *net.TCPConn, fr *frameReader, v *vecBufs, h *header) error {
 	n := int(h.addr)
 	op := driver.Write
 	if h.op == opReadV|opReply {
@@ -758,13 +765,13 @@ func (l *lane) readVector(c *net.TCPConn, fr *frameReader, h *header) error {
 		l.mu.Unlock()
 		return fmt.Errorf("%w: unexpected reply (%v) from %s", ErrProtocol, *h, l.p.addr)
 	}
-	if l.vits == nil {
-		l.vits = make([]item, 0, maxVec)
-		l.vst = make([]byte, maxVec)
-		l.vdst = make([][]byte, 0, maxVec)
-		l.vdone = make([]*driver.Slice, 0, maxVec)
+	if v.its == nil {
+		v.its = make([]item, 0, maxVec)
+		v.st = make([]byte, maxVec)
+		v.dst = make([][]byte, 0, maxVec)
+		v.done = make([]*driver.Slice, 0, maxVec)
 	}
-	its := l.vits[:n]
+	its := v.its[:n]
 	for k := range its {
 		e, _ := l.ring.peek()
 		its[k] = e.item
@@ -773,9 +780,11 @@ func (l *lane) readVector(c *net.TCPConn, fr *frameReader, h *header) error {
 	l.reading = true
 	l.mu.Unlock()
 
-	rerr := l.readVectorData(c, fr, h, its)
+	rerr := l.readVectorData(c, fr, v, h, its)
 	l.mu.Lock()
-	l.reading = false
+	if l.conn == c { // else the next connection's reader may be reading
+		l.reading = false
+	}
 	l.done += uint64(n)
 	l.mu.Unlock()
 	if rerr != nil {
@@ -785,10 +794,10 @@ func (l *lane) readVector(c *net.TCPConn, fr *frameReader, h *header) error {
 		clear(its)
 		return rerr
 	}
-	done := l.vdone[:0]
+	done := v.done[:0]
 	var bytes uint64
 	for k, it := range its {
-		if serr := statusErr(status(l.vst[k])); serr != nil {
+		if serr := statusErr(status(v.st[k])); serr != nil {
 			l.ctr.failures.Add(1)
 			it.s.Done(0, serr)
 			continue
@@ -806,11 +815,11 @@ func (l *lane) readVector(c *net.TCPConn, fr *frameReader, h *header) error {
 	return nil
 }
 
-// readVectorData reads a vector reply's statuses (into l.vst) and READ
+// readVectorData reads a vector reply's statuses (into v.st) and READ
 // payloads.
-func (l *lane) readVectorData(c *net.TCPConn, fr *frameReader, h *header, its []item) error {
+func (l *lane) readVectorData(c *net.TCPConn, fr *frameReader, v *vecBufs, h *header, its []item) error {
 	n := len(its)
-	st := l.vst[:n]
+	st := v.st[:n]
 	switch h.status {
 	case statusOK:
 		clear(st)
@@ -827,7 +836,7 @@ func (l *lane) readVectorData(c *net.TCPConn, fr *frameReader, h *header, its []
 		}
 		return nil
 	}
-	dst := l.vdst[:0]
+	dst := v.dst[:0]
 	var want uint64
 	for k, it := range its {
 		if st[k] == byte(statusOK) {

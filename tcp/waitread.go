@@ -71,10 +71,11 @@ var (
 
 // reader is who reads one connection's replies.
 type reader struct {
-	l  *lane
-	c  *net.TCPConn
-	fr *frameReader
-	hb [headerLen]byte
+	l   *lane
+	c   *net.TCPConn
+	fr  *frameReader
+	hb  [headerLen]byte
+	vec vecBufs // a vector reply's scratch
 
 	// under l.mu
 	mode     rmode
