@@ -50,15 +50,20 @@ type lconn struct {
 	// counts: a FIN queued behind the bytes a short read took brings no
 	// further report.
 	drained, hup bool
-	hb           [headerLen]byte
-	rb           [readAhead]byte // rb[rs:re]: read ahead of the request at hand
-	rs, re       int
-	mark         int // the socket's wake-up mark (SO_RCVLOWAT), 0 for none
-	st           [statusLen]byte
-	mem          []byte        // WRITE: where the payload lands; READ: what is sent
-	off          int           // payload bytes read
-	r            driver.Region // pins mem until done with it
-	ans          [2][]byte     // what is left to write: status word, READ payload
+	// lane: c has answered a request before, so its initiator sends
+	// requests down it one after another (Mooncake's pooled lanes); a
+	// large payload's rest is read with ReadWaitFD (waitFrom). bound:
+	// its SO_RCVTIMEO is set (waitBound).
+	lane, bound bool
+	hb          [headerLen]byte
+	rb          [readAhead]byte // rb[rs:re]: read ahead of the request at hand
+	rs, re      int
+	mark        int // the socket's wake-up mark (SO_RCVLOWAT), 0 for none
+	st          [statusLen]byte
+	mem         []byte        // WRITE: where the payload lands; READ: what is sent
+	off         int           // payload bytes read
+	r           driver.Region // pins mem until done with it
+	ans         [2][]byte     // what is left to write: status word, READ payload
 	// waiting: since when it waits for its initiator's next request (0
 	// while in one); stalled: since when it waits mid-request, for the
 	// rest of it or for its answer to leave (0 otherwise), closed once
@@ -96,6 +101,19 @@ const (
 	// A yield costs a wake-up of an idle thread; 4 ms keeps them few
 	// and the gap between two reschedules under 10 ms.
 	yieldEvery = 4 * time.Millisecond
+	// waitFrom: on a lane (lconn.lane), a WRITE's payload with more than
+	// this missing is read by a read that waits in the kernel, at most
+	// waitBound, instead of behind a wake-up mark and the poller. Under
+	// Mooncake's pooled initiator a 1 MiB WRITE left queued behind a mark
+	// and taken in one or two reads made the initiator's stack take more
+	// slow-path ACKs and pacing deferrals, and pieces read on the
+	// poller's wake-ups cost the target a wake-up each
+	// (docs/measurements.md); a sleeping read is woken inside the kernel
+	// and copies what arrived at once. The loop serves no other
+	// connection meanwhile: waitBound bounds that, and a wait that ends
+	// short hands the rest back to the poller.
+	waitFrom  = 64 << 10
+	waitBound = 2 * time.Millisecond
 )
 
 type loop struct {
@@ -266,6 +284,7 @@ func (l *loop) admit(fd int, peer netip.AddrPort) {
 	}
 	c.fd, c.src, c.peer = fd, src, peer
 	c.state, c.last, c.out, c.drained, c.hup = stHeader, false, false, true, false
+	c.lane, c.bound = false, false
 	c.rs, c.re, c.mark = 0, 0, 0
 	c.waiting, c.stalled = l.t.clock.Load(), 0
 	l.live++
@@ -303,6 +322,7 @@ func (l *loop) close(c *lconn, err error) {
 // step serves c until its socket has nothing more for now (or it has
 // been served serveBudget requests: then it waits on the run list).
 func (l *loop) step(c *lconn) {
+	waited := false // a wait ended short: no other until the poller reports c
 	for budget := serveBudget; ; {
 		switch c.state {
 		case stHeader:
@@ -356,6 +376,11 @@ func (l *loop) step(c *lconn) {
 				k := copy(c.mem[c.off:], c.rb[c.rs:c.re])
 				c.rs += k
 				c.off += k
+			} else if rest := len(c.mem) - c.off; c.drained && c.lane && !waited && rest > waitFrom {
+				if !l.await(c) {
+					return
+				}
+				waited = c.off < len(c.mem)
 			} else if c.drained {
 				// Wake-up marks for large payloads (server.go's
 				// lowatFrom): the rest, up to lowatMax.
@@ -434,13 +459,44 @@ func (l *loop) step(c *lconn) {
 				l.close(c, nil)
 				return
 			}
-			c.state = stHeader
+			c.state, c.lane = stHeader, true
 			if budget--; budget == 0 {
 				l.run = append(l.run, c.token())
 				return
 			}
 		}
 	}
+}
+
+// await reads the rest of c's payload with a read that waits in the
+// kernel (waitFrom); false if it closed c.
+func (l *loop) await(c *lconn) bool {
+	if err := l.marks.Set(c.fd, 0, &c.mark); err != nil {
+		l.close(c, err)
+		return false
+	}
+	if !c.bound {
+		if err := sock.SetWaitBound(c.fd, waitBound); err != nil {
+			l.close(c, err)
+			return false
+		}
+		c.bound = true
+	}
+	n, err := sock.ReadWaitFD(c.fd, c.mem[c.off:])
+	if err == sock.ErrWouldBlock {
+		return true
+	}
+	if err != nil {
+		if err == io.EOF {
+			err = io.ErrUnexpectedEOF
+		}
+		l.close(c, err)
+		return false
+	}
+	c.off += n
+	// What came meanwhile is unknown (the poller will report it too).
+	c.drained = false
+	return true
 }
 
 // request starts serving the header in c.hb; false if it closed c.

@@ -232,3 +232,49 @@ func TestGoroutinePath(t *testing.T) {
 		})
 	}
 }
+
+// TestLaneWait: on a lane (a connection that has answered a request), a
+// large WRITE's payload sent in pieces lands (read by waits in the
+// kernel); one that stops midway holds the loop no longer than a wait's
+// bound: another connection is served meanwhile, and the stalled lane is
+// closed after IOTimeout.
+func TestLaneWait(t *testing.T) {
+	const size, piece = 1 << 20, 64 << 10
+	const timeout = 300 * time.Millisecond
+	n := newNode(t, nil, "target", 2*size, Config{IOTimeout: timeout}, nil)
+	addr, base := n.tr.Endpoint(), n.base()
+	mem := n.mem.Bytes()
+	lane := dialRaw(t, addr)
+	lane.send(hdr(8, base, 0x80))
+	lane.read(16)
+	p := bytes.Repeat([]byte{0x5a, 0x17, 0xc3}, size/3+1)[:size]
+	lane.send(hdr(size, base, 0x81))
+	for off := 0; off < size; off += piece {
+		lane.send(p[off : off+piece])
+		time.Sleep(time.Millisecond)
+	}
+	if got := lane.read(8); !bytes.Equal(got, okStatus) {
+		t.Fatalf("WRITE in pieces: status % x", got)
+	}
+	if !bytes.Equal(mem[:size], p) {
+		t.Fatal("WRITE in pieces did not land")
+	}
+
+	lane.send(hdr(size, base+size, 0x81), p[:size/2])
+	start := time.Now()
+	other := dialRaw(t, addr)
+	for i := range 20 {
+		begin := time.Now()
+		other.send(hdr(8, base, 0x80))
+		other.read(16)
+		if took := time.Since(begin); took > 100*time.Millisecond {
+			t.Errorf("request %d beside a stalled lane took %v", i, took)
+		}
+	}
+	lane.closed()
+	if took := time.Since(start); took < timeout || took > 10*timeout {
+		t.Errorf("lane stalled mid-payload closed after %v; IOTimeout %v", took, timeout)
+	}
+	other.send(hdr(8, base, 0x80))
+	other.read(16)
+}
