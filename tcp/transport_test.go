@@ -788,3 +788,59 @@ func TestWireNegotiation(t *testing.T) {
 		t.Fatalf("wire 4: %v", err)
 	}
 }
+
+// TestReconnectVectors: connections dropped while vector replies (READs of
+// 64 small slices) are read: the dead connection's reader, still inside a
+// reply, and the next connection's reader each complete their own
+// slices: a round either fails as a lost connection (the engine's
+// retries ran out) or brings every byte.
+func TestReconnectVectors(t *testing.T) {
+	p := newPair(t, 1<<20, 1<<20, Config{Lanes: 2})
+	ctx := ctxT(t, 60*time.Second)
+	fill(t, p.tgt.buf())
+	const n, size = 64, 4096
+	reqs := make([]engine.Request, n)
+	for i := range reqs {
+		reqs[i] = engine.Request{Op: engine.Read, Local: p.ini.buf()[i*size : (i+1)*size], Target: p.seg, TargetAddr: p.tgt.base() + uint64(i*size)}
+	}
+	stop := make(chan struct{})
+	dropped := make(chan int)
+	go func() {
+		k := 0
+		defer func() { dropped <- k }()
+		for {
+			select {
+			case <-stop:
+				return
+			case <-time.After(time.Duration(k%7+1) * 100 * time.Microsecond):
+			}
+			for _, c := range p.tgt.tr.gate.Conns() {
+				c.Close()
+			}
+			k++
+		}
+	}()
+	ok := 0
+	for round := range 300 {
+		clear(p.ini.buf()[:n*size])
+		b, _ := p.ini.e.AllocateBatch(n)
+		err := p.ini.e.Submit(b, reqs)
+		if err == nil {
+			err = p.ini.e.Wait(ctx, b)
+		}
+		p.ini.e.FreeBatch(b)
+		switch {
+		case errors.Is(err, ErrConnection):
+		case err != nil:
+			t.Fatalf("round %d: %v", round, err)
+		case !bytes.Equal(p.ini.buf()[:n*size], p.tgt.buf()[:n*size]):
+			t.Fatalf("round %d: data differs", round)
+		default:
+			ok++
+		}
+	}
+	close(stop)
+	if k := <-dropped; k == 0 || ok == 0 {
+		t.Fatalf("%d connections dropped, %d rounds complete: the test proved nothing", k, ok)
+	}
+}
