@@ -72,10 +72,9 @@ const (
 // holds a core that the initiator's copiers on the same host may need,
 // and a wake-up costs both sides (tens of µs on a 2-CPU VM), so sparse
 // notes are slept for and dense ones watched for.
-var (
-	noteLinger = 200 * time.Microsecond
-	noteNap    = 10 * time.Millisecond
-)
+const noteLinger = 200 * time.Microsecond
+
+var noteNap = 10 * time.Millisecond // a variable for the tests
 
 var (
 	// ErrNotifyUnsupported: the target's shm transport does not carry
@@ -652,7 +651,7 @@ func (sc *serverConn) watchFor() (time.Duration, int) {
 	return noteLinger, lingerPolls
 }
 
-var (
+const (
 	spinGap     = noteLinger
 	lingerPolls = 200
 	napPolls    = 2
