@@ -357,6 +357,43 @@ func (ib *inbox) drain(dst []Notification) []Notification {
 	}
 }
 
+// receive waits until a notification is queued, then appends every
+// queued one to dst. Queued notifications are received after the engine
+// closes; then it returns ErrClosed.
+func (ib *inbox) receive(ctx context.Context, dst []Notification) ([]Notification, error) {
+	for {
+		ib.mu.Lock()
+		if ib.n > 0 {
+			for {
+				m, ok := ib.takeLocked()
+				if !ok {
+					break
+				}
+				dst = append(dst, m)
+			}
+			ib.mu.Unlock()
+			return dst, nil
+		}
+		closed := ib.closed
+		ib.mu.Unlock()
+		if closed {
+			return dst, ErrClosed
+		}
+		select {
+		case <-ib.avail:
+		case <-ib.done:
+			ib.mu.Lock()
+			n := ib.n
+			ib.mu.Unlock()
+			if n == 0 {
+				return dst, ErrClosed
+			}
+		case <-ctx.Done():
+			return dst, ctx.Err()
+		}
+	}
+}
+
 // channel starts the pump (once) and returns its channel.
 func (ib *inbox) channel() <-chan Notification {
 	ib.pumpOnce.Do(func() {
@@ -431,6 +468,18 @@ func (e *Engine) Notifications() <-chan Notification { return e.inbox.channel() 
 // first, without waiting, and returns it.
 func (e *Engine) DrainNotifications(dst []Notification) []Notification {
 	return e.inbox.drain(dst)
+}
+
+// ReceiveNotifications waits until at least one notification is queued,
+// then appends every queued one to dst, oldest first, and returns it: a
+// receiver that cannot keep up with its senders takes each run of
+// notifications in one wake-up, where Notifications' channel takes them
+// one at a time. It returns ctx's error when ctx is done first, and
+// ErrClosed once the engine has closed and nothing is left queued. Use
+// it, DrainNotifications or Notifications, not several at once: each
+// notification goes to one of them, whichever takes it first.
+func (e *Engine) ReceiveNotifications(ctx context.Context, dst []Notification) ([]Notification, error) {
+	return e.inbox.receive(ctx, dst)
 }
 
 // NotifyStats returns counts of what arrived notifications met.

@@ -1,6 +1,7 @@
 package engine_test
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"strings"
@@ -142,25 +143,48 @@ func TestNotifyResend(t *testing.T) {
 // queued for the pump while the receiver is slow, delivered quietly
 // (driver.QuietInbox) and announced by Wake one, two or three at a time
 // or not; none is lost or duplicated.
+// ReceiveNotifications is held to the same, its runs of notifications in
+// order.
 func TestInboxOrderHandOff(t *testing.T) {
-	for _, quiet := range []bool{false, true} {
-		t.Run(fmt.Sprint("quiet=", quiet), func(t *testing.T) { testInboxOrder(t, quiet) })
+	for _, receive := range []bool{false, true} {
+		for _, quiet := range []bool{false, true} {
+			t.Run(fmt.Sprintf("receive=%v/quiet=%v", receive, quiet), func(t *testing.T) { testInboxOrder(t, quiet, receive) })
+		}
 	}
 }
 
-func testInboxOrder(t *testing.T, quiet bool) {
+func testInboxOrder(t *testing.T, quiet, receive bool) {
 	f := &fake{name: "fake"}
 	n := enginetest.NewNode(t, engine.Config{Name: "target", NotifyQueue: 64, NotifyQueuePerSender: 64}, 1<<12, f)
 	ib := f.host.Inbox()
 	const total = 20000
 	got := make(chan error, 1)
-	ch := n.Engine.Notifications()
+	// next returns the next notification, from the channel or from the
+	// run ReceiveNotifications took last.
+	var next func() (engine.Notification, bool)
+	if receive {
+		var run []engine.Notification
+		next = func() (engine.Notification, bool) {
+			if len(run) == 0 {
+				var err error
+				if run, err = n.Engine.ReceiveNotifications(context.Background(), run[:0]); err != nil {
+					return engine.Notification{}, false
+				}
+			}
+			m := run[0]
+			run = run[1:]
+			return m, true
+		}
+	} else {
+		ch := n.Engine.Notifications()
+		next = func() (engine.Notification, bool) { m, ok := <-ch; return m, ok }
+	}
 	go func() {
 		for i := uint64(1); i <= total; i++ {
-			m, ok := <-ch
+			m, ok := next()
 			switch {
 			case !ok:
-				got <- fmt.Errorf("channel closed after %d", i-1)
+				got <- fmt.Errorf("receiving ended after %d", i-1)
 				return
 			case m.Bytes != i || m.Name != "n" || m.From != "ini":
 				got <- fmt.Errorf("notification %d: got %+v", i, m)
@@ -279,6 +303,66 @@ func TestInboxQuiet(t *testing.T) {
 	}
 	if s := n.Engine.NotifyStats(); s.Accepted != id || s.Queued != 0 {
 		t.Fatalf("stats %+v, want %d accepted", s, id)
+	}
+}
+
+// TestReceiveNotifications: a waiting ReceiveNotifications wakes for a
+// notification, takes every queued one in one call, ends with its
+// context's error, and after the engine closes returns what is still
+// queued, then ErrClosed.
+func TestReceiveNotifications(t *testing.T) {
+	f := &fake{name: "fake"}
+	n := enginetest.NewNode(t, engine.Config{Name: "target"}, 1<<12, f)
+	ib := f.host.Inbox()
+	deliver := func(id uint64) {
+		t.Helper()
+		if err := ib.Deliver(driver.NoWait, &driver.Delivery{From: driver.Sender{Name: "ini", Epoch: 1}, ID: id, Name: []byte("n"), Msg: []byte{byte(id)}, Bytes: id}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Millisecond)
+	got, err := n.Engine.ReceiveNotifications(ctx, nil)
+	cancel()
+	if !errors.Is(err, context.DeadlineExceeded) || len(got) != 0 {
+		t.Fatalf("nothing queued: got %v, %v; want context.DeadlineExceeded", got, err)
+	}
+
+	type result struct {
+		got []engine.Notification
+		err error
+	}
+	res := make(chan result, 1)
+	go func() {
+		got, err := n.Engine.ReceiveNotifications(ctxT(t, 10*time.Second), nil)
+		res <- result{got, err}
+	}()
+	time.Sleep(10 * time.Millisecond) // most often it waits by now
+	deliver(1)
+	if r := <-res; r.err != nil || len(r.got) != 1 || r.got[0].Bytes != 1 || string(r.got[0].Msg) != "\x01" {
+		t.Fatalf("woken receiver got %+v, %v", r.got, r.err)
+	}
+
+	for id := uint64(2); id <= 9; id++ {
+		deliver(id)
+	}
+	dst := make([]engine.Notification, 0, 16)
+	got, err = n.Engine.ReceiveNotifications(ctxT(t, 10*time.Second), dst)
+	if err != nil || len(got) != 8 || got[0].Bytes != 2 || got[7].Bytes != 9 || &got[0] != &dst[:1][0] {
+		t.Fatalf("eight queued: got %+v, %v (want them appended to dst)", got, err)
+	}
+
+	deliver(10)
+	if err := n.Engine.Close(); err != nil {
+		t.Fatal(err)
+	}
+	if got, err := n.Engine.ReceiveNotifications(context.Background(), nil); err != nil || len(got) != 1 || got[0].Bytes != 10 {
+		t.Fatalf("after Close, the queued one: got %+v, %v", got, err)
+	}
+	if got, err := n.Engine.ReceiveNotifications(context.Background(), nil); !errors.Is(err, engine.ErrClosed) || len(got) != 0 {
+		t.Fatalf("after Close, nothing queued: got %+v, %v; want ErrClosed", got, err)
+	}
+	if s := n.Engine.NotifyStats(); s.Accepted != 10 || s.Queued != 0 {
+		t.Fatalf("stats %+v", s)
 	}
 }
 

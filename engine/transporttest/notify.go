@@ -491,11 +491,11 @@ func BenchNotify(b *testing.B, f Factory, o Options, tasks, size int) {
 	tgt, ini, seg := notifyPair(b, f, o, tasks*size)
 	// The target's application: the time each notification arrives.
 	arrived := make(chan time.Time, 1)
-	go func() {
-		for range tgt.Engine.Notifications() {
+	go receiveNotes(tgt.Engine, func(n int) {
+		for range n {
 			arrived <- time.Now()
 		}
-	}()
+	})
 	benchNotify(b, ini, seg, engine.AddrOf(tgt.Mem.Bytes()), tasks, size, func(notified bool) time.Time {
 		if !notified {
 			return time.Time{}
@@ -567,10 +567,11 @@ func remoteNotified(b *testing.B, f Factory, o Options, n int) (ini *enginetest.
 // WRITEs of size bytes back to back, plain ones and ones with a
 // notification each, with both engines in this process over fresh
 // transports from f. The target's application takes the notifications
-// as they come; the two kinds of stream take turns, a few milliseconds
-// each (notifyStreamBytes), and a notified stream's time runs to the later of
-// its last batch's completion and its last notification's arrival (a
-// note that waits at the initiator for room at the target is in its
+// as they come, each run of them in one ReceiveNotifications (the
+// channel's one at a time with EnvNotifyRecv=channel); the two kinds of
+// stream take turns, a few milliseconds each (notifyStreamBytes), and a
+// notified stream's time runs to the later of its last batch's
+// completion and its last notification's arrival (a note that waits at the initiator for room at the target is in its
 // batch's time). It reports each kind's time per batch and
 // notify/plain-stream, the notified streams' throughput relative to the
 // plain ones'. Where BenchNotify's notify/plain is the cost of a note in
@@ -584,16 +585,14 @@ func BenchNotifyStream(b *testing.B, f Factory, o Options, tasks, size int) {
 	var count uint64
 	var at time.Time
 	more := sync.NewCond(&mu)
-	go func() {
-		for range tgt.Engine.Notifications() {
-			now := time.Now()
-			mu.Lock()
-			count++
-			at = now
-			more.Broadcast()
-			mu.Unlock()
-		}
-	}()
+	go receiveNotes(tgt.Engine, func(n int) {
+		now := time.Now()
+		mu.Lock()
+		count += uint64(n)
+		at = now
+		more.Broadcast()
+		mu.Unlock()
+	})
 	benchNotifyStream(b, ini, seg, engine.AddrOf(tgt.Mem.Bytes()), tasks, size, func(sent uint64) time.Time {
 		mu.Lock()
 		defer mu.Unlock()
@@ -691,6 +690,30 @@ func benchNotifyStream(b *testing.B, ini *enginetest.Node, seg engine.SegmentID,
 // (each arm's latency or throughput without the other's interleaved; no
 // ratio is reported).
 const EnvNotifyArm = "TE_TRANSPORTTEST_NOTIFY_ARM"
+
+// EnvNotifyRecv, set to "channel", makes the notify benches' target
+// application take notifications from Engine.Notifications' channel, one
+// at a time, instead of ReceiveNotifications' runs.
+const EnvNotifyRecv = "TE_TRANSPORTTEST_NOTIFY_RECV"
+
+// receiveNotes is the notify benches' target application: it calls got
+// with how many notifications arrived, as they arrive, until e closes.
+func receiveNotes(e *engine.Engine, got func(n int)) {
+	if os.Getenv(EnvNotifyRecv) == "channel" {
+		for range e.Notifications() {
+			got(1)
+		}
+		return
+	}
+	var run []engine.Notification
+	for {
+		var err error
+		if run, err = e.ReceiveNotifications(context.Background(), run[:0]); err != nil {
+			return
+		}
+		got(len(run))
+	}
+}
 
 // noteCounterLen is the target memory of BenchNotifyRemote's counter: the
 // last notification's arrival (Unix ns), then the count, little-endian.

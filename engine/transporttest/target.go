@@ -606,14 +606,12 @@ func (c *child) command(f []string) (string, error) {
 		if err != nil {
 			return "", err
 		}
-		go func() {
-			var n uint64
-			for range c.e.Notifications() {
-				n++
-				binary.LittleEndian.PutUint64(b, uint64(time.Now().UnixNano()))
-				binary.LittleEndian.PutUint64(b[8:], n)
-			}
-		}()
+		var count uint64
+		go receiveNotes(c.e, func(n int) {
+			count += uint64(n)
+			binary.LittleEndian.PutUint64(b, uint64(time.Now().UnixNano()))
+			binary.LittleEndian.PutUint64(b[8:], count)
+		})
 		return "", nil
 	}
 	return "", fmt.Errorf("unknown command %q", f[0])
