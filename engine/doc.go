@@ -57,15 +57,15 @@
 //
 // Notifications: SubmitNotify sends a notification (a name and an opaque
 // message) behind a submission's data, and Notify one alone. The target
-// receives it on Notifications (or DrainNotifications) only once every
-// byte of the submission has landed in its memory, with the sender's
-// segment name and epoch and the byte count; a submission that failed or
-// was cancelled (Cancel) delivers none. The transport carries it on the
-// data path, in order after the data (driver.Notifier); one that cannot
-// refuses with ErrNotifyUnsupported. The target bounds queued
-// notifications per sender and in total: a sender that outruns the
-// application stalls, then fails with ErrNotifyFull. docs/notify.md has
-// the details.
+// receives it on Notifications (or ReceiveNotifications,
+// DrainNotifications) only once every byte of the submission has landed
+// in its memory, with the sender's segment name and epoch and the byte
+// count; a submission that failed or was cancelled (Cancel) delivers
+// none. The transport carries it on the data path, in order after the
+// data (driver.Notifier); one that cannot refuses with
+// ErrNotifyUnsupported. The target bounds queued notifications per sender
+// and in total: a sender that outruns the application stalls, then fails
+// with ErrNotifyFull. docs/notify.md has the details.
 //
 // Explaining itself: every task knows the last layer it reached
 // (TaskStatus.Layer: queued in its transport, posted to the NIC or written
