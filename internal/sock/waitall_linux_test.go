@@ -112,3 +112,76 @@ func TestReadWaitFD(t *testing.T) {
 		t.Fatalf("ReadWaitFD into nothing: %d, %v", n, err)
 	}
 }
+
+// TestWriteWait: one WriteWait queues 8 MiB (more than the socket's
+// buffers hold) for a peer that reads in pieces with pauses between
+// them, and leaves the socket non-blocking; with the peer not reading,
+// a wait for room ends at its bound (ErrWouldBlock: nothing queued).
+func TestWriteWait(t *testing.T) {
+	fd, cl := acceptedFD(t)
+	if err := SetWaitBound(fd, 5*time.Second); err != nil {
+		t.Fatal(err)
+	}
+	const size, piece = 8 << 20, 256 << 10
+	head := []byte("WriteWait header")
+	src := bytes.Repeat([]byte("WriteWait."), size/10+1)[:size]
+	got := make(chan []byte, 1)
+	go func() {
+		b := make([]byte, len(head)+size)
+		off := 0
+		for off < len(b) {
+			n, err := io.ReadFull(cl, b[off:min(off+piece, len(b))])
+			off += n
+			if err != nil {
+				break
+			}
+			time.Sleep(time.Millisecond)
+		}
+		got <- b[:off]
+	}()
+	v := NewVec(2)
+	n, err := v.WriteWait(fd, [][]byte{head, src})
+	if err != nil || n != len(head)+size {
+		t.Fatalf("WriteWait of %d bytes to a slow reader: %d, %v", len(head)+size, n, err)
+	}
+	if b := <-got; !bytes.Equal(b, append(append([]byte(nil), head...), src...)) {
+		t.Fatalf("the peer read %d bytes, not the %d written", len(b), len(head)+size)
+	}
+
+	// The peer reads no more: fill the buffers without waiting (the
+	// socket is non-blocking again), then wait for room in vain.
+	filled := false
+	for range 10000 {
+		if _, err := v.Write(fd, [][]byte{src[:piece]}); err == ErrWouldBlock {
+			filled = true
+			break
+		} else if err != nil {
+			t.Fatal(err)
+		}
+	}
+	if !filled {
+		t.Fatal("Write never found the buffers full: the socket is not non-blocking after WriteWait")
+	}
+	const bound = 50 * time.Millisecond
+	if err := SetWaitBound(fd, bound); err != nil {
+		t.Fatal(err)
+	}
+	// Loopback's buffers grow while they fill: a wait may still find
+	// room, a few times.
+	for try := 1; ; try++ {
+		start := time.Now()
+		n, err := v.WriteWait(fd, [][]byte{src})
+		if err == ErrWouldBlock {
+			if took := time.Since(start); took < bound*8/10 {
+				t.Errorf("WriteWait, the peer not reading, returned after %v; bound %v", took, bound)
+			}
+			break
+		}
+		if err != nil || n == 0 || try == 20 {
+			t.Fatalf("WriteWait %d, the peer not reading: %d, %v", try, n, err)
+		}
+	}
+	if n, err := v.WriteWait(fd, nil); err != nil || n != 0 {
+		t.Fatalf("WriteWait of nothing: %d, %v", n, err)
+	}
+}
