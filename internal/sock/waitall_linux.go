@@ -8,48 +8,13 @@ import (
 	"github.com/rdmago/te/internal/unix"
 )
 
-// SetWaitBound bounds how long ReadWaitFD and Vec.WriteWait wait on fd
-// (SO_RCVTIMEO and SO_SNDTIMEO, which calls on a non-blocking socket
-// ignore): set once per socket.
+// SetWaitBound bounds how long ReadWaitFD waits on fd (SO_RCVTIMEO,
+// which calls on a non-blocking socket ignore): set once per socket.
 func SetWaitBound(fd int, d time.Duration) error {
 	if err := unix.SetRcvtimeoNonblock(fd, d); err != nil {
 		return fmt.Errorf("sock: SO_RCVTIMEO: %w", err)
 	}
-	if err := unix.SetSndtimeoNonblock(fd, d); err != nil {
-		return fmt.Errorf("sock: SO_SNDTIMEO: %w", err)
-	}
 	return nil
-}
-
-// WriteWait writes bufs to a socket accepted by RawListener as Write
-// does, but waits in the kernel for room rather than on a Poller: a
-// thread sleeping in a write is woken by the kernel as the peer's
-// acknowledgements free the send buffer, and queues more at once, with
-// one system call and no wake-up of a poller. It returns once every byte
-// is queued or when the bound set by SetWaitBound passed (what it queued
-// by then, or ErrWouldBlock when nothing; so also when a signal
-// interrupted it). The socket is blocking for the call only, as in
-// ReadWaitFD.
-func (v *Vec) WriteWait(fd int, bufs [][]byte) (int, error) {
-	v.iov, _ = iovecs(v.iov, bufs)
-	if len(v.iov) == 0 {
-		return 0, nil
-	}
-	defer clear(v.iov)
-	if err := unix.SetBlockingNonblock(fd, true); err != nil {
-		return 0, fmt.Errorf("sock: clear O_NONBLOCK: %w", err)
-	}
-	n, err := unix.WritevWait(fd, v.iov)
-	if err := unix.SetBlockingNonblock(fd, false); err != nil {
-		return 0, fmt.Errorf("sock: set O_NONBLOCK: %w", err)
-	}
-	switch {
-	case n > 0:
-		return n, nil
-	case err == unix.EAGAIN || err == unix.EINTR:
-		return 0, ErrWouldBlock
-	}
-	return 0, err
 }
 
 // ReadWaitFD reads a socket accepted by RawListener into p, waiting in

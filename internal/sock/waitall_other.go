@@ -12,6 +12,3 @@ func SetWaitBound(int, time.Duration) error { return errors.ErrUnsupported }
 
 // ReadWaitFD: see waitall_linux.go.
 func ReadWaitFD(int, []byte) (int, error) { return 0, errors.ErrUnsupported }
-
-// WriteWait: see waitall_linux.go.
-func (v *Vec) WriteWait(int, [][]byte) (int, error) { return 0, errors.ErrUnsupported }

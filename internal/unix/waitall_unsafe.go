@@ -2,11 +2,10 @@
 
 package unix
 
-// A blocking read or write of a socket that is otherwise non-blocking:
-// the descriptor's O_NONBLOCK is cleared for the call and set again after
-// it, and SO_RCVTIMEO (SO_SNDTIMEO) bounds its wait. The unsafe
-// conversions are of the caller's buffer, iovec and timeval addresses in
-// the calls' argument lists.
+// A blocking read of a socket that is otherwise non-blocking: the
+// descriptor's O_NONBLOCK is cleared for the call and set again after
+// it, and SO_RCVTIMEO bounds its wait. The unsafe conversions are of the
+// caller's buffer and timeval addresses in the calls' argument lists.
 
 import (
 	"time"
@@ -36,39 +35,13 @@ func SetBlockingNonblock(fd int, blocking bool) error {
 // d is rounded up to a microsecond, and 0 would mean forever, so the
 // least is a microsecond.
 func SetRcvtimeoNonblock(fd int, d time.Duration) error {
-	return setTimeo(fd, sys.SO_RCVTIMEO, d)
-}
-
-// SetSndtimeoNonblock sets a socket's SO_SNDTIMEO (how long a blocking
-// write waits for room before it returns what it wrote, or EAGAIN), as
-// SetRcvtimeoNonblock.
-func SetSndtimeoNonblock(fd int, d time.Duration) error {
-	return setTimeo(fd, sys.SO_SNDTIMEO, d)
-}
-
-func setTimeo(fd, opt int, d time.Duration) error {
 	us := max((d+time.Microsecond-1)/time.Microsecond, 1)
 	tv := sys.NsecToTimeval(int64(us * time.Microsecond))
-	_, _, e := sys.RawSyscall6(sys.SYS_SETSOCKOPT, uintptr(fd), sys.SOL_SOCKET, uintptr(opt), uintptr(unsafe.Pointer(&tv)), unsafe.Sizeof(tv), 0)
+	_, _, e := sys.RawSyscall6(sys.SYS_SETSOCKOPT, uintptr(fd), sys.SOL_SOCKET, sys.SO_RCVTIMEO, uintptr(unsafe.Pointer(&tv)), unsafe.Sizeof(tv), 0)
 	if e != 0 {
 		return e
 	}
 	return nil
-}
-
-// WritevWait is writev(2) made with Syscall (the scheduler is told: it
-// may sleep): on a blocking socket it returns once every byte is queued,
-// or with what it queued when SO_SNDTIMEO passes, a signal comes or the
-// socket fails (EAGAIN when the timeout passed with nothing queued).
-func WritevWait(fd int, iov []Iovec) (int, error) {
-	if len(iov) == 0 {
-		return 0, nil
-	}
-	r, _, e := sys.Syscall(sys.SYS_WRITEV, uintptr(fd), uintptr(unsafe.Pointer(&iov[0])), uintptr(len(iov)))
-	if e != 0 {
-		return 0, e
-	}
-	return int(r), nil
 }
 
 // RecvWaitall is recvfrom(2) with MSG_WAITALL, made with Syscall6 (the
