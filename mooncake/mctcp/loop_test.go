@@ -278,3 +278,58 @@ func TestLaneWait(t *testing.T) {
 	other.send(hdr(8, base, 0x80))
 	other.read(16)
 }
+
+// TestLaneWaitOut: on a lane, a READ larger than the sockets' buffers
+// reaches an initiator that reads it in pieces whole; one whose initiator
+// stops reading midway holds up no other connection, which is served
+// meanwhile, and the stalled lane is closed after IOTimeout.
+func TestLaneWaitOut(t *testing.T) {
+	const size, piece = 8 << 20, 256 << 10
+	const timeout = 300 * time.Millisecond
+	n := newNode(t, nil, "target", size, Config{IOTimeout: timeout}, nil)
+	addr, base := n.tr.Endpoint(), n.base()
+	mem := n.mem.Bytes()
+	for i := range mem {
+		mem[i] = byte(i*7 + i>>12)
+	}
+	lane := dialRaw(t, addr)
+	lane.send(hdr(8, base, 0x80))
+	lane.read(16)
+	lane.send(hdr(size, base, 0x80))
+	if got := lane.read(8); !bytes.Equal(got, okStatus) {
+		t.Fatalf("READ of %d: status % x", size, got)
+	}
+	got := make([]byte, 0, size)
+	for len(got) < size {
+		got = append(got, lane.read(piece)...)
+		time.Sleep(time.Millisecond)
+	}
+	if !bytes.Equal(got, mem) {
+		t.Fatal("READ read in pieces: other bytes than the target's")
+	}
+
+	lane.send(hdr(size, base, 0x80)) // and never read
+	start := time.Now()
+	other := dialRaw(t, addr)
+	for i := range 20 {
+		begin := time.Now()
+		other.send(hdr(8, base, 0x80))
+		other.read(16)
+		if took := time.Since(begin); took > 100*time.Millisecond {
+			t.Errorf("request %d beside a stalled lane took %v", i, took)
+		}
+	}
+	// The target closes the lane after IOTimeout: what it had queued by
+	// then arrives, then the end, short of the answer.
+	time.Sleep(time.Until(start.Add(3 * timeout)))
+	lane.c.SetReadDeadline(time.Now().Add(10 * time.Second))
+	k, err := io.Copy(io.Discard, lane.c)
+	if ne := net.Error(nil); errors.As(err, &ne) && ne.Timeout() {
+		t.Fatalf("the lane stalled mid-answer was not closed after IOTimeout (%v): %d bytes came", timeout, k)
+	}
+	if k >= 8+size {
+		t.Fatalf("the lane stalled mid-answer got all of it (%d bytes) after IOTimeout", k)
+	}
+	other.send(hdr(8, base, 0x80))
+	other.read(16)
+}
