@@ -78,7 +78,9 @@
 # per run): Mooncake bench -> Mooncake target (default mode, and with
 # MC_TCP_ENABLE_CONNECTION_POOL=1 on both), Mooncake bench -> te serve (both
 # modes), te bench -> Mooncake target, te bench -> te serve. Medians (min-max)
-# in GB/s (1e9 B/s).
+# in GB/s (1e9 B/s). A READ cell's target first takes a second of WRITEs
+# to the blocks it serves (fill: Mooncake's bench target leaves its buffer
+# untouched otherwise, and READs of untouched memory copy the zero page).
 set -euo pipefail
 
 here=$(cd "$(dirname "$0")" && pwd)
@@ -260,6 +262,20 @@ mc_bench() {
 	grep -oE 'throughput [0-9.]+ GB/s' "$work/bench.log" | tail -1 | awk '{print $2}' | grep . || echo 0
 }
 
+# fill OP BLOCK SEG [ENV...]: before a READ cell, Mooncake's initiator
+# WRITEs the blocks the cell reads for a second, so that every target
+# serves memory that holds data. Mooncake's bench target never touches its
+# buffer: READs of it would copy the kernel's shared zero page (a 1 MiB
+# READ cell took 32752 page faults there, 128 MiB in 4 KiB pages, and its
+# kernel copies ran several times faster than from real memory), which no
+# target holding a KV cache gets.
+fill() {
+	[ "$1" = read ] || return 0
+	local op=$1 block=$2 seg=$3
+	shift 3
+	secs=1 mc_bench write "$block" "$seg" "$@" >/dev/null
+}
+
 # te_bench OP BLOCK SEG: te's initiator over Mooncake's wire; prints GB/s.
 te_bench() {
 	"$te" bench --mooncake --metadata "${TE_META:-P2PHANDSHAKE}" --segment "$3" --operation "$1" \
@@ -291,6 +307,7 @@ if [ "$mode" = target ]; then
 						te) te_target "$work/t.log" ;;
 						base) te=$tebase te_target "$work/t.log" ;;
 						esac
+						fill $op $block "$tseg" $p
 						res["$k|$w"]+=" $(mc_bench $op $block "$tseg" $p)"
 						stop "$tpid"
 					done
@@ -434,21 +451,27 @@ for rep in $(seq "$reps"); do
 		for block in 65536 1048576; do
 			k="$op $block"
 			mc_target "$work/t.log"
+			fill $op $block "$tseg"
 			res["$k|mc-mc"]+=" $(mc_bench $op $block "$tseg")"
 			stop "$tpid"
 			mc_target "$work/t.log" $pool
+			fill $op $block "$tseg" $pool
 			res["$k|mc-mc pool"]+=" $(mc_bench $op $block "$tseg" $pool)"
 			stop "$tpid"
 			te_target "$work/t.log"
+			fill $op $block "$tseg"
 			res["$k|mc-te"]+=" $(mc_bench $op $block "$tseg")"
 			stop "$tpid"
 			te_target "$work/t.log"
+			fill $op $block "$tseg" $pool
 			res["$k|mc-te pool"]+=" $(mc_bench $op $block "$tseg" $pool)"
 			stop "$tpid"
 			mc_target "$work/t.log"
+			fill $op $block "$tseg"
 			res["$k|te-mc"]+=" $(te_bench $op $block "$tseg")"
 			stop "$tpid"
 			te_target "$work/t.log"
+			fill $op $block "$tseg"
 			res["$k|te-te"]+=" $(te_bench $op $block "$tseg")"
 			stop "$tpid"
 			echo "rep $rep $k done" >&2
