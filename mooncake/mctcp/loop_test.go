@@ -262,15 +262,7 @@ func TestLaneWait(t *testing.T) {
 
 	lane.send(hdr(size, base+size, 0x81), p[:size/2])
 	start := time.Now()
-	other := dialRaw(t, addr)
-	for i := range 20 {
-		begin := time.Now()
-		other.send(hdr(8, base, 0x80))
-		other.read(16)
-		if took := time.Since(begin); took > 100*time.Millisecond {
-			t.Errorf("request %d beside a stalled lane took %v", i, took)
-		}
-	}
+	other := servedBeside(t, addr, base)
 	lane.closed()
 	if took := time.Since(start); took < timeout || took > 10*timeout {
 		t.Errorf("lane stalled mid-payload closed after %v; IOTimeout %v", took, timeout)
@@ -310,15 +302,7 @@ func TestLaneWaitOut(t *testing.T) {
 
 	lane.send(hdr(size, base, 0x80)) // and never read
 	start := time.Now()
-	other := dialRaw(t, addr)
-	for i := range 20 {
-		begin := time.Now()
-		other.send(hdr(8, base, 0x80))
-		other.read(16)
-		if took := time.Since(begin); took > 100*time.Millisecond {
-			t.Errorf("request %d beside a stalled lane took %v", i, took)
-		}
-	}
+	other := servedBeside(t, addr, base)
 	// The target closes the lane after IOTimeout: what it had queued by
 	// then arrives, then the end, short of the answer.
 	time.Sleep(time.Until(start.Add(3 * timeout)))
@@ -332,4 +316,20 @@ func TestLaneWaitOut(t *testing.T) {
 	}
 	other.send(hdr(8, base, 0x80))
 	other.read(16)
+}
+
+// servedBeside dials the target at addr while a lane of it is stalled, and
+// checks that 20 small READs of base are each served promptly.
+func servedBeside(t *testing.T, addr string, base uint64) *rawConn {
+	t.Helper()
+	other := dialRaw(t, addr)
+	for i := range 20 {
+		begin := time.Now()
+		other.send(hdr(8, base, 0x80))
+		other.read(16)
+		if took := time.Since(begin); took > 100*time.Millisecond {
+			t.Errorf("request %d beside a stalled lane took %v", i, took)
+		}
+	}
+	return other
 }
