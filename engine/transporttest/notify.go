@@ -571,8 +571,9 @@ func remoteNotified(b *testing.B, f Factory, o Options, n int) (ini *enginetest.
 // channel's one at a time with EnvNotifyRecv=channel); the two kinds of
 // stream take turns, a few milliseconds each (notifyStreamBytes), and a
 // notified stream's time runs to the later of its last batch's
-// completion and its last notification's arrival (a note that waits at the initiator for room at the target is in its
-// batch's time). It reports each kind's time per batch and
+// completion and its last notification's arrival (a note that waits at
+// the initiator for room at the target is in its batch's time). It
+// reports each kind's time per batch and
 // notify/plain-stream, the notified streams' throughput relative to the
 // plain ones'. Where BenchNotify's notify/plain is the cost of a note in
 // one batch's latency, with the target idle between batches, this is

@@ -118,8 +118,8 @@ const (
 	// much a call, as Mooncake's target writes it. One write of a whole
 	// 1 MiB READ made one long copy into the socket's grown buffer:
 	// under Mooncake's pooled initiator chunks took the target 14-28%
-	// less CPU a byte (docs/measurements.md). A connection per request (not
-	// a lane) measured no better chunked.
+	// less CPU a byte (docs/measurements.md). A connection per request
+	// (not a lane) measured no better chunked.
 	answerChunk = 64 << 10
 )
 
