@@ -348,6 +348,11 @@ func (ib *inbox) takeLocked() (Notification, bool) {
 func (ib *inbox) drain(dst []Notification) []Notification {
 	ib.mu.Lock()
 	defer ib.mu.Unlock()
+	return ib.drainLocked(dst)
+}
+
+// drainLocked appends every queued notification to dst.
+func (ib *inbox) drainLocked(dst []Notification) []Notification {
 	for {
 		m, ok := ib.takeLocked()
 		if !ok {
@@ -361,33 +366,23 @@ func (ib *inbox) drain(dst []Notification) []Notification {
 // queued one to dst. Queued notifications are received after the engine
 // closes; then it returns ErrClosed.
 func (ib *inbox) receive(ctx context.Context, dst []Notification) ([]Notification, error) {
+	ended := false
 	for {
+		k := len(dst)
 		ib.mu.Lock()
-		if ib.n > 0 {
-			for {
-				m, ok := ib.takeLocked()
-				if !ok {
-					break
-				}
-				dst = append(dst, m)
-			}
-			ib.mu.Unlock()
-			return dst, nil
-		}
-		closed := ib.closed
+		dst = ib.drainLocked(dst)
+		ended = ended || ib.closed
 		ib.mu.Unlock()
-		if closed {
+		switch {
+		case len(dst) > k:
+			return dst, nil
+		case ended:
 			return dst, ErrClosed
 		}
 		select {
 		case <-ib.avail:
 		case <-ib.done:
-			ib.mu.Lock()
-			n := ib.n
-			ib.mu.Unlock()
-			if n == 0 {
-				return dst, ErrClosed
-			}
+			ended = true // take what is queued, once more
 		case <-ctx.Done():
 			return dst, ctx.Err()
 		}
