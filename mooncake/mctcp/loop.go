@@ -121,10 +121,10 @@ const (
 	// list). Under Mooncake's pooled initiator (four lanes, one reader
 	// thread) the kernel's copy of a payload into the socket cost te's
 	// target 2.7 times Mooncake's a byte while it wrote a lane's whole
-	// answer, status and payload together; in passes, pooled READs went
-	// from 0.78 to 0.97-1.21 of Mooncake's target at 1 MiB and from 0.8
-	// to 1.0 at 64 KiB (docs/measurements.md). A connection per request
-	// (not a lane) measured no better chunked.
+	// answer, status and payload together; in passes, pooled 64 KiB and
+	// 1 MiB READs went from 0.73-0.84 of Mooncake's target to 0.95-1.10
+	// (docs/measurements.md). A connection per request (not a lane)
+	// measured no better chunked.
 	answerChunk = 64 << 10
 )
 
