@@ -267,13 +267,30 @@ func NewVec(n int) *Vec { return &Vec{iov: make([]unix.Iovec, 0, min(max(n, 1), 
 
 // Write writes what the socket takes of bufs now (empty ones skipped):
 // the bytes written, or ErrWouldBlock when it took none.
-func (v *Vec) Write(fd int, bufs [][]byte) (int, error) {
+func (v *Vec) Write(fd int, bufs [][]byte) (int, error) { return v.write(fd, bufs, 0) }
+
+// WriteMore is Write telling the kernel that more of the same message
+// follows (MSG_MORE): a last segment that is not full waits for the next
+// write instead of going out short (with TCP_NODELAY set, a 64 KiB write
+// would otherwise end in a segment of its own). The kernel holds it only
+// until that write, or until an ACK lets the socket send again.
+func (v *Vec) WriteMore(fd int, bufs [][]byte) (int, error) {
+	return v.write(fd, bufs, unix.MSG_MORE)
+}
+
+func (v *Vec) write(fd int, bufs [][]byte, flags int) (int, error) {
 	v.iov, _ = iovecs(v.iov, bufs)
 	if len(v.iov) == 0 {
 		return 0, nil
 	}
 	for {
-		n, err := unix.WritevNonblock(fd, v.iov)
+		var n int
+		var err error
+		if flags == 0 {
+			n, err = unix.WritevNonblock(fd, v.iov)
+		} else {
+			n, err = unix.SendmsgNonblock(fd, v.iov, flags)
+		}
 		switch err {
 		case nil:
 			clear(v.iov)

@@ -1,6 +1,8 @@
 package sock
 
 import (
+	"bytes"
+	"io"
 	"net"
 	"testing"
 	"time"
@@ -57,5 +59,81 @@ func TestRawListener(t *testing.T) {
 		cl.Close()
 		p.Close()
 		l.Close()
+	}
+}
+
+// TestVecWriteMore: bytes written with WriteMore wait in the kernel (a
+// short segment, TCP_NODELAY set) until the next Write sends them with
+// its own; in order, empty buffers skipped.
+func TestVecWriteMore(t *testing.T) {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	l, err := NewRawListener(ln.(*net.TCPListener), true)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.Close()
+	cl, err := net.Dial("tcp", l.Addr().String())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer cl.Close()
+	var fd int
+	for deadline := time.Now().Add(5 * time.Second); ; {
+		if fd, _, err = l.Accept(); err != ErrWouldBlock || time.Now().After(deadline) {
+			break
+		}
+		time.Sleep(time.Millisecond)
+	}
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer CloseFD(fd)
+
+	status := []byte("statuswd")
+	chunk := make([]byte, 64<<10+3)
+	for i := range chunk {
+		chunk[i] = byte(i*7 + i>>9)
+	}
+	tail := []byte("the last pass")
+	v := NewVec(2)
+	if n, err := v.WriteMore(fd, [][]byte{status, nil}); err != nil || n != len(status) {
+		t.Fatalf("WriteMore(status): %d, %v", n, err)
+	}
+	// Held: nothing has left yet.
+	cl.SetReadDeadline(time.Now().Add(50 * time.Millisecond))
+	var one [1]byte
+	if n, err := cl.Read(one[:]); n != 0 || err == nil {
+		t.Fatalf("a short segment written with MSG_MORE arrived before the next write: %d, %v", n, err)
+	}
+	want := append(append([]byte(nil), status...), chunk...)
+	want = append(want, tail...)
+	go func() {
+		// The chunk may take several writes if the socket fills.
+		for b := chunk; len(b) > 0; {
+			n, err := v.WriteMore(fd, [][]byte{nil, b})
+			if err == ErrWouldBlock {
+				time.Sleep(time.Millisecond)
+				continue
+			}
+			if err != nil {
+				t.Errorf("WriteMore(chunk): %v", err)
+				return
+			}
+			b = b[n:]
+		}
+		if n, err := v.Write(fd, [][]byte{tail}); err != nil || n != len(tail) {
+			t.Errorf("Write(tail): %d, %v", n, err)
+		}
+	}()
+	cl.SetReadDeadline(time.Now().Add(10 * time.Second))
+	got := make([]byte, len(want))
+	if _, err := io.ReadFull(cl, got); err != nil {
+		t.Fatal(err)
+	}
+	if !bytes.Equal(got, want) {
+		t.Fatal("bytes differ from what was written")
 	}
 }

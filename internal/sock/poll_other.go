@@ -59,8 +59,9 @@ type Vec struct{}
 // NewVec returns a Vec whose writes fail.
 func NewVec(int) *Vec { return &Vec{} }
 
-func (*Vec) Write(int, [][]byte) (int, error) { return 0, errors.ErrUnsupported }
-func (*Vec) Read(int, [][]byte) (int, error)  { return 0, errors.ErrUnsupported }
+func (*Vec) Write(int, [][]byte) (int, error)     { return 0, errors.ErrUnsupported }
+func (*Vec) WriteMore(int, [][]byte) (int, error) { return 0, errors.ErrUnsupported }
+func (*Vec) Read(int, [][]byte) (int, error)      { return 0, errors.ErrUnsupported }
 
 // CloseFD is Linux's only.
 func CloseFD(int) error { return errors.ErrUnsupported }

@@ -42,6 +42,24 @@ func WritevNonblock(fd int, iov []Iovec) (int, error) {
 	return int(r), nil
 }
 
+// SendmsgNonblock is sendmsg(2) of iovecs the caller built, with flags
+// (MSG_MORE), no address and no control data, made with RawSyscall, for
+// a non-blocking descriptor only (see ReadNonblock). The message header
+// lives on the stack for the call.
+func SendmsgNonblock(fd int, iov []Iovec, flags int) (int, error) {
+	if len(iov) == 0 {
+		return 0, nil
+	}
+	var m sys.Msghdr
+	m.Iov = &iov[0]
+	m.SetIovlen(len(iov))
+	r, _, e := sys.RawSyscall(sys.SYS_SENDMSG, uintptr(fd), uintptr(unsafe.Pointer(&m)), uintptr(flags))
+	if e != 0 {
+		return 0, e
+	}
+	return int(r), nil
+}
+
 // ReadvNonblock is readv(2) over iovecs the caller built, made with
 // RawSyscall, for a non-blocking descriptor only (see ReadNonblock).
 func ReadvNonblock(fd int, iov []Iovec) (int, error) {

@@ -70,6 +70,7 @@ const (
 	MFD_CLOEXEC        = sys.MFD_CLOEXEC
 	MSG_CTRUNC         = sys.MSG_CTRUNC
 	MSG_CMSG_CLOEXEC   = sys.MSG_CMSG_CLOEXEC
+	MSG_MORE           = sys.MSG_MORE
 	SYS_RECVMSG        = sys.SYS_RECVMSG
 	NETLINK_RDMA       = sys.NETLINK_RDMA
 	NLM_F_ACK          = sys.NLM_F_ACK
