@@ -66,32 +66,7 @@ func TestRawListener(t *testing.T) {
 // short segment, TCP_NODELAY set) until the next Write sends them with
 // its own; in order, empty buffers skipped.
 func TestVecWriteMore(t *testing.T) {
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	l, err := NewRawListener(ln.(*net.TCPListener), true)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer l.Close()
-	cl, err := net.Dial("tcp", l.Addr().String())
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer cl.Close()
-	var fd int
-	for deadline := time.Now().Add(5 * time.Second); ; {
-		if fd, _, err = l.Accept(); err != ErrWouldBlock || time.Now().After(deadline) {
-			break
-		}
-		time.Sleep(time.Millisecond)
-	}
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer CloseFD(fd)
-
+	fd, cl := acceptedFD(t)
 	status := []byte("statuswd")
 	chunk := make([]byte, 64<<10+3)
 	for i := range chunk {
