@@ -53,10 +53,7 @@ func startShared(bin string) {
 		if shared.err != nil {
 			return
 		}
-		shared.a, shared.err = consulagent.New(bin, shared.dir)
-		if shared.err == nil {
-			shared.err = shared.a.Start()
-		}
+		shared.a, shared.err = consulagent.Launch(bin, shared.dir)
 	})
 }
 

@@ -77,20 +77,49 @@ type Agent struct {
 // sessions. It is stopped when the test ends.
 func Start(t testing.TB) *Agent {
 	t.Helper()
-	a, err := New(Require(t), t.TempDir())
+	a, err := Launch(Require(t), t.TempDir())
 	if err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(a.Stop)
-	if err := a.Start(); err != nil {
-		t.Fatal(err)
-	}
 	return a
+}
+
+// ErrFailed is returned by Start when consul exits, or logs that it cannot
+// start (it then lingers for a minute before it exits), before it is ready.
+var ErrFailed = errors.New("consulagent: consul failed to start")
+
+// Launch is New and Start, retried on fresh ports when consul fails to
+// start: the ports are free when New picks them, but another process
+// (a parallel test package's connection, say) can take one before consul
+// binds it. Every run's output stays in dir's log.
+func Launch(bin, dir string) (*Agent, error) {
+	a := &Agent{bin: bin, dir: dir}
+	var err error
+	for try := 0; try < 3; try++ {
+		if err = a.pickPorts(); err != nil {
+			return nil, err
+		}
+		if err = a.Start(); err == nil {
+			return a, nil
+		}
+		if !errors.Is(err, ErrFailed) {
+			break
+		}
+	}
+	return nil, err
 }
 
 // New prepares an agent that keeps its logs in dir; Start runs it.
 func New(bin, dir string) (*Agent, error) {
 	a := &Agent{bin: bin, dir: dir}
+	if err := a.pickPorts(); err != nil {
+		return nil, err
+	}
+	return a, nil
+}
+
+func (a *Agent) pickPorts() error {
 	ls := make([]net.Listener, 0, len(a.ports))
 	defer func() {
 		for _, l := range ls {
@@ -103,12 +132,12 @@ func New(bin, dir string) (*Agent, error) {
 		// loopback that is free whenever the TCP one was.
 		l, err := net.Listen("tcp", "127.0.0.1:0")
 		if err != nil {
-			return nil, fmt.Errorf("consulagent: pick a port: %w", err)
+			return fmt.Errorf("consulagent: pick a port: %w", err)
 		}
 		ls = append(ls, l)
 		a.ports[i] = l.Addr().(*net.TCPAddr).Port
 	}
-	return a, nil
+	return nil
 }
 
 // Addr is the agent's HTTP API address, host:port.
@@ -133,7 +162,8 @@ func (a *Agent) Start() error {
 		return fmt.Errorf("consulagent: %w", err)
 	}
 	a.runs++
-	fmt.Fprintf(f, "=== run %d\n", a.runs)
+	fmt.Fprintf(f, "=== run %d, ports %v\n", a.runs, a.ports)
+	from, _ := f.Seek(0, io.SeekCurrent)
 	p := func(i int) string { return strconv.Itoa(a.ports[i]) }
 	cmd := exec.Command(a.bin, "agent", "-dev",
 		"-bind", "127.0.0.1", "-client", "127.0.0.1",
@@ -154,9 +184,11 @@ func (a *Agent) Start() error {
 	a.cmd, a.logf = cmd, f
 	exited := make(chan error, 1)
 	go func() { exited <- cmd.Wait() }()
-	if err := a.waitReady(exited); err != nil {
-		cmd.Process.Kill()
-		<-exited
+	if gone, err := a.waitReady(exited, from); err != nil {
+		if !gone {
+			cmd.Process.Kill()
+			<-exited
+		}
 		a.cmd = nil
 		f.Close()
 		return fmt.Errorf("%w\n%s", err, a.tail())
@@ -205,12 +237,24 @@ func (a *Agent) tail() string {
 	return "consul log:\n" + string(b)
 }
 
-func (a *Agent) waitReady(exited <-chan error) error {
+// logSays reports whether the log, from offset from on, contains s.
+func (a *Agent) logSays(from int64, s string) bool {
+	b, _ := os.ReadFile(a.LogPath())
+	return int64(len(b)) > from && bytes.Contains(b[from:], []byte(s))
+}
+
+// waitReady returns nil once consul is ready, or why not and whether the
+// error came from exited (which then has no value left).
+func (a *Agent) waitReady(exited <-chan error, from int64) (gone bool, err error) {
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	defer cancel()
 	c := &http.Client{Transport: &http.Transport{DisableKeepAlives: true}}
 	base := "http://" + a.Addr()
 	do := func(method, path, body string) (int, string, error) {
+		// Each try is bounded, so one that hangs (something else on the
+		// port) does not hide consul's exit or logged error.
+		ctx, cancel := context.WithTimeout(ctx, 2*time.Second)
+		defer cancel()
 		req, err := http.NewRequestWithContext(ctx, method, base+path, bytes.NewBufferString(body))
 		if err != nil {
 			return 0, "", err
@@ -226,10 +270,13 @@ func (a *Agent) waitReady(exited <-chan error) error {
 	for {
 		select {
 		case err := <-exited:
-			return fmt.Errorf("consulagent: consul exited before it was ready: %v", err)
+			return true, fmt.Errorf("%w: it exited: %v", ErrFailed, err)
 		case <-ctx.Done():
-			return errors.New("consulagent: consul not ready within 60s")
+			return false, errors.New("consulagent: consul not ready within 60s")
 		case <-time.After(50 * time.Millisecond):
+		}
+		if a.logSays(from, "Error starting agent") {
+			return false, fmt.Errorf("%w: it logged an error", ErrFailed)
 		}
 		// A leader is not enough: sessions need the agent's node to be
 		// registered in the catalog, so create (and destroy) one.
@@ -247,6 +294,6 @@ func (a *Agent) waitReady(exited <-chan error) error {
 		if id != "" {
 			do("PUT", "/v1/session/destroy/"+id, "")
 		}
-		return nil
+		return false, nil
 	}
 }
