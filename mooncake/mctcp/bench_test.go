@@ -25,7 +25,7 @@ type benchPair struct {
 	reqs []engine.Request
 }
 
-func newBenchPair(b *testing.B, op engine.Op, size int, tr func() engine.Transport) *benchPair {
+func newBenchPair(b testing.TB, op engine.Op, size int, tr func() engine.Transport) *benchPair {
 	st := enginetest.NewMemStore()
 	b.Cleanup(func() { st.Close() })
 	cfg := func(name string) engine.Config {
@@ -54,7 +54,7 @@ func newBenchPair(b *testing.B, op engine.Op, size int, tr func() engine.Transpo
 
 // batch runs one batch the way Mooncake's transfer_engine_bench does and
 // returns how long it took.
-func (p *benchPair) batch(b *testing.B) time.Duration {
+func (p *benchPair) batch(b testing.TB) time.Duration {
 	ctx := context.Background()
 	start := time.Now()
 	bid, err := p.e.AllocateBatch(benchBatch)

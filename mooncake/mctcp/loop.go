@@ -55,15 +55,18 @@ type lconn struct {
 	// large payload's rest is read with ReadWaitFD (waitFrom). bound:
 	// its SO_RCVTIMEO is set (waitBound).
 	lane, bound bool
-	hb          [headerLen]byte
-	rb          [readAhead]byte // rb[rs:re]: read ahead of the request at hand
-	rs, re      int
-	mark        int // the socket's wake-up mark (SO_RCVLOWAT), 0 for none
-	st          [statusLen]byte
-	mem         []byte        // WRITE: where the payload lands; READ: what is sent
-	off         int           // payload bytes read
-	r           driver.Region // pins mem until done with it
-	ans         [2][]byte     // what is left to write: status word, READ payload
+	// queued: its token is on the run list, once however often the
+	// poller reports it meanwhile: a lane gets one pass a round.
+	queued bool
+	hb     [headerLen]byte
+	rb     [readAhead]byte // rb[rs:re]: read ahead of the request at hand
+	rs, re int
+	mark   int // the socket's wake-up mark (SO_RCVLOWAT), 0 for none
+	st     [statusLen]byte
+	mem    []byte        // WRITE: where the payload lands; READ: what is sent
+	off    int           // payload bytes read
+	r      driver.Region // pins mem until done with it
+	ans    [2][]byte     // what is left to write: status word, READ payload
 	// waiting: since when it waits for its initiator's next request (0
 	// while in one); stalled: since when it waits mid-request, for the
 	// rest of it or for its answer to leave (0 otherwise), closed once
@@ -196,8 +199,12 @@ func (l *loop) serve() {
 		}
 		if len(l.run) > 0 {
 			l.run, l.runNext = l.runNext[:0], l.run
+			if runRoundHook != nil {
+				runRoundHook(l.runNext)
+			}
 			for _, tok := range l.runNext {
 				if c := l.conn(tok); c != nil {
+					c.queued = false
 					l.step(c)
 				}
 			}
@@ -208,6 +215,17 @@ func (l *loop) serve() {
 			l.lastScan = now
 			l.scan(now)
 		}
+	}
+}
+
+// runRoundHook, when a test sets it, sees each round's run list.
+var runRoundHook func(run []uint64)
+
+// queue puts c on the run list, unless it is there already.
+func (l *loop) queue(c *lconn) {
+	if !c.queued {
+		c.queued = true
+		l.run = append(l.run, c.token())
 	}
 }
 
@@ -298,7 +316,7 @@ func (l *loop) admit(fd int, peer netip.AddrPort) {
 	}
 	c.fd, c.src, c.peer = fd, src, peer
 	c.state, c.last, c.out, c.drained, c.hup = stHeader, false, false, true, false
-	c.lane, c.bound = false, false
+	c.lane, c.bound, c.queued = false, false, false
 	c.rs, c.re, c.mark = 0, 0, 0
 	c.waiting, c.stalled = l.t.clock.Load(), 0
 	l.live++
@@ -481,7 +499,7 @@ func (l *loop) step(c *lconn) {
 			}
 			if len(c.ans[0])+len(c.ans[1]) > 0 {
 				if c.lane {
-					l.run = append(l.run, c.token())
+					l.queue(c)
 					return
 				}
 				continue
@@ -497,7 +515,7 @@ func (l *loop) step(c *lconn) {
 			}
 			c.state, c.lane = stHeader, true
 			if budget--; budget == 0 {
-				l.run = append(l.run, c.token())
+				l.queue(c)
 				return
 			}
 		}

@@ -6,10 +6,13 @@ import (
 	"io"
 	"net"
 	"os"
+	"slices"
+	"sync/atomic"
 	"syscall"
 	"testing"
 	"time"
 
+	"github.com/rdmago/te/engine"
 	"github.com/rdmago/te/internal/sock"
 )
 
@@ -332,4 +335,34 @@ func servedBeside(t *testing.T, addr string, base uint64) *rawConn {
 		}
 	}
 	return other
+}
+
+// A lane the poller reports while it waits on the run list (its socket
+// took more of a large READ's answer) is on that list once: it gets one
+// pass a round like every other lane.
+func TestRunListOnce(t *testing.T) {
+	var rounds, dups atomic.Int64
+	runRoundHook = func(run []uint64) {
+		rounds.Add(1)
+		for i, tok := range run {
+			if slices.Contains(run[:i], tok) {
+				dups.Add(1)
+				return
+			}
+		}
+	}
+	t.Cleanup(func() { runRoundHook = nil })
+	for _, size := range []int{4 << 10, 64 << 10, 1 << 20} {
+		p := newBenchPair(t, engine.Read, size, func() engine.Transport { return New(Config{}) })
+		for start := time.Now(); time.Since(start) < time.Second; {
+			p.batch(t)
+		}
+	}
+	t.Logf("%d run-list rounds, %d with a connection twice", rounds.Load(), dups.Load())
+	if rounds.Load() == 0 {
+		t.Fatal("no run-list round: the lanes' passes were not exercised")
+	}
+	if dups.Load() != 0 {
+		t.Fatalf("%d of %d run-list rounds had a connection on them twice", dups.Load(), rounds.Load())
+	}
 }
