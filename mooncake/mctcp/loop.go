@@ -132,7 +132,10 @@ const (
 	// (docs/measurements.md). Every pass but the last is written with
 	// MSG_MORE (Vec.WriteMore): its short last segment (TCP_NODELAY is
 	// set) joins the next pass's, which took pooled READs to 1.00-1.20.
-	// A connection per request (not a lane) measured no better chunked.
+	// A connection per request (not a lane) gets passes too once its
+	// answer is over answerChunk: Mooncake's default-mode 1 MiB READ
+	// then beat one writev in 13 of 16 interleaved rounds (+5% mean);
+	// a 64 KiB one is still written whole.
 	answerChunk = 64 << 10
 )
 
@@ -462,8 +465,8 @@ func (l *loop) step(c *lconn) {
 			l.answer(c, statusOK, nil)
 		case stAnswer:
 			out := c.ans
-			more := false
-			if c.lane {
+			more, pass := false, c.lane || len(out[1]) > answerChunk
+			if pass {
 				// A pass (answerChunk): the status word, or a chunk;
 				// a short segment at its end waits for the next pass.
 				if len(out[0]) > 0 {
@@ -501,7 +504,7 @@ func (l *loop) step(c *lconn) {
 				n -= k
 			}
 			if len(c.ans[0])+len(c.ans[1]) > 0 {
-				if c.lane {
+				if pass {
 					l.queue(c)
 					return
 				}

@@ -3,6 +3,7 @@ package mctcp
 import (
 	"bytes"
 	"errors"
+	"fmt"
 	"io"
 	"net"
 	"os"
@@ -364,5 +365,52 @@ func TestRunListOnce(t *testing.T) {
 	}
 	if dups.Load() != 0 {
 		t.Fatalf("%d of %d run-list rounds had a connection on them twice", dups.Load(), rounds.Load())
+	}
+}
+
+// Large READs a connection each (Mooncake's default mode), several at
+// once: their answers go out in passes between the connections, as a
+// lane's do, and each arrives whole and byte-equal.
+func TestConnPerRequestLargeReads(t *testing.T) {
+	const size, conns, each = 1 << 20, 8, 4
+	n := newNode(t, nil, "target", conns*size, Config{}, nil)
+	addr, base := n.tr.Endpoint(), n.base()
+	mem := n.mem.Bytes()
+	for i := range mem {
+		mem[i] = byte(i*7 + i>>20)
+	}
+	errs := make(chan error, conns)
+	for k := range conns {
+		go func() {
+			errs <- func() error {
+				buf := make([]byte, statusLen+size)
+				for range each {
+					c, err := net.Dial("tcp", addr)
+					if err != nil {
+						return err
+					}
+					_, err = c.Write(hdr(size, base+uint64(k*size), 0x80))
+					if err == nil {
+						_, err = io.ReadFull(c, buf)
+					}
+					c.Close()
+					if err != nil {
+						return err
+					}
+					if !bytes.Equal(buf[:statusLen], okStatus) {
+						return fmt.Errorf("connection %d: status % x", k, buf[:statusLen])
+					}
+					if !bytes.Equal(buf[statusLen:], mem[k*size:(k+1)*size]) {
+						return fmt.Errorf("connection %d: READ returned other bytes", k)
+					}
+				}
+				return nil
+			}()
+		}()
+	}
+	for range conns {
+		if err := <-errs; err != nil {
+			t.Fatal(err)
+		}
 	}
 }
