@@ -93,11 +93,14 @@ var ErrFailed = errors.New("consulagent: consul failed to start")
 // start: the ports are free when New picks them, but another process
 // (a parallel test package's connection, say) can take one before consul
 // binds it. Every run's output stays in dir's log.
-func Launch(bin, dir string) (*Agent, error) {
+func Launch(bin, dir string) (*Agent, error) { return launch(bin, dir, (*Agent).pickPorts) }
+
+// launch is Launch with the port picking its test replaces.
+func launch(bin, dir string, pick func(*Agent) error) (*Agent, error) {
 	a := &Agent{bin: bin, dir: dir}
 	var err error
 	for try := 0; try < 3; try++ {
-		if err = a.pickPorts(); err != nil {
+		if err = pick(a); err != nil {
 			return nil, err
 		}
 		if err = a.Start(); err == nil {
