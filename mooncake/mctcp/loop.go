@@ -55,23 +55,23 @@ type lconn struct {
 	// large payload's rest is read with ReadWaitFD (waitFrom). bound:
 	// its SO_RCVTIMEO is set (waitBound).
 	lane, bound bool
-	// queued: its token is on the run list, once however often the
-	// poller reports it meanwhile: a lane gets one pass a round.
-	queued bool
-	hb     [headerLen]byte
-	rb     [readAhead]byte // rb[rs:re]: read ahead of the request at hand
-	rs, re int
-	mark   int // the socket's wake-up mark (SO_RCVLOWAT), 0 for none
-	st     [statusLen]byte
-	mem    []byte        // WRITE: where the payload lands; READ: what is sent
-	off    int           // payload bytes read
-	r      driver.Region // pins mem until done with it
-	ans    [2][]byte     // what is left to write: status word, READ payload
+	hb          [headerLen]byte
+	rb          [readAhead]byte // rb[rs:re]: read ahead of the request at hand
+	rs, re      int
+	mark        int // the socket's wake-up mark (SO_RCVLOWAT), 0 for none
+	st          [statusLen]byte
+	mem         []byte        // WRITE: where the payload lands; READ: what is sent
+	off         int           // payload bytes read
+	r           driver.Region // pins mem until done with it
+	ans         [2][]byte     // what is left to write: status word, READ payload
 	// waiting: since when it waits for its initiator's next request (0
 	// while in one); stalled: since when it waits mid-request, for the
 	// rest of it or for its answer to leave (0 otherwise), closed once
 	// that lasts IOTimeout. Both from the watchdog's clock.
 	waiting, stalled int64
+	// queued: its token is on the run list, once however often the
+	// poller reports it meanwhile: a connection gets one pass a round.
+	queued bool
 }
 
 func (c *lconn) token() uint64 { return uint64(c.gen)<<32 | uint64(c.idx) }

@@ -373,6 +373,9 @@ func TestRunListOnce(t *testing.T) {
 // lane's do, and each arrives whole and byte-equal.
 func TestConnPerRequestLargeReads(t *testing.T) {
 	const size, conns, each = 1 << 20, 8, 4
+	var rounds atomic.Int64
+	runRoundHook = func([]uint64) { rounds.Add(1) }
+	t.Cleanup(func() { runRoundHook = nil })
 	n := newNode(t, nil, "target", conns*size, Config{}, nil)
 	addr, base := n.tr.Endpoint(), n.base()
 	mem := n.mem.Bytes()
@@ -412,5 +415,8 @@ func TestConnPerRequestLargeReads(t *testing.T) {
 		if err := <-errs; err != nil {
 			t.Fatal(err)
 		}
+	}
+	if rounds.Load() == 0 {
+		t.Fatal("no run-list round: the answers were not written in passes")
 	}
 }
